@@ -1,0 +1,359 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+)
+
+// Store is the SQL source of truth. Methods that take a partition operate
+// on that partition only. Implementations are safe for concurrent use.
+//
+// The interface is large on purpose (one seam, two dialects, one contract
+// suite); consumers should declare the narrow interface they need.
+type Store interface {
+	// EnsureSchema installs or migrates the internal tables and one
+	// application table per schema table, then records a schema marker
+	// (version and per-table layouts). It refuses, changing nothing:
+	//   - a stored version newer than s.Version (CodeStorageSchemaVersionNewer);
+	//   - at an equal version, stored layouts that differ from s
+	//     (CodeStorageStoredLayoutMismatch) or a physical catalog with
+	//     missing tables/columns or wrong types, nullability or primary key
+	//     (CodeStoragePhysicalLayoutMismatch).
+	// An older stored version migrates forward in one transaction: new
+	// tables, appended nullable columns, rebuilt indexes.
+	EnsureSchema(ctx context.Context, s *schema.Schema) error
+
+	// SchemaMarker returns the stored schema version and layouts, or
+	// ok=false on a fresh database.
+	SchemaMarker(ctx context.Context) (m SchemaMarker, ok bool, err error)
+
+	// PartitionTouch returns the partition's registry row, creating it on
+	// first touch with a random log epoch, and refreshes its last-seen time.
+	// To keep the request path free of writes it refreshes last-seen only
+	// when the stored value is older than TouchGranularityMs.
+	PartitionTouch(ctx context.Context, partition string, nowMs int64) (Partition, error)
+
+	// PartitionGet returns the registry row without touching it
+	// (CodeStoragePartitionUnregistered when absent).
+	PartitionGet(ctx context.Context, partition string) (Partition, error)
+
+	// Partitions lists every registered partition, ordered by id.
+	Partitions(ctx context.Context) ([]Partition, error)
+
+	// PartitionRotateEpoch gives the partition a new random log epoch, marks
+	// epoch validation required, and deletes its client records, in one
+	// transaction serialized with pushes and pruning. Used after a backup
+	// restore (SPEC.md §2.1).
+	PartitionRotateEpoch(ctx context.Context, partition string, nowMs int64) (Partition, error)
+
+	// WriteTx runs fn in a transaction holding the partition write lock.
+	// fn's error rolls the transaction back and is returned unchanged; a nil
+	// return commits. The partition must be registered.
+	WriteTx(ctx context.Context, partition string, fn func(tx Tx) error) error
+
+	// ReadTx runs fn in a read-only transaction with a consistent snapshot.
+	// It takes no lock.
+	ReadTx(ctx context.Context, fn func(tx ReadTx) error) error
+
+	// IdempotencyGet returns the stored push result for the key outside any
+	// lock: the optimistic lookup of the push path.
+	IdempotencyGet(ctx context.Context, partition, clientID, clientCommitID string) (PushRecord, bool, error)
+
+	// ClientGet returns the client record.
+	ClientGet(ctx context.Context, partition, clientID string) (Client, bool, error)
+
+	// ClientPut creates or replaces the client record. It takes no
+	// partition lock.
+	ClientPut(ctx context.Context, c Client) error
+
+	// ClientAck atomically raises the client's cursor to cursor (never
+	// lowers it) and stamps updatedAtMs, if the record exists, is bound to
+	// actorID, and logEpoch is still the partition's current epoch. It never
+	// creates a record. It reports whether the record was updated.
+	ClientAck(ctx context.Context, p ClientAckParams) (bool, error)
+
+	// CommitMaxSeq returns the partition's highest commitSeq (0 when none).
+	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
+
+	// CommitRange returns whole commits (every change, every table) with
+	// afterSeq < commitSeq, oldest first, at most limit commits. The relay
+	// publishes from it.
+	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
+
+	// Prune raises the partition's horizon and deletes commits, changes and
+	// scope-index entries at or below it, in one transaction (SPEC.md §4.6).
+	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
+
+	// Close releases connections. It is idempotent.
+	Close() error
+}
+
+// ReadTx is a consistent read snapshot.
+type ReadTx interface {
+	// Partition returns the registry row as of the snapshot.
+	Partition(ctx context.Context, partition string) (Partition, error)
+
+	// RowGet returns one stored row.
+	RowGet(ctx context.Context, partition, table, rowID string) (Row, bool, error)
+
+	// RowScan returns rows of one table whose scope columns match scopes
+	// (every variable's value in its list), in ascending row id order,
+	// after p.AfterRowID (exclusive), at most p.Limit rows. A scan with no
+	// scope variable is refused (CodeStorageScanRequiresScope); a limit
+	// outside 1..MaxScanLimit is refused (CodeStorageInvalidLimit).
+	RowScan(ctx context.Context, p ScanParams) ([]Row, error)
+
+	// CommitWindow reads the incremental pull window of one table for one
+	// set of effective scopes (SPEC.md §4.5).
+	CommitWindow(ctx context.Context, p WindowParams) (Window, error)
+}
+
+// Tx is a write transaction holding one partition's write lock. It reads
+// its own writes.
+type Tx interface {
+	ReadTx
+
+	// Locked returns the locked partition's registry row, read under the
+	// lock.
+	Locked() Partition
+
+	// IdempotencyGet is the locked re-check of the push path.
+	IdempotencyGet(ctx context.Context, clientID, clientCommitID string) (PushRecord, bool, error)
+
+	// IdempotencyPut stores a push result unless one exists for the key;
+	// it returns the record that is stored afterwards (the first writer's).
+	IdempotencyPut(ctx context.Context, r PushRecord) (PushRecord, error)
+
+	// RowUpsert writes a row of the locked partition: server_version 1 on
+	// insert, stored version + 1 on update; it returns the new version.
+	// Typed column values come from r.Values; _sync_payload from r.Payload.
+	// A unique, not-null, check or foreign-key violation is returned as a
+	// *ConstraintError.
+	RowUpsert(ctx context.Context, table string, r RowWrite) (version int64, err error)
+
+	// RowDelete deletes a row of the locked partition; it reports whether a
+	// row existed.
+	RowDelete(ctx context.Context, table, rowID string) (bool, error)
+
+	// CommitAppend appends a commit with the next dense commitSeq, its
+	// changes and its scope-index entries, and raises the partition's max
+	// seq. It returns the assigned seq.
+	CommitAppend(ctx context.Context, c CommitParams) (int64, error)
+
+	// Savepoint marks a point the transaction can roll back to without
+	// releasing the partition lock (a rejected commit's writes are undone
+	// and its rejection persisted under the same lock, SPEC.md §6.8).
+	Savepoint(ctx context.Context) (Savepoint, error)
+}
+
+// Savepoint is a rollback point inside a Tx.
+type Savepoint interface {
+	// Rollback undoes every write since the savepoint; the transaction
+	// stays open and locked.
+	Rollback(ctx context.Context) error
+	// Release keeps the writes and forgets the savepoint.
+	Release(ctx context.Context) error
+}
+
+// Partition is a row of the partition registry.
+type Partition struct {
+	ID       string
+	LogEpoch string
+	// EpochRequired is set by the first epoch rotation; from then on wire
+	// version 1 clients are refused (sync.client_wire_unsupported).
+	EpochRequired bool
+	CreatedAtMs   int64
+	LastSeenMs    int64
+	MaxCommitSeq  int64
+	HorizonSeq    int64
+}
+
+// SchemaMarker is the stored schema version and table layouts.
+type SchemaMarker struct {
+	Version int32
+	Layouts []schema.TableLayout
+}
+
+// Row is one stored application row.
+type Row struct {
+	RowID         string
+	ServerVersion int64
+	Scopes        map[string]string // variable → stored value
+	Payload       []byte            // the full row, SSP2 row codec
+}
+
+// RowWrite is a row to upsert.
+type RowWrite struct {
+	RowID   string
+	Values  []ssp2.Value // one per schema column, in declaration order
+	Scopes  map[string]string
+	Payload []byte
+}
+
+// ScanParams selects a keyset page of rows.
+type ScanParams struct {
+	Partition  string
+	Table      string
+	Scopes     map[string][]string // variable → allowed values; required
+	AfterRowID string              // exclusive; "" starts at the beginning
+	Limit      int
+}
+
+// TouchGranularityMs is how stale a partition's last-seen time may get
+// before PartitionTouch rewrites it.
+const TouchGranularityMs = 60_000
+
+// MaxScanLimit bounds RowScan pages.
+const MaxScanLimit = 50001
+
+// Op is a change operation, numbered as on the wire.
+type Op uint8
+
+const (
+	OpUpsert Op = 1
+	OpDelete Op = 2
+)
+
+// Change is one row change of a commit.
+type Change struct {
+	Table      string
+	RowID      string
+	Op         Op
+	RowVersion int64             // upsert only
+	Scopes     map[string]string // stored scopes, variable → value
+	Row        []byte            // upsert only: the full row, SSP2 row codec
+}
+
+// Commit is one committed commit as read back from the log.
+type Commit struct {
+	CommitSeq      int64
+	CreatedAtMs    int64
+	ActorID        string
+	ClientID       string
+	ClientCommitID string
+	SchemaVersion  int32
+	Changes        []Change
+}
+
+// CommitParams is a commit to append; the Store assigns CommitSeq.
+type CommitParams struct {
+	CreatedAtMs    int64
+	ActorID        string
+	ClientID       string
+	ClientCommitID string
+	SchemaVersion  int32
+	Changes        []Change
+}
+
+// WindowParams selects an incremental pull window.
+type WindowParams struct {
+	Partition string
+	Table     string
+	Scopes    map[string][]string // effective scopes; every variable must match
+	AfterSeq  int64               // the request cursor (exclusive)
+	Limit     int                 // maximum number of changes (1..1000)
+}
+
+// Window is an incremental pull window: commits touching the table with at
+// least one matching change, oldest first, each carrying only its matching
+// changes of that table. The window stops before the change total would
+// exceed the limit and never splits a commit; a single commit larger than
+// the limit is returned alone.
+type Window struct {
+	Commits []Commit
+	// Complete is true when no further matching commit exists up to MaxSeq.
+	Complete bool
+	// MaxSeq is the partition's max commitSeq in the read snapshot.
+	MaxSeq int64
+	// HorizonSeq is the partition's horizon in the read snapshot.
+	HorizonSeq int64
+}
+
+// NextCursor is the subscription cursor after delivering w (SPEC.md §4.5):
+// max(cursor, MaxSeq) when the window was exhausted, else the last
+// delivered commitSeq.
+func (w Window) NextCursor(cursor int64) int64 {
+	if w.Complete {
+		return max(cursor, w.MaxSeq)
+	}
+	return w.Commits[len(w.Commits)-1].CommitSeq
+}
+
+// PushStatus is a push commit outcome, numbered as on the wire.
+type PushStatus uint8
+
+const (
+	PushApplied  PushStatus = 1
+	PushCached   PushStatus = 2
+	PushRejected PushStatus = 3
+)
+
+// PushRecord is a persisted push result, keyed by (partition, clientId,
+// clientCommitId).
+type PushRecord struct {
+	ClientID       string
+	ClientCommitID string
+	Status         PushStatus // PushApplied or PushRejected
+	CommitSeq      int64      // applied only
+	// Result is the engine's encoding of the full result (the PUSH_RESULT
+	// frame payload and any details), returned byte for byte on replay.
+	Result      []byte
+	CreatedAtMs int64
+}
+
+// Client is a client record (SPEC.md §4.5, §8.1).
+type Client struct {
+	Partition   string
+	ClientID    string
+	ActorID     string
+	WireVersion uint16
+	Cursor      int64
+	UpdatedAtMs int64
+	// Subscriptions is the client's last registered subscription list,
+	// opaque to the Store (the engine's JSON).
+	Subscriptions json.RawMessage
+}
+
+// ClientAckParams is a realtime ack.
+type ClientAckParams struct {
+	Partition string
+	ClientID  string
+	ActorID   string
+	LogEpoch  string
+	Cursor    int64
+	NowMs     int64
+}
+
+// PruneParams bounds one pruning pass.
+type PruneParams struct {
+	Partition string
+	LogEpoch  string // must be the partition's current epoch
+	// ThroughSeq is the requested horizon; the Store lowers it to respect
+	// the retention floors below, never raises it.
+	ThroughSeq int64
+	NowMs      int64
+	// ActiveWindowMs: the horizon never passes the lowest cursor of a client
+	// updated within this window (default 14 days) ...
+	ActiveWindowMs int64
+	// ... except that commits older than AgeForceMs (default 30 days) may
+	// be pruned regardless of laggard cursors.
+	AgeForceMs int64
+	// MinRetainedCommits newest commits are always kept (default 1000).
+	MinRetainedCommits int64
+}
+
+// Retention defaults (SPEC.md §4.6).
+const (
+	DefaultActiveWindowMs     = 14 * 24 * 60 * 60 * 1000
+	DefaultAgeForceMs         = 30 * 24 * 60 * 60 * 1000
+	DefaultMinRetainedCommits = 1000
+)
+
+// PruneResult reports one pruning pass.
+type PruneResult struct {
+	HorizonSeq     int64 // the horizon after the pass
+	RemovedCommits int64
+}
