@@ -1,0 +1,509 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Mode selects where the node's NATS comes from.
+type Mode string
+
+const (
+	// ModeEmbedded runs a nats-server inside the process (the default).
+	ModeEmbedded Mode = "embedded"
+	// ModeExternal connects to an existing NATS deployment.
+	ModeExternal Mode = "external"
+)
+
+// Defaults of the embedded server when no nats.conf is given. They match
+// the repository's nats.conf: the client listener is on 4223, not NATS's
+// 4222, so a syncnode can run next to a stock nats-server.
+const (
+	DefaultHost = "127.0.0.1"
+	DefaultPort = 4223
+)
+
+// RandomPort asks the server to pick a free port (server.RANDOM_PORT).
+const RandomPort = server.RANDOM_PORT
+
+// JetStreamDir is the directory under the data dir that holds the
+// embedded server's JetStream store. The server appends it to its
+// store_dir itself, so store_dir is set to the data dir.
+const JetStreamDir = "jetstream"
+
+// Default timeouts.
+const (
+	DefaultReadyTimeout = 30 * time.Second
+	// readyAttempt bounds one JetStream readiness probe (NATS-NOTES
+	// pitfall 11: an API call made before the meta leader exists blocks
+	// for the full client timeout).
+	readyAttempt = 250 * time.Millisecond
+)
+
+// Config configures Start.
+type Config struct {
+	// Mode is ModeEmbedded (default) or ModeExternal.
+	Mode Mode
+
+	// ConfigFile is the nats.conf to load in embedded mode. Empty means
+	// the built-in defaults (DefaultHost:DefaultPort, JetStream on).
+	ConfigFile string
+	// DataDir is the node's data directory; JetStream stores under
+	// DataDir/jetstream. Required in embedded mode.
+	DataDir string
+	// ServerName overrides server_name. When both are empty the name is
+	// "syncnode-<hostname>": JetStream clustering needs stable names.
+	ServerName string
+	// Host overrides the client listen host when non-empty.
+	Host string
+	// Port overrides the client port when non-zero; RandomPort (-1) picks
+	// a free one.
+	Port int
+	// DontListen disables the TCP client listener: only in-process
+	// clients. Route and leafnode listeners are unaffected.
+	DontListen bool
+
+	// Domain is the JetStream domain. Embedded: overrides the file's
+	// jetstream { domain }. External: the domain to bind to.
+	Domain string
+
+	// URLs are the servers to connect to in external mode.
+	URLs []string
+	// CredentialsFile is a NATS .creds file for external mode.
+	CredentialsFile string
+
+	// ClientName names the node's client connection (default "syncnode").
+	ClientName string
+	// ReadyTimeout bounds readiness: listeners up and JetStream answering
+	// (default DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+	// Logger receives the server's log and ours; nil discards.
+	Logger *slog.Logger
+
+	// OptionsFunc, when set, edits the server options after every
+	// override (embedded mode). embeddedtest uses it for cluster setups.
+	OptionsFunc func(*server.Options)
+}
+
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	if c.Mode == "" {
+		c.Mode = ModeEmbedded
+	}
+	if c.ClientName == "" {
+		c.ClientName = "syncnode"
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch c.Mode {
+	case ModeEmbedded:
+		if c.DataDir == "" {
+			return fmt.Errorf("nats config: DataDir is required in embedded mode")
+		}
+		if len(c.URLs) > 0 || c.CredentialsFile != "" {
+			return fmt.Errorf("nats config: URLs and CredentialsFile are for external mode")
+		}
+		if c.Port < RandomPort || c.Port > 65535 {
+			return fmt.Errorf("nats config: Port %d out of range (-1..65535)", c.Port)
+		}
+	case ModeExternal:
+		if len(c.URLs) == 0 {
+			return fmt.Errorf("nats config: URLs are required in external mode")
+		}
+		if c.ConfigFile != "" {
+			return fmt.Errorf("nats config: ConfigFile is for embedded mode")
+		}
+	default:
+		return fmt.Errorf("nats config: unknown Mode %q (want %q or %q)", c.Mode, ModeEmbedded, ModeExternal)
+	}
+	if c.ReadyTimeout < 0 {
+		return fmt.Errorf("nats config: ReadyTimeout must not be negative")
+	}
+	return nil
+}
+
+// Server is the node's NATS: an embedded nats-server with an in-process
+// connection, or a connection to an external deployment. It is safe for
+// concurrent use.
+type Server struct {
+	mode     Mode
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	domain   string
+	srv      *server.Server // nil in external mode
+	connOpts []nats.Option  // how to open more connections
+	urls     string         // external mode
+	logger   *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts (embedded) or connects to (external) the node's NATS and
+// waits, at most cfg.ReadyTimeout, until JetStream answers.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == ModeExternal {
+		return connectExternal(ctx, cfg)
+	}
+	return startEmbedded(ctx, cfg)
+}
+
+// LoadOptions parses a nats.conf with the server's own parser (or returns
+// the built-in defaults for an empty path) and applies the overrides the
+// node owns. It does not start anything.
+func LoadOptions(cfg Config) (*server.Options, error) {
+	cfg = cfg.WithDefaults()
+	var opts *server.Options
+	if cfg.ConfigFile == "" {
+		opts = &server.Options{Host: DefaultHost, Port: DefaultPort}
+	} else {
+		var err error
+		opts, err = server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("load nats config %s: %w", cfg.ConfigFile, err)
+		}
+	}
+	opts.JetStream = true
+	opts.StoreDir = cfg.DataDir // the server stores under StoreDir/jetstream
+	opts.NoSigs = true
+	opts.NoLog = false
+	opts.DisableJetStreamBanner = true
+	if cfg.Domain != "" {
+		opts.JetStreamDomain = cfg.Domain
+	}
+	if cfg.ServerName != "" {
+		opts.ServerName = cfg.ServerName
+	}
+	if opts.ServerName == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "local"
+		}
+		opts.ServerName = "syncnode-" + host
+	}
+	if cfg.Host != "" {
+		opts.Host = cfg.Host
+	}
+	if cfg.Port != 0 {
+		opts.Port = cfg.Port
+	}
+	if cfg.DontListen {
+		opts.DontListen = true
+	}
+	if cfg.OptionsFunc != nil {
+		cfg.OptionsFunc(opts)
+	}
+	return opts, nil
+}
+
+func startEmbedded(ctx context.Context, cfg Config) (*Server, error) {
+	opts, err := LoadOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPortsFree(opts); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.StoreDir, 0o755); err != nil {
+		return nil, fmt.Errorf("start nats: %w", err)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start nats: %w", err)
+	}
+	logger := cfg.Logger.With("component", "nats-server", "server", opts.ServerName)
+	adapter := newLogAdapter(logger)
+	srv.SetLoggerV2(adapter, logger.Enabled(ctx, slog.LevelDebug), logger.Enabled(ctx, LevelTrace), false)
+	srv.Start()
+
+	fail := func(err error) (*Server, error) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, err
+	}
+	deadline := time.Now().Add(cfg.ReadyTimeout)
+	if err := waitListeners(ctx, srv, adapter, deadline); err != nil {
+		return fail(err)
+	}
+
+	connOpts := []nats.Option{
+		nats.Name(cfg.ClientName),
+		nats.InProcessServer(srv),
+	}
+	nc, err := nats.Connect("", connOpts...)
+	if err != nil {
+		return fail(fmt.Errorf("start nats: connect in-process: %w", err))
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fail(fmt.Errorf("start nats: %w", err))
+	}
+	domain, err := waitJetStream(ctx, js, adapter, deadline)
+	if err != nil {
+		nc.Close()
+		return fail(err)
+	}
+	s := &Server{
+		mode:     ModeEmbedded,
+		nc:       nc,
+		js:       js,
+		domain:   domain,
+		srv:      srv,
+		connOpts: connOpts,
+		logger:   cfg.Logger,
+	}
+	cfg.Logger.Info("nats: embedded server ready",
+		"server", opts.ServerName, "client_url", s.ClientURL(), "domain", domain, "store_dir", filepath.Join(opts.StoreDir, JetStreamDir))
+	return s, nil
+}
+
+func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
+	connOpts := []nats.Option{
+		nats.Name(cfg.ClientName),
+		nats.MaxReconnects(-1),
+	}
+	if cfg.CredentialsFile != "" {
+		if _, err := os.Stat(cfg.CredentialsFile); err != nil {
+			return nil, fmt.Errorf("connect nats: credentials file: %w", err)
+		}
+		connOpts = append(connOpts, nats.UserCredentials(cfg.CredentialsFile))
+	}
+	urls := strings.Join(cfg.URLs, ",")
+	nc, err := nats.Connect(urls, connOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", urls, err)
+	}
+	var js jetstream.JetStream
+	if cfg.Domain != "" {
+		js, err = jetstream.NewWithDomain(nc, cfg.Domain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect nats: %w", err)
+	}
+	domain, err := waitJetStream(ctx, js, nil, time.Now().Add(cfg.ReadyTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if cfg.Domain != "" {
+		domain = cfg.Domain
+	}
+	cfg.Logger.Info("nats: connected to external deployment", "urls", urls, "domain", domain)
+	return &Server{
+		mode:     ModeExternal,
+		nc:       nc,
+		js:       js,
+		domain:   domain,
+		connOpts: connOpts,
+		urls:     urls,
+		logger:   cfg.Logger,
+	}, nil
+}
+
+// waitListeners polls the server's listeners until they are up, a fatal
+// server error is reported, ctx ends or the deadline passes.
+func waitListeners(ctx context.Context, srv *server.Server, adapter *logAdapter, deadline time.Time) error {
+	for {
+		if err := adapter.fatal(); err != nil {
+			return err
+		}
+		if srv.ReadyForConnections(20 * time.Millisecond) {
+			return adapter.fatal()
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("start nats: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("start nats: %w: listeners not up", ErrNotReady)
+		}
+	}
+}
+
+// waitJetStream polls the JetStream API with short attempts until it
+// answers and returns the account's domain.
+func waitJetStream(ctx context.Context, js jetstream.JetStream, adapter *logAdapter, deadline time.Time) (string, error) {
+	var last error
+	for {
+		if adapter != nil {
+			if err := adapter.fatal(); err != nil {
+				return "", err
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, readyAttempt)
+		info, err := js.AccountInfo(actx)
+		cancel()
+		if err == nil {
+			return info.Domain, nil
+		}
+		last = err
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return "", fmt.Errorf("nats jetstream: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("nats jetstream: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nats jetstream: %w: %w", ErrNotReady, last)
+		}
+		// A refused or timed-out attempt returns quickly or after
+		// readyAttempt; pace the fast failures a little.
+		select {
+		case <-ctx.Done():
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// checkPortsFree refuses to start when a fixed listener port is taken. The
+// server would otherwise log a fatal error from its accept loop and never
+// become ready.
+func checkPortsFree(opts *server.Options) error {
+	type listener struct {
+		what string
+		host string
+		port int
+	}
+	ls := []listener{
+		{"cluster", opts.Cluster.Host, opts.Cluster.Port},
+		{"leafnode", opts.LeafNode.Host, opts.LeafNode.Port},
+		{"websocket", opts.Websocket.Host, opts.Websocket.Port},
+		{"mqtt", opts.MQTT.Host, opts.MQTT.Port},
+		{"gateway", opts.Gateway.Host, opts.Gateway.Port},
+		{"monitoring", opts.HTTPHost, opts.HTTPPort},
+	}
+	if !opts.DontListen {
+		ls = append([]listener{{"client", opts.Host, opts.Port}}, ls...)
+	}
+	for _, l := range ls {
+		if l.port <= 0 {
+			continue
+		}
+		host := l.host
+		if host == "" {
+			host = opts.Host
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(l.port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return &PortInUseError{Listener: l.what, Addr: addr, Err: err}
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// Mode reports whether the server is embedded or external.
+func (s *Server) Mode() Mode { return s.mode }
+
+// Conn is the node's client connection (in-process when embedded).
+func (s *Server) Conn() *nats.Conn { return s.nc }
+
+// JetStream is bound to the node's domain.
+func (s *Server) JetStream() jetstream.JetStream { return s.js }
+
+// Domain is the JetStream domain in use ("" when none).
+func (s *Server) Domain() string { return s.domain }
+
+// NATSServer is the embedded server, nil in external mode.
+func (s *Server) NATSServer() *server.Server { return s.srv }
+
+// ClientURL is where external clients (the nats CLI) connect: the
+// embedded TCP listener, or the configured URLs in external mode. It is
+// empty when the embedded server does not listen.
+func (s *Server) ClientURL() string {
+	if s.srv == nil {
+		return s.urls
+	}
+	if s.srv.Addr() == nil {
+		return ""
+	}
+	return s.srv.ClientURL()
+}
+
+// Connect opens another client connection to the same NATS (in-process
+// when embedded). The caller closes it.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	all := append(append([]nats.Option(nil), s.connOpts...), opts...)
+	nc, err := nats.Connect(s.urls, all...)
+	if err != nil {
+		return nil, fmt.Errorf("nats connect: %w", err)
+	}
+	return nc, nil
+}
+
+// Close drains the node's connection, then (embedded) shuts the server
+// down and waits for it. It is idempotent; later calls return the first
+// result. ctx bounds the drain.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Server) close(ctx context.Context) error {
+	var errs []error
+	if err := drain(ctx, s.nc); err != nil {
+		errs = append(errs, err)
+	}
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close nats: %w", err)
+	}
+	return nil
+}
+
+// drain drains nc and waits until it is closed or ctx ends, in which case
+// the connection is closed hard.
+func drain(ctx context.Context, nc *nats.Conn) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		nc.Close()
+		return ctx.Err()
+	}
+}
