@@ -1,0 +1,110 @@
+package ssp2
+
+import "io"
+
+const opEncodeResponse = "encode response"
+
+// ResponseEncoder streams a response message frame by frame (§1.4): it
+// never holds more than the frame being written. Each WriteFrame makes
+// exactly one Write call carrying that frame's complete bytes (the first
+// also carries the 8-byte envelope header), and End makes one Write with
+// the END frame, so a WebSocket binding can turn every Write into one
+// 0x01-tagged message and the last one ends exactly at END (§8.7).
+//
+// The encoder enforces the response grammar as it goes: a frame that would
+// make the response illegal is refused with an *Error and nothing is
+// written, leaving the encoder usable (a server that hits a bug can still
+// write ERROR and END). A failed Write is sticky.
+type ResponseEncoder struct {
+	w       io.Writer
+	version uint16
+	buf     []byte
+	g       grammar
+	err     error // sticky: a failed Write or a bad version
+	ended   bool
+	written int64
+}
+
+// NewResponseEncoder returns an encoder writing a response of wireVersion
+// to w. An unsupported version makes every call fail.
+func NewResponseEncoder(w io.Writer, wireVersion uint16) *ResponseEncoder {
+	e := &ResponseEncoder{w: w, version: wireVersion, g: newGrammar(KindResponse)}
+	if !SupportedWireVersion(wireVersion) {
+		e.err = encodeError(opEncodeResponse, "unsupported wire version %d", wireVersion)
+	}
+	return e
+}
+
+// errEnded is returned for writes after End.
+var errEnded = encodeError(opEncodeResponse, "response already ended")
+
+// WriteFrame encodes f and writes it. The first frame must be RESP_HEADER.
+func (e *ResponseEncoder) WriteFrame(f Frame) error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.ended {
+		return errEnded
+	}
+	if frameIsNil(f) {
+		return encodeError(opEncodeResponse, "nil frame")
+	}
+	if v := e.g.check(f); v != "" {
+		return encodeError(opEncodeResponse, "%s", v)
+	}
+	buf := e.buf[:0]
+	if e.g.frames == 0 {
+		buf = append(buf, envelopeMagic...)
+		buf = appendU16(buf, e.version)
+		buf = append(buf, byte(KindResponse), 0)
+	}
+	buf, err := appendFrame(buf, f, e.version, opEncodeResponse)
+	e.buf = buf[:0]
+	if err != nil {
+		return err
+	}
+	if err := e.write(buf); err != nil {
+		return err
+	}
+	e.g.apply(f)
+	return nil
+}
+
+// End checks that the response may end here (no open subscription section
+// unless after ERROR) and writes the END frame.
+func (e *ResponseEncoder) End() error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.ended {
+		return errEnded
+	}
+	if v := e.g.end(); v != "" {
+		return encodeError(opEncodeResponse, "%s", v)
+	}
+	if err := e.write([]byte{byte(FrameEnd), 0, 0, 0, 0}); err != nil {
+		return err
+	}
+	e.ended = true
+	return nil
+}
+
+// BytesWritten is the number of response bytes written so far.
+func (e *ResponseEncoder) BytesWritten() int64 { return e.written }
+
+// InSubscription reports whether a SUB_START is open, so a server aborting
+// mid-stream knows it must write ERROR (not just END).
+func (e *ResponseEncoder) InSubscription() bool { return e.g.inSub }
+
+func (e *ResponseEncoder) write(p []byte) error {
+	n, err := e.w.Write(p)
+	e.written += int64(n)
+	if err == nil && n != len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		e.err = &Error{Code: CodeInternalError, Op: opEncodeResponse, Message: "write response", err: err}
+		return e.err
+	}
+	return nil
+}
