@@ -1,0 +1,86 @@
+// Package bus is syncnode's event bus on NATS: the only place where
+// subjects, stream names, bucket names and KV keys are built; the
+// CloudEvents encoding of commits; the relay that publishes the commit log
+// to JetStream; and the subscriptions the node reacts to.
+//
+// # Subject grammar
+//
+//	subject        = commit-subject | control-subject
+//	commit-subject = "sync." partition ".commit." table       (stream SYNC_COMMITS, sync.*.commit.*)
+//	control-subject= "syncctl." partition "." event            (stream SYNC_CONTROL, syncctl.>)
+//	partition      = escaped | hashed
+//	escaped        = "=" | 1*( keep | "=" HEX HEX )           (at most 64 bytes)
+//	keep           = "A"-"Z" | "a"-"z" | "0"-"9" | "_" | "-"
+//	HEX            = "0"-"9" | "A"-"F"
+//	hashed         = "h_" 26( "A"-"Z" | "2"-"7" )             (base32 of SHA-256 of the id)
+//	table          = ( ALPHA | "_" ) *( ALPHA | DIGIT | "_" )  (at most 63 bytes)
+//	event          = 1*( "a"-"z" | "0"-"9" | "_" | "-" )
+//
+// A partition id (valid UTF-8, at most MaxPartitionIDBytes bytes) is
+// escaped byte by byte: [A-Za-z0-9_-] is kept, every other byte, '='
+// included, becomes =XX; the empty id is "="; an id starting with "h_" has
+// its 'h' escaped (=68_…) so that no escaped id looks like a hashed one.
+// The result is reversible (ParseToken), injective, case-preserving, and
+// valid both as a subject token and as a KV key segment. An escaped id
+// longer than 64 bytes is replaced by its hashed form, and the full escaped
+// id travels in the Sync-Partition header. A raw id never reaches a
+// subject or a key: NATS clients validate little (a partition "a.b" or "*"
+// would otherwise change the subject's shape).
+//
+// Examples: "acme" → acme, "user@example.com" → user=40example=2Ecom,
+// "" → =, "h_x" → =68_x.
+//
+// # Commit events
+//
+// Every commit becomes one message per table it touches, on
+// sync.<partition>.commit.<table>, so `nats sub 'sync.*.commit.todos'`
+// follows one table across partitions and sync.<partition>.commit.> one
+// partition. The messages of one commit are stored as one JetStream atomic
+// batch: a consumer never sees half a commit. Each message is a CloudEvent
+// in binary content mode:
+//
+//	ce-specversion  1.0
+//	ce-id           <partition>:<logEpoch>:<commitSeq>:<table>  (also Nats-Msg-Id)
+//	ce-type         dev.syncnode.commit.v1
+//	ce-source       syncnode://<node>
+//	ce-time         the commit's creation time, RFC 3339, milliseconds
+//	ce-subject      <partition>/<table>
+//	ce-partition    the partition token
+//	ce-logepoch     the log epoch
+//	ce-commitseq    the commit sequence (decimal)
+//	ce-table        the table
+//	content-type    application/json
+//
+// The body is CommitBody as JSON: the commit's metadata and the table's
+// changes, each row rendered {column: value} (integers as numbers, bytes
+// as base64, json columns embedded). A commit is identified by
+// (partition, logEpoch, commitSeq): after a restore the log epoch rotates
+// and the retained log is published again under the new epoch.
+//
+// # Streams and buckets
+//
+//	SYNC_COMMITS   sync.*.commit.*   commit events; atomic publish, dedup window, MaxAge/MaxBytes
+//	SYNC_CONTROL   syncctl.>         control events (serve gate, migrations)
+//	sync_gate      KV                gate.<partition>
+//	sync_leases    KV                leases (History 1)
+//	sync_segments  object store      bootstrap segments
+//
+// # The relay
+//
+// The commit log in SQL is the outbox. After a push commits, the engine
+// calls Relay.Notify; the relay reads the partition's last event from the
+// stream, publishes every later commit, and makes each publish conditional
+// on the partition's last stream sequence (Nats-Expected-Last-Subject-
+// Sequence over sync.<partition>.commit.>). A replay after a crash, a
+// stale cache or a relay on another node sharing the same PostgreSQL is
+// refused by the server and resolved by re-reading the stream's tail:
+// every commit is in the stream exactly once and in order, inside or
+// outside the duplicate window.
+//
+// # Reacting to events
+//
+// Follow delivers commit events in order with catch-up from a stream
+// sequence (an ordered consumer). WatchPartitions is the cross-node
+// "partition changed" notifier: a core subscription to every commit event,
+// coalesced per partition.
+package bus

@@ -1,0 +1,912 @@
+package bus
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// LogReader is what the relay reads of the commit log. storage.Store
+// satisfies it.
+type LogReader interface {
+	Partitions(ctx context.Context) ([]storage.Partition, error)
+	PartitionGet(ctx context.Context, partition string) (storage.Partition, error)
+	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error)
+	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
+}
+
+// Clock is the relay's time source; tests may replace it.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Relay defaults.
+const (
+	// MaxBatchMessages is the server's default atomic batch limit.
+	MaxBatchMessages       = 1000
+	DefaultCommitsPerRead  = 1000
+	DefaultRelayWorkers    = 4
+	DefaultPublishTimeout  = 5 * time.Second
+	DefaultRetryMin        = 50 * time.Millisecond
+	DefaultRetryMax        = 5 * time.Second
+	DefaultResyncInterval  = time.Minute
+	maxConflictsPerRun     = 4
+	maxCachedPositions     = 100_000
+	defaultReadLastTimeout = 2 * time.Second
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Node names this node in ce-source (syncnode://<Node>). Required;
+	// [A-Za-z0-9._-]+.
+	Node string
+	// Schema renders rows as {column: value}. Rows of tables it does not
+	// know (or that do not decode) are carried as rowPayload instead.
+	Schema *schema.Schema
+	// Streams configures the streams the relay creates or reconciles at
+	// Start and recreates if they disappear.
+	Streams StreamsConfig
+	// BatchMessages bounds one atomic batch (1..MaxBatchMessages, default
+	// MaxBatchMessages). 1 publishes every event on its own.
+	BatchMessages int
+	// CommitsPerRead bounds one CommitRange read (default 1000).
+	CommitsPerRead int
+	// Workers is how many partitions are relayed concurrently (default 4).
+	Workers int
+	// PublishTimeout bounds one publish or batch (default 5s).
+	PublishTimeout time.Duration
+	// RetryMin and RetryMax bound the exponential backoff of a partition
+	// whose relaying failed (defaults 50ms, 5s). Its notification is kept
+	// and retried until it succeeds.
+	RetryMin, RetryMax time.Duration
+	// ResyncInterval is how often every partition is checked for gaps,
+	// which closes gaps left by another node that died between its SQL
+	// commit and its publish (default 1m; negative disables; Start always
+	// checks once).
+	ResyncInterval time.Duration
+	Logger         *slog.Logger
+	Clock          Clock
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c RelayConfig) WithDefaults() RelayConfig {
+	c.Streams = c.Streams.WithDefaults()
+	if c.BatchMessages == 0 {
+		c.BatchMessages = MaxBatchMessages
+	}
+	if c.CommitsPerRead == 0 {
+		c.CommitsPerRead = DefaultCommitsPerRead
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultRelayWorkers
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = DefaultRetryMin
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return c
+}
+
+// Validate reports invalid fields (call after WithDefaults).
+func (c RelayConfig) Validate() error {
+	var errs []error
+	if c.Node == "" {
+		errs = append(errs, errors.New("relay config: Node is required"))
+	}
+	for i := 0; i < len(c.Node); i++ {
+		if ch := c.Node[i]; !keep(ch) && ch != '.' {
+			errs = append(errs, fmt.Errorf("relay config: Node %q must match [A-Za-z0-9._-]+", c.Node))
+			break
+		}
+	}
+	if c.BatchMessages < 1 || c.BatchMessages > MaxBatchMessages {
+		errs = append(errs, fmt.Errorf("relay config: BatchMessages %d outside 1..%d", c.BatchMessages, MaxBatchMessages))
+	}
+	if c.CommitsPerRead < 1 || c.CommitsPerRead > storage.MaxCommitRangeLimit {
+		errs = append(errs, fmt.Errorf("relay config: CommitsPerRead %d outside 1..%d", c.CommitsPerRead, storage.MaxCommitRangeLimit))
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		errs = append(errs, fmt.Errorf("relay config: Workers %d outside 1..256", c.Workers))
+	}
+	if c.PublishTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("relay config: PublishTimeout %v below 10ms", c.PublishTimeout))
+	}
+	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
+		errs = append(errs, fmt.Errorf("relay config: need 0 < RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax))
+	}
+	errs = append(errs, c.Streams.Validate())
+	return errors.Join(errs...)
+}
+
+// RelayStats are cumulative counters.
+type RelayStats struct {
+	Events    int64 // events stored in the stream by this relay
+	Batches   int64 // publish round trips (atomic batches or single events)
+	Conflicts int64 // compare-and-set rejections that led to a resync
+	Failures  int64 // failed partition runs (retried with backoff)
+}
+
+// Relay publishes the commit log to SYNC_COMMITS. The log is the outbox:
+// the relay keeps no state of its own beyond a cache. For each partition
+// it reads the last event the stream holds (its headers carry the log
+// epoch, commit seq and table), publishes every later commit and
+// compare-and-sets each publish on the partition's last stream sequence
+// (Nats-Expected-Last-Subject-Sequence over sync.<p>.commit.>), so a
+// replay after a crash, a stale cache or a second relay on another node
+// can never duplicate or reorder events, inside or outside the duplicate
+// window.
+type Relay struct {
+	cfg       RelayConfig
+	js        jetstream.JetStream
+	nc        *nats.Conn
+	log       LogReader
+	logger    *slog.Logger
+	clock     Clock
+	apiPrefix string
+
+	mu         sync.Mutex
+	notified   map[string]struct{}
+	sweeping   bool
+	idle       chan struct{} // closed while nothing is pending
+	idleClosed bool
+	lastErr    error
+	// set by the dispatcher under mu so Flush can tell idle from busy
+	dispatcherBusy bool
+
+	wake       chan struct{}
+	single     atomic.Bool // atomic batches unavailable on this stream
+	maxPayload int
+
+	events, batches, conflicts, failures atomic.Int64
+
+	state    int // 0 new, 1 started, 2 stopped
+	stopCh   chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+
+	// testHookAfterAck, when set, runs after the stream acknowledged a
+	// publish and before the relay records it; an error makes the relay
+	// forget the acknowledgement, as a crash at that point would.
+	testHookAfterAck func() error
+}
+
+// NewRelay builds a relay publishing with js the log read from log.
+func NewRelay(js jetstream.JetStream, log LogReader, cfg RelayConfig) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := js.Options()
+	prefix := o.APIPrefix
+	switch {
+	case o.Domain != "":
+		prefix = "$JS." + o.Domain + ".API."
+	case prefix == "":
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	if prefix[len(prefix)-1] != '.' {
+		prefix += "."
+	}
+	idle := make(chan struct{})
+	close(idle)
+	return &Relay{
+		cfg:        cfg,
+		js:         js,
+		nc:         js.Conn(),
+		log:        log,
+		logger:     cfg.Logger.With("component", "relay"),
+		clock:      cfg.Clock,
+		apiPrefix:  prefix,
+		notified:   make(map[string]struct{}),
+		idle:       idle,
+		idleClosed: true,
+		wake:       make(chan struct{}, 1),
+		stopCh:     make(chan struct{}),
+	}, nil
+}
+
+// Start creates or reconciles the streams, then starts relaying: every
+// partition is checked for gaps at once and then every ResyncInterval.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.state != 0 {
+		r.mu.Unlock()
+		return errors.New("relay: already started")
+	}
+	r.state = 1
+	r.mu.Unlock()
+
+	if err := EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+		return fmt.Errorf("relay start: %w", err)
+	}
+	r.maxPayload = int(r.nc.MaxPayload())
+	if m := int(r.cfg.Streams.Commits.MaxMsgSize); m > 0 && m < r.maxPayload {
+		r.maxPayload = m
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.mu.Lock()
+	r.sweeping = true
+	r.markBusyLocked()
+	r.mu.Unlock()
+	r.wg.Add(2)
+	go r.dispatch(runCtx)
+	go r.sweepLoop(runCtx)
+	return nil
+}
+
+// Stop stops relaying. In-flight publishes may finish until ctx ends;
+// then they are cancelled (the compare-and-set makes an abandoned batch
+// harmless). Pending notifications are not lost: the log still holds the
+// commits and the next Start publishes them. Stop is idempotent.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.stopOnce.Do(func() {
+		r.mu.Lock()
+		started := r.state == 1
+		r.state = 2
+		r.mu.Unlock()
+		if !started {
+			return
+		}
+		close(r.stopCh)
+		done := make(chan struct{})
+		go func() { r.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			r.cancel()
+			<-done
+			r.stopErr = fmt.Errorf("relay stop: %w", ctx.Err())
+		}
+		r.cancel()
+	})
+	return r.stopErr
+}
+
+// Notify tells the relay that partition has new commits. It never blocks;
+// notifications of one partition coalesce.
+func (r *Relay) Notify(partition string) {
+	r.mu.Lock()
+	r.notified[partition] = struct{}{}
+	r.markBusyLocked()
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Flush waits until every notified partition has been published (and the
+// start-up gap check is done), or ctx ends.
+func (r *Relay) Flush(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		idle, lastErr := r.idle, r.lastErr
+		r.mu.Unlock()
+		select {
+		case <-idle:
+			return nil
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("relay flush: %w (last relay error: %v)", ctx.Err(), lastErr)
+			}
+			return fmt.Errorf("relay flush: %w", ctx.Err())
+		}
+	}
+}
+
+// Stats returns cumulative counters.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Events:    r.events.Load(),
+		Batches:   r.batches.Load(),
+		Conflicts: r.conflicts.Load(),
+		Failures:  r.failures.Load(),
+	}
+}
+
+func (r *Relay) markBusyLocked() {
+	if r.idleClosed {
+		r.idle = make(chan struct{})
+		r.idleClosed = false
+	}
+}
+
+// sweepLoop notifies every partition at start and every ResyncInterval.
+func (r *Relay) sweepLoop(ctx context.Context) {
+	defer r.wg.Done()
+	attempt := 0
+	for {
+		err := r.sweep(ctx)
+		var wait time.Duration
+		if err != nil {
+			attempt++
+			wait = r.backoff(attempt)
+			r.logger.Warn("relay: listing partitions failed; retrying", "err", err, "retry_in", wait)
+		} else {
+			attempt = 0
+			r.mu.Lock()
+			r.sweeping = false
+			r.mu.Unlock()
+			r.poke()
+			if r.cfg.ResyncInterval < 0 {
+				return
+			}
+			wait = r.cfg.ResyncInterval
+		}
+		select {
+		case <-r.stopCh:
+			return
+		case <-r.clock.After(wait):
+		}
+	}
+}
+
+func (r *Relay) sweep(ctx context.Context) error {
+	parts, err := r.log.Partitions(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for _, p := range parts {
+		r.notified[p.ID] = struct{}{}
+	}
+	if len(parts) > 0 {
+		r.markBusyLocked()
+	}
+	r.mu.Unlock()
+	r.poke()
+	return nil
+}
+
+func (r *Relay) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay) backoff(attempt int) time.Duration {
+	d := r.cfg.RetryMin
+	for i := 1; i < attempt && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.RetryMax)
+	// ±20% jitter, so relays on several nodes do not retry in step.
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// position is what the relay knows of a partition's tail in the stream.
+type position struct {
+	synced        bool   // read from the stream (or set by our own ack)
+	lastStreamSeq uint64 // stream sequence of the partition's last event; 0: none
+	epoch         string // its escaped log epoch
+	commitSeq     int64  // its commit
+	table         string // its table
+	// complete is true when that event was the last one of its commit.
+	// An event read back from the stream may be followed by more tables of
+	// the same commit (a crash inside a one-by-one publish): false.
+	complete bool
+}
+
+type partState struct {
+	id      string
+	pos     position
+	dirty   bool
+	queued  bool
+	running bool
+	attempt int
+	retryAt time.Time
+	index   int // in the retry heap, -1 when absent
+}
+
+type job struct {
+	st  *partState
+	pos position
+}
+
+type result struct {
+	st  *partState
+	pos position
+	err error
+}
+
+// dispatch owns the per-partition scheduling state: at most one worker
+// per partition, notifications during a run re-queue the partition, and
+// failed partitions wait in a retry heap.
+func (r *Relay) dispatch(ctx context.Context) {
+	defer r.wg.Done()
+	jobs := make(chan job, r.cfg.Workers)
+	results := make(chan result, r.cfg.Workers)
+	var workers sync.WaitGroup
+	for range r.cfg.Workers {
+		workers.Go(func() {
+			w := &worker{enc: newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload)}
+			for j := range jobs {
+				pos, err := r.relayPartition(ctx, w, j.st.id, j.pos)
+				results <- result{st: j.st, pos: pos, err: err}
+			}
+		})
+	}
+	defer workers.Wait()
+	defer close(jobs)
+
+	states := make(map[string]*partState)
+	var ready []*partState
+	var retries retryHeap
+	running := 0
+	stopping := false
+	stopCh := r.stopCh
+
+	enqueue := func(st *partState) {
+		if st.running || st.queued || st.index >= 0 {
+			return
+		}
+		st.queued = true
+		ready = append(ready, st)
+	}
+	for {
+		// Take new notifications.
+		r.mu.Lock()
+		for id := range r.notified {
+			st := states[id]
+			if st == nil {
+				st = &partState{id: id, index: -1}
+				states[id] = st
+			}
+			st.dirty = true
+			// A partition in backoff keeps waiting: new commits do not
+			// make an unavailable NATS available.
+			enqueue(st)
+		}
+		clear(r.notified)
+		r.mu.Unlock()
+
+		// Release due retries.
+		now := r.clock.Now()
+		for len(retries) > 0 && !retries[0].retryAt.After(now) {
+			st := heap.Pop(&retries).(*partState)
+			st.retryAt = time.Time{}
+			enqueue(st)
+		}
+
+		// Hand out work.
+		for !stopping && running < r.cfg.Workers && len(ready) > 0 {
+			st := ready[0]
+			ready[0] = nil
+			ready = ready[1:]
+			st.queued, st.running, st.dirty = false, true, false
+			running++
+			jobs <- job{st: st, pos: st.pos}
+		}
+
+		// Publish idleness for Flush.
+		r.mu.Lock()
+		busy := running > 0 || len(ready) > 0 || len(retries) > 0 || len(r.notified) > 0 || r.sweeping
+		if !busy && !r.idleClosed {
+			close(r.idle)
+			r.idleClosed = true
+			r.lastErr = nil
+		}
+		r.mu.Unlock()
+
+		if stopping && running == 0 {
+			return
+		}
+		var timer <-chan time.Time
+		if len(retries) > 0 && !stopping {
+			timer = r.clock.After(retries[0].retryAt.Sub(now))
+		}
+		select {
+		case <-r.wake:
+		case <-timer:
+		case <-stopCh:
+			stopping = true
+			stopCh = nil // a closed channel would spin the loop
+		case res := <-results:
+			running--
+			st := res.st
+			st.running = false
+			st.pos = res.pos
+			switch {
+			case res.err == nil:
+				st.attempt = 0
+				if st.dirty {
+					enqueue(st)
+				} else if len(states) > maxCachedPositions && !st.queued {
+					delete(states, st.id)
+				}
+			case errors.Is(res.err, errPermanent):
+				r.failures.Add(1)
+				r.logger.Error("relay: partition cannot be published", "partition", st.id, "err", res.err)
+				st.attempt = 0
+			case ctx.Err() != nil:
+				// Stopping: the log keeps the commits for the next start.
+			default:
+				r.failures.Add(1)
+				st.attempt++
+				wait := r.backoff(st.attempt)
+				r.logger.Warn("relay: publishing failed; retrying", "partition", st.id, "attempt", st.attempt, "retry_in", wait, "err", res.err)
+				r.mu.Lock()
+				r.lastErr = res.err
+				r.mu.Unlock()
+				st.retryAt = r.clock.Now().Add(wait)
+				heap.Push(&retries, st)
+			}
+		}
+	}
+}
+
+// retryHeap orders failed partitions by retry time.
+type retryHeap []*partState
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(i, j int) bool { return h[i].retryAt.Before(h[j].retryAt) }
+func (h retryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *retryHeap) Push(x any) {
+	st := x.(*partState)
+	st.index = len(*h)
+	*h = append(*h, st)
+}
+func (h *retryHeap) Pop() any {
+	old := *h
+	st := old[len(old)-1]
+	old[len(old)-1] = nil
+	st.index = -1
+	*h = old[:len(old)-1]
+	return st
+}
+
+type worker struct {
+	enc    *encoder
+	events []event
+	msgs   []*nats.Msg
+}
+
+var (
+	errPermanent = errors.New("permanent")
+	// errConflict marks a compare-and-set rejection: someone else (a
+	// replay, another relay) moved the partition's tail.
+	errConflict      = errors.New("stream tail moved")
+	errStreamMissing = errors.New("stream missing")
+	errUnregistered  = &ssp2.Error{Code: ssp2.CodeStoragePartitionUnregistered}
+)
+
+// relayPartition publishes every commit of one partition that the stream
+// does not hold yet.
+func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos position) (position, error) {
+	p, err := NewPartition(id)
+	if err != nil {
+		return pos, fmt.Errorf("%w: %w", errPermanent, err)
+	}
+	filter := PartitionCommits(p)
+	conflicts := 0
+	// cursor is the last commit this run has fully published (or read
+	// and found without events); -1 until then.
+	cursor := int64(-1)
+	for {
+		if err := ctx.Err(); err != nil {
+			return pos, err
+		}
+		part, err := r.log.PartitionGet(ctx, id)
+		if errors.Is(err, errUnregistered) {
+			return pos, fmt.Errorf("%w: %w", errPermanent, err)
+		}
+		if err != nil {
+			return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
+		}
+		epoch := escapeEpoch(part.LogEpoch)
+		if !pos.synced {
+			if pos, err = r.readLast(ctx, filter); err != nil {
+				if errors.Is(err, errStreamMissing) {
+					err = r.recreateStreams(ctx, err)
+				}
+				return pos, err
+			}
+		}
+		after, skipThrough := r.resumePoint(p, part, epoch, pos)
+		if cursor > after {
+			after, skipThrough = cursor, ""
+		}
+		if after >= part.MaxCommitSeq {
+			return pos, nil
+		}
+		commits, err := r.log.CommitRange(ctx, id, after, r.cfg.CommitsPerRead)
+		if err != nil {
+			return pos, fmt.Errorf("relay %s: read commits after %d: %w", p.token, after, err)
+		}
+		if len(commits) == 0 {
+			return pos, nil // pruned meanwhile; the next run starts at the horizon
+		}
+		// The commits belong to part.LogEpoch only if no rotation
+		// happened around the read.
+		again, err := r.log.PartitionGet(ctx, id)
+		if err != nil {
+			return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
+		}
+		if again.LogEpoch != part.LogEpoch {
+			cursor = -1
+			continue
+		}
+
+		w.events = w.events[:0]
+		for _, c := range commits {
+			n := len(w.events)
+			w.events = w.enc.appendCommit(w.events, p, part.LogEpoch, c)
+			if c.CommitSeq == after+1 && skipThrough != "" {
+				// Drop the tables of a partly published commit that the
+				// stream already holds.
+				// (If the table is not in the commit at all, the stream
+				// holds something else for it: skip the whole commit.)
+				drop := len(w.events)
+				for i := n; i < len(w.events); i++ {
+					if tableOf(w.events[i].msg) == skipThrough {
+						drop = i + 1
+						break
+					}
+				}
+				w.events = append(w.events[:n], w.events[drop:]...)
+			}
+		}
+		pos, err = r.publish(ctx, w, filter, epoch, pos)
+		switch {
+		case errors.Is(err, errConflict):
+			r.conflicts.Add(1)
+			conflicts++
+			pos.synced = false
+			cursor = -1
+			if conflicts >= maxConflictsPerRun {
+				// Someone else keeps moving the tail (a relay on
+				// another node): back off instead of spinning.
+				return pos, fmt.Errorf("relay %s: %w %d times", p.token, errConflict, conflicts)
+			}
+			continue
+		case errors.Is(err, errStreamMissing):
+			pos.synced = false
+			return pos, r.recreateStreams(ctx, err)
+		case err != nil:
+			return pos, fmt.Errorf("relay %s: %w", p.token, err)
+		}
+		cursor = commits[len(commits)-1].CommitSeq
+		if cursor >= again.MaxCommitSeq {
+			// Caught up with what the log held when read; commits after
+			// that come with their own notification.
+			return pos, nil
+		}
+	}
+}
+
+func tableOf(m *nats.Msg) string {
+	return m.Header.Get(HeaderTable)
+}
+
+// resumePoint returns the commitSeq after which to read, and, when the
+// stream's last event may be in the middle of its commit, the table of
+// that commit through which events are already published.
+func (r *Relay) resumePoint(p Partition, part storage.Partition, epoch string, pos position) (after int64, skipThrough string) {
+	switch {
+	case pos.lastStreamSeq == 0:
+		return part.HorizonSeq, ""
+	case pos.epoch != epoch:
+		// The epoch rotated (a restore): the log is a new log. Publish
+		// what it still holds, under the new epoch.
+		r.logger.Info("relay: log epoch changed; publishing the retained log under the new epoch",
+			"partition", p.id, "stream_epoch", pos.epoch, "epoch", epoch, "from_seq", part.HorizonSeq+1)
+		return part.HorizonSeq, ""
+	case pos.commitSeq < part.HorizonSeq:
+		r.logger.Warn("relay: commits were pruned before they were published; the stream has a gap",
+			"partition", p.id, "stream_commit_seq", pos.commitSeq, "horizon", part.HorizonSeq)
+		return part.HorizonSeq, ""
+	case pos.commitSeq > part.MaxCommitSeq:
+		r.logger.Warn("relay: the stream is ahead of the log under the same epoch (restored without an epoch rotation?)",
+			"partition", p.id, "stream_commit_seq", pos.commitSeq, "max_commit_seq", part.MaxCommitSeq)
+		return pos.commitSeq, ""
+	case !pos.complete:
+		return pos.commitSeq - 1, pos.table
+	}
+	return pos.commitSeq, ""
+}
+
+// publish sends w.events in atomic batches (whole commits, at most
+// BatchMessages messages each) or one by one, each batch compare-and-set
+// on the partition's last stream sequence.
+func (r *Relay) publish(ctx context.Context, w *worker, filter, epoch string, pos position) (position, error) {
+	events := w.events
+	for len(events) > 0 {
+		n := 1
+		if !r.single.Load() && r.cfg.BatchMessages > 1 {
+			n = batchLen(events, r.cfg.BatchMessages)
+		}
+		batch := events[:n]
+		seq, err := r.publishBatch(ctx, w, batch, filter, pos.lastStreamSeq)
+		if err != nil {
+			if isAPIError(err, jsErrBatchPublishDisabled) {
+				r.logger.Warn("relay: atomic batch publish is not enabled on the stream; publishing one by one")
+				r.single.Store(true)
+				continue
+			}
+			return pos, err
+		}
+		if r.testHookAfterAck != nil {
+			if err := r.testHookAfterAck(); err != nil {
+				return pos, err
+			}
+		}
+		last := batch[n-1]
+		complete := n == len(events) || events[n].commitSeq != last.commitSeq
+		pos = position{
+			synced:        true,
+			lastStreamSeq: seq,
+			epoch:         epoch,
+			commitSeq:     last.commitSeq,
+			table:         tableOf(last.msg),
+			complete:      complete,
+		}
+		r.events.Add(int64(n))
+		r.batches.Add(1)
+		events = events[n:]
+	}
+	return pos, nil
+}
+
+// batchLen takes whole commits up to max messages; a single commit larger
+// than max is split (its tail goes into the next batch).
+func batchLen(events []event, max int) int {
+	if len(events) <= max {
+		return len(events)
+	}
+	n := max
+	for n > 0 && events[n].commitSeq == events[n-1].commitSeq {
+		n--
+	}
+	if n == 0 {
+		return max
+	}
+	return n
+}
+
+// publishBatch publishes msgs (one atomic batch, or a single message) with
+// the compare-and-set headers on the first message and returns the stream
+// sequence of the last one.
+func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filter string, lastSeq uint64) (uint64, error) {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	first := batch[0].msg
+	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
+	first.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+	if len(batch) == 1 {
+		ack, err := r.js.PublishMsg(pctx, first)
+		if err != nil {
+			return 0, classify(err)
+		}
+		if ack.Duplicate {
+			// Stored before (a replay inside the duplicate window).
+			return 0, errConflict
+		}
+		return ack.Sequence, nil
+	}
+	w.msgs = w.msgs[:0]
+	for _, e := range batch {
+		w.msgs = append(w.msgs, e.msg)
+	}
+	ack, err := jetstreamext.PublishMsgBatch(pctx, r.js, w.msgs)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return ack.Sequence, nil
+}
+
+func classify(err error) error {
+	switch {
+	case isAPIError(err, jsErrWrongLastSequence, jsErrWrongLastSequenceConst, jsErrBatchDuplicateMsgID, jsErrDuplicateMessageConflict):
+		return fmt.Errorf("%w: %w", errConflict, err)
+	case isAPIError(err, jsErrStreamNotFound),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("%w: %w", errStreamMissing, err)
+	}
+	return err
+}
+
+func (r *Relay) recreateStreams(ctx context.Context, cause error) error {
+	r.logger.Warn("relay: stream missing; recreating", "err", cause)
+	if err := EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+		return fmt.Errorf("relay: recreate streams: %w", err)
+	}
+	// Retry soon through the normal backoff; the next run reads the
+	// (empty) stream and publishes from the horizon.
+	return cause
+}
+
+// readLast reads the partition's last event from the stream leader (not a
+// direct get, which a lagging replica may answer).
+func (r *Relay) readLast(ctx context.Context, filter string) (position, error) {
+	rctx, cancel := context.WithTimeout(ctx, defaultReadLastTimeout)
+	defer cancel()
+	req := []byte(`{"last_by_subj":"` + filter + `"}`)
+	msg, err := r.nc.RequestWithContext(rctx, r.apiPrefix+"STREAM.MSG.GET."+StreamCommits, req)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return position{}, fmt.Errorf("read last event: %w: %w", errStreamMissing, err)
+		}
+		return position{}, fmt.Errorf("read last event: %w", err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Hdrs    []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return position{}, fmt.Errorf("read last event: %w", err)
+	}
+	if resp.Error != nil {
+		switch resp.Error.ErrorCode {
+		case jetstream.JSErrCodeMessageNotFound:
+			return position{synced: true}, nil
+		case jsErrStreamNotFound:
+			return position{}, fmt.Errorf("read last event: %w: %w", errStreamMissing, resp.Error)
+		}
+		return position{}, fmt.Errorf("read last event: %w", resp.Error)
+	}
+	if resp.Message == nil {
+		return position{}, errors.New("read last event: empty response")
+	}
+	pos := position{synced: true, lastStreamSeq: resp.Message.Seq}
+	h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+	if err != nil {
+		r.logger.Warn("relay: last event has unreadable headers", "subject", resp.Message.Subject, "seq", resp.Message.Seq, "err", err)
+		return pos, nil
+	}
+	pos.epoch = h.Get(HeaderLogEpoch)
+	pos.commitSeq, _ = strconv.ParseInt(h.Get(HeaderCommitSeq), 10, 64)
+	pos.table = h.Get(HeaderTable)
+	if pos.commitSeq <= 0 || pos.table == "" {
+		r.logger.Warn("relay: last event on a partition subject is not a commit event", "subject", resp.Message.Subject, "seq", resp.Message.Seq)
+		pos.epoch = ""
+	}
+	return pos, nil
+}

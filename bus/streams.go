@@ -1,0 +1,274 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamConfig is the part of a stream's configuration the node owns.
+type StreamConfig struct {
+	// Replicas is the stream's replication factor (1 on a single node, 3
+	// in a cluster of three or more).
+	Replicas int
+	// MaxAge discards events older than this. Zero means the default; a
+	// negative value means no age limit.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size. Zero means the default
+	// (unlimited); -1 is unlimited.
+	MaxBytes int64
+	// MaxMsgSize bounds one event. Zero means the default (the server's
+	// max payload); -1 is unlimited.
+	MaxMsgSize int32
+	// Duplicates is the Nats-Msg-Id deduplication window. The relay does
+	// not depend on it for correctness (it compare-and-sets on the
+	// partition's last sequence), it only makes replays cheaper.
+	Duplicates time.Duration
+	// DiscardNew refuses new events when a limit is reached instead of
+	// dropping the oldest: at an edge with MaxBytes this pushes back into
+	// the commit log, which keeps everything, until the link returns.
+	DiscardNew bool
+}
+
+// StreamsConfig configures SYNC_COMMITS and SYNC_CONTROL.
+type StreamsConfig struct {
+	Commits StreamConfig
+	Control StreamConfig
+}
+
+// Defaults.
+const (
+	DefaultCommitsMaxAge     = 30 * 24 * time.Hour
+	DefaultCommitsDuplicates = 2 * time.Minute
+	DefaultControlMaxAge     = 365 * 24 * time.Hour
+	DefaultControlDuplicates = time.Hour
+)
+
+func (c StreamConfig) withDefaults(maxAge, dup time.Duration) StreamConfig {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = maxAge
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = -1
+	}
+	if c.MaxMsgSize == 0 {
+		c.MaxMsgSize = -1
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = dup
+	}
+	return c
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c StreamsConfig) WithDefaults() StreamsConfig {
+	c.Commits = c.Commits.withDefaults(DefaultCommitsMaxAge, DefaultCommitsDuplicates)
+	c.Control = c.Control.withDefaults(DefaultControlMaxAge, DefaultControlDuplicates)
+	return c
+}
+
+func (c StreamConfig) validate(name string) error {
+	var errs []error
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("%s: Replicas %d outside 1..5", name, c.Replicas))
+	}
+	if c.MaxBytes < -1 || c.MaxBytes == 0 {
+		errs = append(errs, fmt.Errorf("%s: MaxBytes %d must be positive or -1", name, c.MaxBytes))
+	}
+	if c.MaxMsgSize < -1 || c.MaxMsgSize == 0 {
+		errs = append(errs, fmt.Errorf("%s: MaxMsgSize %d must be positive or -1", name, c.MaxMsgSize))
+	}
+	if c.Duplicates < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s: Duplicates %v below 100ms", name, c.Duplicates))
+	}
+	if c.MaxAge > 0 && c.Duplicates > c.MaxAge {
+		errs = append(errs, fmt.Errorf("%s: Duplicates %v longer than MaxAge %v", name, c.Duplicates, c.MaxAge))
+	}
+	if c.MaxAge > 0 && c.MaxAge < time.Second {
+		errs = append(errs, fmt.Errorf("%s: MaxAge %v below 1s", name, c.MaxAge))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports invalid fields (call after WithDefaults).
+func (c StreamsConfig) Validate() error {
+	return errors.Join(
+		c.Commits.validate("streams config: Commits"),
+		c.Control.validate("streams config: Control"),
+	)
+}
+
+// ErrStreamConflict matches every *StreamConflictError.
+var ErrStreamConflict = errors.New("stream conflict")
+
+// StreamConflictError is returned by EnsureStreams when a stream exists
+// with settings the node cannot reconcile without losing or misrouting
+// data (other subjects, storage type, retention, a mirror, sealed), or
+// when another stream already owns the subjects. An operator must fix or
+// remove the stream.
+type StreamConflictError struct {
+	Stream string
+	Field  string
+	Have   string
+	Want   string
+	Err    error // the server's error, if any
+}
+
+func (e *StreamConflictError) Error() string {
+	s := fmt.Sprintf("stream %s: conflicting %s: have %s, want %s (fix or remove the stream)", e.Stream, e.Field, e.Have, e.Want)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is matches ErrStreamConflict.
+func (e *StreamConflictError) Is(target error) bool { return target == ErrStreamConflict }
+
+// Unwrap returns the server's error.
+func (e *StreamConflictError) Unwrap() error { return e.Err }
+
+// CommitsStreamConfig is the full JetStream configuration of SYNC_COMMITS
+// for c.
+func CommitsStreamConfig(c StreamConfig) jetstream.StreamConfig {
+	return streamConfig(StreamCommits, SubjectCommits, "syncnode commit events (CloudEvents, one per commit and table)", c)
+}
+
+// ControlStreamConfig is the full JetStream configuration of SYNC_CONTROL.
+func ControlStreamConfig(c StreamConfig) jetstream.StreamConfig {
+	return streamConfig(StreamControl, SubjectControl, "syncnode control events (serve gate, migrations)", c)
+}
+
+func streamConfig(name, subject, desc string, c StreamConfig) jetstream.StreamConfig {
+	sc := jetstream.StreamConfig{
+		Name:         name,
+		Description:  desc,
+		Subjects:     []string{subject},
+		Retention:    jetstream.LimitsPolicy,
+		Storage:      jetstream.FileStorage,
+		MaxConsumers: -1,
+	}
+	applyOwned(&sc, c)
+	return sc
+}
+
+// applyOwned writes the fields the node owns into sc.
+func applyOwned(sc *jetstream.StreamConfig, c StreamConfig) {
+	sc.Replicas = c.Replicas
+	sc.MaxAge = max(c.MaxAge, 0)
+	sc.MaxBytes = c.MaxBytes
+	sc.MaxMsgSize = c.MaxMsgSize
+	sc.Duplicates = c.Duplicates
+	sc.Discard = jetstream.DiscardOld
+	if c.DiscardNew {
+		sc.Discard = jetstream.DiscardNew
+	}
+	// Count limits would silently drop events a consumer expects.
+	sc.MaxMsgs = -1
+	sc.MaxMsgsPerSubject = -1
+	sc.AllowAtomicPublish = true
+	sc.AllowDirect = true
+	sc.DenyDelete = true
+}
+
+// EnsureStreams creates SYNC_COMMITS and SYNC_CONTROL, or reconciles them:
+// compatible drift (limits, replicas, duplicate window, atomic publish) is
+// updated in place, incompatible settings give a *StreamConflictError.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := ensureStream(ctx, js, CommitsStreamConfig(cfg.Commits), cfg.Commits); err != nil {
+		return err
+	}
+	return ensureStream(ctx, js, ControlStreamConfig(cfg.Control), cfg.Control)
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, owned StreamConfig) error {
+	_, err := js.CreateStream(ctx, want)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		// Reconcile below.
+	case isAPIError(err, jsErrSubjectOverlap):
+		return &StreamConflictError{Stream: want.Name, Field: "subjects", Have: "bound by another stream", Want: fmt.Sprint(want.Subjects), Err: err}
+	default:
+		return fmt.Errorf("ensure stream %s: %w", want.Name, err)
+	}
+
+	s, err := js.Stream(ctx, want.Name)
+	if err != nil {
+		return fmt.Errorf("ensure stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	if err := checkCompatible(have, want); err != nil {
+		return err
+	}
+	next := have
+	applyOwned(&next, owned)
+	if ownedEqual(have, next) {
+		return nil
+	}
+	if _, err := js.UpdateStream(ctx, next); err != nil {
+		return fmt.Errorf("ensure stream %s: reconcile settings: %w", want.Name, err)
+	}
+	return nil
+}
+
+func checkCompatible(have, want jetstream.StreamConfig) error {
+	conflict := func(field string, h, w any) error {
+		return &StreamConflictError{Stream: want.Name, Field: field, Have: fmt.Sprint(h), Want: fmt.Sprint(w)}
+	}
+	switch {
+	case !slices.Equal(have.Subjects, want.Subjects):
+		return conflict("subjects", have.Subjects, want.Subjects)
+	case have.Storage != want.Storage:
+		return conflict("storage", have.Storage, want.Storage)
+	case have.Retention != want.Retention:
+		return conflict("retention", have.Retention, want.Retention)
+	case have.Mirror != nil:
+		return conflict("mirror", have.Mirror.Name, "none")
+	case have.Sealed:
+		return conflict("sealed", true, false)
+	case have.AllowMsgCounter:
+		return conflict("allow_msg_counter", true, false)
+	case have.NoAck:
+		return conflict("no_ack", true, false)
+	}
+	return nil
+}
+
+func ownedEqual(a, b jetstream.StreamConfig) bool {
+	return a.Replicas == b.Replicas && a.MaxAge == b.MaxAge && a.MaxBytes == b.MaxBytes &&
+		a.MaxMsgSize == b.MaxMsgSize && a.Duplicates == b.Duplicates && a.Discard == b.Discard &&
+		a.MaxMsgs == b.MaxMsgs && a.MaxMsgsPerSubject == b.MaxMsgsPerSubject &&
+		a.AllowAtomicPublish == b.AllowAtomicPublish && a.AllowDirect == b.AllowDirect && a.DenyDelete == b.DenyDelete
+}
+
+// JetStream API error codes the bus reacts to.
+const (
+	jsErrStreamNotFound           jetstream.ErrorCode = 10059
+	jsErrSubjectOverlap           jetstream.ErrorCode = 10065
+	jsErrWrongLastSequence        jetstream.ErrorCode = 10071
+	jsErrDuplicateMessageConflict jetstream.ErrorCode = 10158
+	jsErrWrongLastSequenceConst   jetstream.ErrorCode = 10164
+	jsErrBatchPublishDisabled     jetstream.ErrorCode = 10174
+	jsErrBatchDuplicateMsgID      jetstream.ErrorCode = 10201
+)
+
+func isAPIError(err error, codes ...jetstream.ErrorCode) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return slices.Contains(codes, apiErr.ErrorCode)
+}

@@ -1,0 +1,133 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/syncnode/syncnode/embedded/embeddedtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	js := embeddedtest.Start(t).JetStream()
+	ctx := testCtx(t)
+	cfg := StreamsConfig{Commits: StreamConfig{MaxAge: time.Hour, Duplicates: 10 * time.Second, MaxBytes: 1 << 30}}
+	if err := EnsureStreams(ctx, js, cfg); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	if err := EnsureStreams(ctx, js, cfg); err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	s, err := js.Stream(ctx, StreamCommits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.CachedInfo().Config
+	if c.Subjects[0] != SubjectCommits || c.MaxAge != time.Hour || c.Duplicates != 10*time.Second ||
+		c.MaxBytes != 1<<30 || !c.AllowAtomicPublish || !c.DenyDelete || c.Storage != jetstream.FileStorage {
+		t.Errorf("SYNC_COMMITS config = %+v", c)
+	}
+	ctl, err := js.Stream(ctx, StreamControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ctl.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != SubjectControl {
+		t.Errorf("SYNC_CONTROL subjects = %v", got)
+	}
+}
+
+func TestEnsureStreamsReconcilesDrift(t *testing.T) {
+	t.Parallel()
+	js := embeddedtest.Start(t).JetStream()
+	ctx := testCtx(t)
+	old := CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
+	old.AllowAtomicPublish = false
+	old.MaxMsgsPerSubject = 10
+	old.Metadata = map[string]string{"owner": "ops"}
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureStreams(ctx, js, StreamsConfig{Commits: StreamConfig{MaxAge: 2 * time.Hour}}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	s, _ := js.Stream(ctx, StreamCommits)
+	c := s.CachedInfo().Config
+	if c.MaxAge != 2*time.Hour || c.Duplicates != DefaultCommitsDuplicates || !c.AllowAtomicPublish || c.MaxMsgsPerSubject != -1 {
+		t.Errorf("after reconcile: %+v", c)
+	}
+	if c.Metadata["owner"] != "ops" {
+		t.Errorf("operator metadata lost: %v", c.Metadata)
+	}
+}
+
+func TestEnsureStreamsConflicts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		pre   jetstream.StreamConfig
+		field string
+	}{
+		{"other subjects", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{"other.>"}}, "subjects"},
+		{"memory storage", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{SubjectCommits}, Storage: jetstream.MemoryStorage}, "storage"},
+		{"work queue", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{SubjectCommits}, Retention: jetstream.WorkQueuePolicy}, "retention"},
+		{"subjects owned by another stream", jetstream.StreamConfig{Name: "APP", Subjects: []string{"sync.>"}}, "subjects"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			js := embeddedtest.Start(t, embeddedtest.WithDontListen()).JetStream()
+			ctx := testCtx(t)
+			if _, err := js.CreateStream(ctx, tt.pre); err != nil {
+				t.Fatal(err)
+			}
+			err := EnsureStreams(ctx, js, StreamsConfig{})
+			var ce *StreamConflictError
+			if !errors.Is(err, ErrStreamConflict) || !errors.As(err, &ce) || ce.Field != tt.field {
+				t.Fatalf("err = %v, want a StreamConflictError on %s", err, tt.field)
+			}
+			t.Logf("error reads: %v", err)
+			// The existing stream is untouched.
+			s, err := js.Stream(ctx, tt.pre.Name)
+			if err != nil || s.CachedInfo().Config.Subjects[0] != tt.pre.Subjects[0] {
+				t.Errorf("pre-existing stream changed: %v", err)
+			}
+		})
+	}
+}
+
+func TestStreamsConfigValidate(t *testing.T) {
+	t.Parallel()
+	bad := []StreamsConfig{
+		{Commits: StreamConfig{Replicas: 7}},
+		{Commits: StreamConfig{MaxBytes: -5}},
+		{Commits: StreamConfig{Duplicates: time.Millisecond}},
+		{Commits: StreamConfig{MaxAge: time.Minute, Duplicates: time.Hour}},
+		{Control: StreamConfig{MaxMsgSize: -3}},
+	}
+	for i, c := range bad {
+		if err := c.WithDefaults().Validate(); err == nil {
+			t.Errorf("case %d: %+v accepted", i, c)
+		}
+	}
+	if err := (StreamsConfig{}).WithDefaults().Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+	if err := (StreamsConfig{Commits: StreamConfig{MaxAge: -1}}).WithDefaults().Validate(); err != nil {
+		t.Errorf("unlimited age refused: %v", err)
+	}
+}

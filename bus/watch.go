@@ -1,0 +1,158 @@
+package bus
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// PartitionChange says that a partition's log reached CommitSeq under
+// LogEpoch (the escaped epoch, as in the ce-logepoch header). Changes are
+// coalesced: a callback may skip intermediate sequences.
+type PartitionChange struct {
+	Partition Partition
+	LogEpoch  string
+	CommitSeq int64
+}
+
+// WatchConfig configures WatchPartitions.
+type WatchConfig struct {
+	// OnChange receives coalesced changes, one call at a time, never
+	// concurrently. Required.
+	OnChange func(PartitionChange)
+	// OnResync is called when events may have been lost (the subscription
+	// dropped messages as a slow consumer): re-read every partition you
+	// track. Optional.
+	OnResync func()
+	// Logger receives warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// Watcher is the cross-node "partition changed" notifier: a core NATS
+// subscription to every commit event (sync.*.commit.*), whoever published
+// it, coalesced per partition into OnChange calls. It is at-most-once like
+// all core NATS: use it to wake up, then read SQL (or Follow the stream)
+// for the data.
+type Watcher struct {
+	cfg WatchConfig
+	sub *nats.Subscription
+
+	mu      sync.Mutex
+	pending map[string]PartitionChange // by token
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	dropped int
+}
+
+// WatchPartitions subscribes on nc and starts the dispatcher.
+func WatchPartitions(nc *nats.Conn, cfg WatchConfig) (*Watcher, error) {
+	if cfg.OnChange == nil {
+		return nil, fmt.Errorf("watch partitions: OnChange is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Watcher{
+		cfg:     cfg,
+		pending: make(map[string]PartitionChange),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	sub, err := nc.Subscribe(SubjectCommits, w.onMsg)
+	if err != nil {
+		return nil, fmt.Errorf("watch partitions: %w", err)
+	}
+	// The handler only updates a map, so it keeps up with a flood; a
+	// larger buffer absorbs bursts before NATS would drop.
+	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("watch partitions: %w", err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("watch partitions: %w", err)
+	}
+	w.sub = sub
+	go w.dispatch()
+	return w, nil
+}
+
+func (w *Watcher) onMsg(m *nats.Msg) {
+	meta, err := ParseMeta(m.Subject, m.Header)
+	if err != nil {
+		w.cfg.Logger.Warn("bus: watch: skipping message", "subject", m.Subject, "err", err)
+		return
+	}
+	tok := meta.Partition.token
+	w.mu.Lock()
+	cur, ok := w.pending[tok]
+	if !ok || cur.LogEpoch != meta.LogEpoch || meta.CommitSeq > cur.CommitSeq {
+		w.pending[tok] = PartitionChange{Partition: meta.Partition, LogEpoch: meta.LogEpoch, CommitSeq: meta.CommitSeq}
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) dispatch() {
+	defer close(w.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	batch := make(map[string]PartitionChange)
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+			w.checkDropped()
+			continue
+		case <-w.wake:
+		}
+		w.checkDropped()
+		w.mu.Lock()
+		batch, w.pending = w.pending, batch
+		w.mu.Unlock()
+		for tok, ch := range batch {
+			delete(batch, tok)
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			w.cfg.OnChange(ch)
+		}
+	}
+}
+
+func (w *Watcher) checkDropped() {
+	if w.sub == nil {
+		return
+	}
+	n, err := w.sub.Dropped()
+	if err != nil || n == w.dropped {
+		return
+	}
+	w.cfg.Logger.Warn("bus: watch: commit events dropped (slow consumer); resyncing", "dropped", n-w.dropped)
+	w.dropped = n
+	if w.cfg.OnResync != nil {
+		w.cfg.OnResync()
+	}
+}
+
+// Stop unsubscribes and waits for the dispatcher to return. It is
+// idempotent.
+func (w *Watcher) Stop() {
+	w.once.Do(func() {
+		_ = w.sub.Unsubscribe()
+		close(w.stop)
+		<-w.done
+	})
+}
