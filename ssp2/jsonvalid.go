@@ -1,6 +1,8 @@
 package ssp2
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -9,121 +11,117 @@ import (
 // two validators agree on every input.
 const maxJSONDepth = 10000
 
-// validJSON reports whether b is exactly one RFC 8259 JSON value (any value,
-// top-level scalars included) with optional surrounding whitespace. Like
-// encoding/json.Valid it does not check UTF-8 inside strings; the str layer
-// around every json field already does. It does not allocate for nesting up
-// to 256 levels.
+// validJSON reports whether b is valid UTF-8 holding exactly one RFC 8259
+// JSON value (any value, top-level scalars included) with optional
+// surrounding whitespace: encoding/json.Valid(b) && utf8.Valid(b) in one
+// pass. It does not allocate for nesting up to 256 levels.
 func validJSON(b []byte) bool {
 	i := scanJSONValue(b, skipJSONSpace(b, 0))
 	return i >= 0 && skipJSONSpace(b, i) == len(b)
 }
 
+// skipJSONSpace skips JSON whitespace. Every whitespace byte is ≤ ' ', so
+// the common case costs one comparison.
 func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
 	}
 	return i
 }
 
 // scanJSONValue scans one value starting at b[i] (no leading whitespace) and
-// returns the index just past it, or -1. Nesting is tracked on an explicit
-// bit stack (1 = object) rather than by recursion, so hostile depth costs
-// neither stack nor time beyond one pass.
+// returns the index just past it, or -1. It is one flat state machine (the
+// labels are its states) with nesting kept on an explicit bit stack, 1 for
+// an object, so hostile depth costs neither stack nor time beyond one pass.
 func scanJSONValue(b []byte, i int) int {
 	var small [4]uint64
 	stack := small[:]
 	depth := 0
-	for {
-		// A value is expected at b[i].
-		if i >= len(b) {
+	var c byte
+	var inObject bool
+
+value: // a value starts at b[i]
+	if i >= len(b) {
+		return -1
+	}
+	switch c = b[i]; c {
+	case '"':
+		if i = scanJSONString(b, i); i < 0 {
 			return -1
 		}
-		switch c := b[i]; {
-		case c == '{' || c == '[':
-			depth++
-			if depth > maxJSONDepth {
-				return -1
-			}
-			w := (depth - 1) >> 6
-			if w >= len(stack) {
-				stack = append(stack, 0)
-			}
-			bit := uint64(1) << ((depth - 1) & 63)
-			i = skipJSONSpace(b, i+1)
-			if c == '{' {
-				stack[w] |= bit
-				if i < len(b) && b[i] == '}' {
-					i++
-					depth--
-					break
-				}
-				if i = scanJSONKey(b, i); i < 0 {
-					return -1
-				}
-			} else {
-				stack[w] &^= bit
-				if i < len(b) && b[i] == ']' {
-					i++
-					depth--
-					break
-				}
-			}
-			continue // the first element's value
-		case c == '"':
-			i = scanJSONString(b, i)
-		case c == '-' || (c >= '0' && c <= '9'):
-			i = scanJSONNumber(b, i)
-		case c == 't':
-			i = scanJSONLiteral(b, i, "true")
-		case c == 'f':
-			i = scanJSONLiteral(b, i, "false")
-		case c == 'n':
-			i = scanJSONLiteral(b, i, "null")
-		default:
+	case '{', '[':
+		depth++
+		if depth > maxJSONDepth {
 			return -1
 		}
-		if i < 0 {
+		if w := (depth - 1) >> 6; w >= len(stack) {
+			stack = append(stack, 0)
+		}
+		if c == '{' {
+			stack[(depth-1)>>6] |= 1 << ((depth - 1) & 63)
+		} else {
+			stack[(depth-1)>>6] &^= 1 << ((depth - 1) & 63)
+		}
+		i = skipJSONSpace(b, i+1)
+		if i < len(b) && b[i] == c+2 { // '{'+2 == '}', '['+2 == ']'
+			i++
+			depth--
+			goto after
+		}
+		if c == '{' {
+			goto key
+		}
+		goto value
+	case 't':
+		if i = scanJSONLiteral(b, i, "true"); i < 0 {
 			return -1
 		}
-		// After a value: close containers or move to the next element.
-		for {
-			if depth == 0 {
-				return i
-			}
-			i = skipJSONSpace(b, i)
-			if i >= len(b) {
-				return -1
-			}
-			inObject := stack[(depth-1)>>6]&(uint64(1)<<((depth-1)&63)) != 0
-			c := b[i]
-			if c == ',' {
-				i = skipJSONSpace(b, i+1)
-				if inObject {
-					if i = scanJSONKey(b, i); i < 0 {
-						return -1
-					}
-				}
-				break
-			}
-			if (inObject && c == '}') || (!inObject && c == ']') {
-				i++
-				depth--
-				continue
-			}
+	case 'f':
+		if i = scanJSONLiteral(b, i, "false"); i < 0 {
+			return -1
+		}
+	case 'n':
+		if i = scanJSONLiteral(b, i, "null"); i < 0 {
+			return -1
+		}
+	default:
+		if i = scanJSONNumber(b, i); i < 0 {
 			return -1
 		}
 	}
-}
 
-// scanJSONKey scans `"key" :` plus trailing whitespace, leaving i at the
-// member value.
-func scanJSONKey(b []byte, i int) int {
+after: // a value ended at b[i]
+	if depth == 0 {
+		return i
+	}
+	i = skipJSONSpace(b, i)
+	if i >= len(b) {
+		return -1
+	}
+	inObject = stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
+	switch b[i] {
+	case ',':
+		i = skipJSONSpace(b, i+1)
+		if inObject {
+			goto key
+		}
+		goto value
+	case '}':
+		if !inObject {
+			return -1
+		}
+	case ']':
+		if inObject {
+			return -1
+		}
+	default:
+		return -1
+	}
+	i++
+	depth--
+	goto after
+
+key: // a member name starts at b[i]
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
@@ -134,38 +132,50 @@ func scanJSONKey(b []byte, i int) int {
 	if i >= len(b) || b[i] != ':' {
 		return -1
 	}
-	return skipJSONSpace(b, i+1)
+	i = skipJSONSpace(b, i+1)
+	goto value
 }
 
-// jsonPlain marks string bytes that need no attention: everything but the
-// quote, the backslash and control characters.
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
+// Word-at-a-time helpers (SWAR): a uint64 holds eight input bytes and
+// each test sets the high bit of a byte lane when the lane matches. Borrows
+// can only add false positives above a true match, so "any lane matches"
+// is exact, which is all the fast paths ask.
+const (
+	lsbs = 0x0101010101010101
+	msbs = 0x8080808080808080
+)
 
-// scanJSONString scans a string token at b[i] == '"'.
+// stringStops flags lanes that end a run of plain string bytes: the quote,
+// the backslash, controls below 0x20 and non-ASCII bytes (which need UTF-8
+// checking). x-0x20 borrows into the high bit exactly for lanes below 0x20
+// among ASCII lanes; non-ASCII lanes are flagged by x itself.
+func stringStops(x uint64) uint64 {
+	q := x ^ (lsbs * '"')
+	bs := x ^ (lsbs * '\\')
+	return ((x - lsbs*0x20) | (q - lsbs) &^ q | (bs - lsbs) &^ bs | x) & msbs
+}
+
+// scanJSONString scans a string token at b[i] == '"', checking that its
+// content is valid UTF-8. Eight bytes are tested at a time; the lowest
+// flagged lane is always a true stop, so the scan jumps straight to it.
 func scanJSONString(b []byte, i int) int {
 	i++
 	for {
-		// Fast path over plain bytes, eight at a time where possible.
-		for i+8 <= len(b) && jsonPlain[b[i]] && jsonPlain[b[i+1]] && jsonPlain[b[i+2]] &&
-			jsonPlain[b[i+3]] && jsonPlain[b[i+4]] && jsonPlain[b[i+5]] &&
-			jsonPlain[b[i+6]] && jsonPlain[b[i+7]] {
+		for i+8 <= len(b) {
+			m := stringStops(binary.LittleEndian.Uint64(b[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
-		}
-		for i < len(b) && jsonPlain[b[i]] {
-			i++
 		}
 		if i >= len(b) {
 			return -1
 		}
-		switch b[i] {
-		case '"':
+		switch c := b[i]; {
+		case c == '"':
 			return i + 1
-		case '\\':
+		case c == '\\':
 			if i+1 >= len(b) {
 				return -1
 			}
@@ -180,10 +190,90 @@ func scanJSONString(b []byte, i int) int {
 			default:
 				return -1
 			}
-		default: // control character
+		case c < 0x20:
 			return -1
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			n := utf8Seq(b, i)
+			if n == 0 {
+				return -1
+			}
+			i += n
 		}
 	}
+}
+
+// validUTF8 is utf8.Valid tuned for mostly-ASCII text: sixteen ASCII bytes
+// per step, a jump to the first non-ASCII lane, and multi-byte sequences
+// checked in place, returning to the fast path after each one (utf8.Valid
+// goes bytewise for the rest of the input after its first one).
+func validUTF8(b []byte) bool {
+	i := 0
+	for i < len(b) {
+		for i+16 <= len(b) && (binary.LittleEndian.Uint64(b[i:])|binary.LittleEndian.Uint64(b[i+8:]))&msbs == 0 {
+			i += 16
+		}
+		if i+8 <= len(b) {
+			m := binary.LittleEndian.Uint64(b[i:]) & msbs
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else {
+			for i < len(b) && b[i] < utf8.RuneSelf {
+				i++
+			}
+			if i == len(b) {
+				return true
+			}
+		}
+		n := utf8Seq(b, i)
+		if n == 0 {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+// utf8Seq returns the length of the well-formed multi-byte UTF-8 sequence
+// starting at b[i] (a byte ≥ 0x80), or 0: no overlongs, no surrogates,
+// nothing above U+10FFFF.
+func utf8Seq(b []byte, i int) int {
+	c := b[i]
+	switch {
+	case c < 0xC2:
+		return 0
+	case c < 0xE0:
+		if i+1 < len(b) && b[i+1]&0xC0 == 0x80 {
+			return 2
+		}
+	case c < 0xF0:
+		lo, hi := byte(0x80), byte(0xBF)
+		switch c {
+		case 0xE0:
+			lo = 0xA0
+		case 0xED:
+			hi = 0x9F
+		}
+		if i+2 < len(b) && b[i+1] >= lo && b[i+1] <= hi && b[i+2]&0xC0 == 0x80 {
+			return 3
+		}
+	case c < 0xF5:
+		lo, hi := byte(0x80), byte(0xBF)
+		switch c {
+		case 0xF0:
+			lo = 0x90
+		case 0xF4:
+			hi = 0x8F
+		}
+		if i+3 < len(b) && b[i+1] >= lo && b[i+1] <= hi && b[i+2]&0xC0 == 0x80 && b[i+3]&0xC0 == 0x80 {
+			return 4
+		}
+	}
+	return 0
 }
 
 func isHex(c byte) bool {

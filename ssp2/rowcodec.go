@@ -3,7 +3,6 @@ package ssp2
 import (
 	"encoding/binary"
 	"math"
-	"unicode/utf8"
 )
 
 // RowCodec encodes and decodes full rows (§2.4) for one column list: a null
@@ -12,6 +11,7 @@ import (
 // use.
 type RowCodec struct {
 	cols      []Column
+	types     []ColumnType // cols[i].Type, packed for the decode loop
 	bitmapLen int
 	// nullMask[i] holds the bits of bitmap byte i that may be set: the
 	// nullable columns. Padding bits are never in it, so one AND-NOT per
@@ -33,8 +33,10 @@ func NewRowCodec(cols []Column) (*RowCodec, error) {
 		bitmapLen: (len(cols) + 7) / 8,
 	}
 	c.nullMask = make([]byte, c.bitmapLen)
+	c.types = make([]ColumnType, len(cols))
 	c.minLen = c.bitmapLen
 	for i, col := range cols {
+		c.types[i] = col.Type
 		if !col.Type.Valid() {
 			return nil, Errorf(CodeInvalidRequest, "column %d (%q): unknown type tag %d", i, col.Name, uint8(col.Type))
 		}
@@ -128,18 +130,19 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 
 // checkText validates a string, json or blob_ref value; "" means valid.
 func checkText(t ColumnType, b []byte) string {
-	if !utf8.Valid(b) {
-		return "not valid UTF-8"
-	}
 	switch t {
 	case TypeJSON:
-		if !validJSON(b) {
+		if !validJSON(b) { // UTF-8 included
 			return "json value is not a JSON document"
 		}
+		return ""
 	case TypeBlobRef:
 		if !validBlobRef(b) {
 			return "blob_ref value is not a canonical BlobRef"
 		}
+	}
+	if !validUTF8(b) {
+		return "not valid UTF-8"
 	}
 	return ""
 }
@@ -195,14 +198,13 @@ func (c *RowCodec) scan(src []byte, vals []Value, base int, validate bool) (int,
 		}
 	}
 	off := c.bitmapLen
-	for i := range c.cols {
+	for i, t := range c.types {
 		if bitmap[i>>3]&(1<<(i&7)) != 0 {
 			if vals != nil {
 				vals[i] = Value{Null: true}
 			}
 			continue
 		}
-		t := c.cols[i].Type
 		switch t {
 		case TypeInteger:
 			if len(src)-off < 8 {

@@ -168,7 +168,7 @@ func (r *reader) bytes(what string) []byte {
 func (r *reader) strBytes(what string) []byte {
 	at := r.pos() + 4
 	s := r.bytes(what)
-	if s != nil && !utf8.Valid(s) {
+	if s != nil && !validUTF8(s) {
 		r.failAt(at, "%s is not valid UTF-8", what)
 		return nil
 	}
@@ -183,8 +183,8 @@ func (r *reader) str(what string) string {
 // raw text is kept verbatim (aliasing the input).
 func (r *reader) jsonText(what string) []byte {
 	at := r.pos() + 4
-	s := r.strBytes(what)
-	if s != nil && !validJSON(s) {
+	s := r.bytes(what)
+	if s != nil && !validJSON(s) { // validJSON checks UTF-8 too
 		r.failAt(at, "%s is not a JSON document", what)
 		return nil
 	}
@@ -340,7 +340,7 @@ func (w *writer) strBytes(what string, v []byte) {
 }
 
 func (w *writer) jsonText(what string, v []byte) {
-	if !utf8.Valid(v) || !validJSON(v) {
+	if !validJSON(v) {
 		w.fail("%s is not a JSON document", what)
 	}
 	w.length(what, len(v))
