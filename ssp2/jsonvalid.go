@@ -152,7 +152,7 @@ const (
 func stringStops(x uint64) uint64 {
 	q := x ^ (lsbs * '"')
 	bs := x ^ (lsbs * '\\')
-	return ((x - lsbs*0x20) | (q - lsbs) &^ q | (bs - lsbs) &^ bs | x) & msbs
+	return ((x - lsbs*0x20) | (q-lsbs)&^q | (bs-lsbs)&^bs | x) & msbs
 }
 
 // scanJSONString scans a string token at b[i] == '"', checking that its
