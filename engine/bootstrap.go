@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"slices"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// bootstrapToken is the resume token of SPEC.md §4.7. Clients round-trip
+// it opaquely; only the server reads it.
+type bootstrapToken struct {
+	AsOfCommitSeq *int64   `json:"asOfCommitSeq"`
+	Tables        []string `json:"tables"`
+	TableIndex    *int     `json:"tableIndex"`
+	RowCursor     *string  `json:"rowCursor"`
+}
+
+// resumePoint reads a resume token. A token that does not parse, names
+// other tables, or pins a point outside [horizon, maxSeq] is unusable and
+// the bootstrap silently restarts (SPEC.md §4.7).
+func resumePoint(raw json.RawMessage, table string, p storage.Partition) (asOf int64, rowCursor string, ok bool) {
+	if raw == nil {
+		return 0, "", false
+	}
+	var tok bootstrapToken
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tok); err != nil || dec.More() {
+		return 0, "", false
+	}
+	if tok.AsOfCommitSeq == nil || tok.TableIndex == nil || *tok.TableIndex != 0 ||
+		!slices.Equal(tok.Tables, []string{table}) {
+		return 0, "", false
+	}
+	asOf = *tok.AsOfCommitSeq
+	if asOf < p.HorizonSeq || asOf > p.MaxCommitSeq || asOf < 0 {
+		return 0, "", false
+	}
+	if tok.RowCursor != nil {
+		rowCursor = *tok.RowCursor
+	}
+	return asOf, rowCursor, true
+}
+
+func encodeToken(asOf int64, table, rowCursor string) json.RawMessage {
+	zero := 0
+	b, _ := json.Marshal(bootstrapToken{AsOfCommitSeq: &asOf, Tables: []string{table}, TableIndex: &zero, RowCursor: &rowCursor})
+	return b
+}
+
+// bootstrap streams a pinned, paged snapshot of one table (SPEC.md §4.7,
+// §5): up to lim.pages pages of lim.rows rows, each one rows segment
+// delivered inline or by reference, built once per key and reused.
+func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscription, t *schema.Table, eff map[string][]string, part storage.Partition, lim pullLimits) (int64, bool, error) {
+	e.metrics.Bootstraps.Add(1)
+	asOf, cursor, resumed := resumePoint(sub.BootstrapState, t.Name, part)
+	if !resumed {
+		asOf, cursor = part.MaxCommitSeq, ""
+	}
+	inlineOK := lim.accept&ssp2.AcceptInlineRows != 0
+	refOK := lim.accept&ssp2.AcceptExternalRows != 0 && e.cfg.Segments != nil
+	if !inlineOK && !refOK {
+		return 0, false, internal("bootstrap", errNoSegmentStore)
+	}
+	if err := r.enc.WriteFrame(&ssp2.SubStart{ID: sub.ID, Status: ssp2.SubActive, EffectiveScopes: eff, Bootstrap: true}); err != nil {
+		return 0, false, err
+	}
+	digest := ssp2.ScopeDigest(eff)
+	for page := 0; page < lim.pages; page++ {
+		key := segments.Key{
+			Partition: r.id.Partition, LogEpoch: part.LogEpoch, Table: t.Name,
+			SchemaVersion: e.cfg.Schema.Version, MediaType: ssp2.MediaRows,
+			ScopeDigest: digest, AsOfCommitSeq: asOf, RowCursor: cursor, PageRows: lim.rows,
+		}
+		build := e.pageBuilder(r.id.Partition, t, eff, cursor, lim.rows)
+		pub, data, err := e.page(ctx, key, r.now, build)
+		if err != nil {
+			return 0, false, err
+		}
+		e.metrics.RowsBootstrapped.Add(pub.RowCount)
+		if inlineOK && (!refOK || pub.ByteLength < int64(e.cfg.InlineSegmentMaxBytes)) {
+			if data == nil {
+				if data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID); err != nil {
+					return 0, false, internal("read segment", err)
+				}
+			}
+			e.metrics.SegmentsInline.Add(1)
+			if err := r.enc.WriteFrame(&ssp2.SegmentInline{Payload: data}); err != nil {
+				return 0, false, err
+			}
+		} else {
+			e.metrics.SegmentRefs.Add(1)
+			ref := &ssp2.SegmentRef{
+				SegmentID: pub.SegmentID, MediaType: ssp2.MediaRows, Table: t.Name,
+				ByteLength: pub.ByteLength, RowCount: pub.RowCount,
+				AsOfCommitSeq: asOf, ScopeDigest: digest,
+			}
+			if cursor != "" {
+				c := cursor
+				ref.RowCursor = &c
+			}
+			if pub.NextRowCursor != "" {
+				n := pub.NextRowCursor
+				ref.NextRowCursor = &n
+			}
+			if err := r.enc.WriteFrame(ref); err != nil {
+				return 0, false, err
+			}
+		}
+		cursor = pub.NextRowCursor
+		if cursor == "" {
+			return asOf, true, r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: asOf})
+		}
+	}
+	return asOf, true, r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: asOf, BootstrapState: encodeToken(asOf, t.Name, cursor)})
+}
+
+var errNoSegmentStore = ssp2.Errorf(ssp2.CodeInternalError, "the client accepts only referenced segments and no segment store is configured")
+
+// page returns one page's publication, through the segment store when
+// there is one (build once, reuse by key), else built in memory. data is
+// the segment's bytes when they are at hand.
+func (e *Engine) page(ctx context.Context, key segments.Key, now int64, build segments.BuildFunc) (segments.Publication, []byte, error) {
+	if e.cfg.Segments == nil {
+		var buf bytes.Buffer
+		n, next, err := build(ctx, &buf)
+		if err != nil {
+			return segments.Publication{}, nil, internal("build segment", err)
+		}
+		e.metrics.SegmentsBuilt.Add(1)
+		return segments.Publication{
+			SegmentID: ssp2.SegmentID(buf.Bytes()), Key: key, NextRowCursor: next,
+			RowCount: n, ByteLength: int64(buf.Len()),
+		}, buf.Bytes(), nil
+	}
+	pub, built, err := e.cfg.Segments.GetOrBuild(ctx, key, now, build)
+	if err != nil {
+		return segments.Publication{}, nil, internal("build segment", err)
+	}
+	if built {
+		e.metrics.SegmentsBuilt.Add(1)
+	} else {
+		e.metrics.SegmentsReused.Add(1)
+	}
+	return pub, nil, nil
+}
+
+// pageBuilder returns the BuildFunc of one page: a keyset scan of the
+// table's rows matching the effective scopes after cursor, written as an
+// SSG2 rows segment of the stored row payloads.
+func (e *Engine) pageBuilder(partition string, t *schema.Table, eff map[string][]string, cursor string, limit int) segments.BuildFunc {
+	return func(ctx context.Context, w io.Writer) (int64, string, error) {
+		var rows []storage.Row
+		err := e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
+			var err error
+			rows, err = tx.RowScan(ctx, storage.ScanParams{Partition: partition, Table: t.Name, Scopes: eff, AfterRowID: cursor, Limit: limit + 1})
+			return err
+		})
+		if err != nil {
+			return 0, "", err
+		}
+		next := ""
+		if len(rows) > limit {
+			rows = rows[:limit]
+			next = rows[limit-1].RowID
+		}
+		sw, err := ssp2.NewSegmentWriter(w, ssp2.SegmentHeader{Table: t.Name, SchemaVersion: e.cfg.Schema.Version, Columns: t.WireColumns()})
+		if err != nil {
+			return 0, "", err
+		}
+		for _, row := range rows {
+			if err := sw.WriteRow(row.ServerVersion, row.Payload); err != nil {
+				return 0, "", err
+			}
+		}
+		if err := sw.Close(); err != nil {
+			return 0, "", err
+		}
+		return int64(len(rows)), next, nil
+	}
+}

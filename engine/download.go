@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/ssp2"
+)
+
+// AuthorizeSegment re-authorizes a direct segment download (SPEC.md §5.5):
+// on every call it resolves the actor's scopes, computes the effective
+// scopes of the requested map (the X-Syncular-Scopes header) for the
+// segment's table, and compares their digest with a live publication of
+// the segment in the caller's partition and current log epoch.
+//
+// It returns sync.not_found for an unknown segment or one published only
+// in another partition or epoch, sync.segment_expired when every matching
+// publication expired, and sync.forbidden when the scopes do not match or
+// the resolver fails.
+func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID string, requested map[string][]string) (segments.Publication, error) {
+	if e.cfg.Segments == nil {
+		return segments.Publication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
+	}
+	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.cfg.Now())
+	if err != nil {
+		return segments.Publication{}, internal("touch partition", err)
+	}
+	pubs, err := e.cfg.Segments.Publications(ctx, segmentID, id.Partition, part.LogEpoch)
+	if err != nil {
+		return segments.Publication{}, internal("read publications", err)
+	}
+	if len(pubs) == 0 {
+		return segments.Publication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
+	}
+	now := e.cfg.Now()
+	var live []segments.Publication
+	for _, p := range pubs {
+		if p.ExpiresAtMs > now {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return segments.Publication{}, ssp2.Errorf(ssp2.CodeSegmentExpired, "segment expired")
+	}
+	rs, err := resolve(ctx, id.Scopes, e.cfg.Schema, id.Partition, id.ActorID)
+	if err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeInvalidSubscription {
+			return segments.Publication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
+		}
+		return segments.Publication{}, internal("resolve scopes", err)
+	}
+	for _, p := range live {
+		t, ok := e.cfg.Schema.Table(p.Table)
+		if !ok || validateRequested(t, requested) != nil {
+			continue
+		}
+		eff, ok := rs.effectiveScopes(requested)
+		if ok && ssp2.ScopeDigest(eff) == p.ScopeDigest {
+			return p, nil
+		}
+	}
+	return segments.Publication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
+}

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Pull limits (SPEC.md §4.2): silent clamps; 0 selects the default.
+const (
+	defaultLimitCommits = 1000
+	maxLimitCommits     = 1000
+	defaultSnapshotRows = 1000
+	maxSnapshotRows     = 50000
+	defaultSnapshotPage = 4
+	maxSnapshotPages    = 50
+)
+
+func clamp(v int32, def, hi int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 1:
+		return 1
+	case int(v) > hi:
+		return hi
+	}
+	return int(v)
+}
+
+// pullLimits are one request's clamped pull limits.
+type pullLimits struct {
+	commits, rows, pages int
+	accept               uint8
+}
+
+// pull answers every subscription in request order. It returns the
+// nextCursor of each active section, for the client record.
+func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
+	ph := r.req.Pull
+	lim := pullLimits{
+		commits: clamp(ph.LimitCommits, defaultLimitCommits, maxLimitCommits),
+		rows:    clamp(ph.LimitSnapshotRows, defaultSnapshotRows, maxSnapshotRows),
+		pages:   clamp(ph.MaxSnapshotPages, defaultSnapshotPage, maxSnapshotPages),
+		accept:  ph.Accept,
+	}
+	var cursors []int64
+	for _, sub := range r.req.Subscriptions {
+		e.metrics.PullSections.Add(1)
+		next, active, err := e.section(ctx, r, sub, lim)
+		if err != nil {
+			return nil, err
+		}
+		if active {
+			cursors = append(cursors, next)
+		}
+		flush(r.w)
+	}
+	return cursors, nil
+}
+
+// flush pushes buffered response bytes to the client between sections, if
+// the writer buffers.
+func flush(w any) {
+	switch f := w.(type) {
+	case interface{ Flush() error }:
+		_ = f.Flush()
+	case interface{ Flush() }:
+		f.Flush()
+	}
+}
+
+// section writes one subscription's SUB_START … SUB_END.
+func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription, lim pullLimits) (next int64, active bool, err error) {
+	t, _ := e.cfg.Schema.Table(sub.Table) // validated in prepare
+	eff, ok := r.scopes.effectiveScopes(sub.Scopes)
+	if !ok {
+		return sub.Cursor, false, e.closedSection(r, sub, ssp2.SubRevoked, ssp2.CodeScopeRevoked)
+	}
+
+	var part storage.Partition
+	var win storage.Window
+	mode := modeIncremental
+	err = e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
+		var err error
+		if part, err = tx.Partition(ctx, r.id.Partition); err != nil {
+			return err
+		}
+		mode = chooseMode(sub, part)
+		if mode != modeIncremental {
+			return nil
+		}
+		// The horizon and the window come from one snapshot, so a prune
+		// that overtakes the cursor is seen as a reset, never as an active
+		// section with commits missing (SPEC.md §4.5 "newest" rule).
+		win, err = tx.CommitWindow(ctx, storage.WindowParams{
+			Partition: r.id.Partition, Table: t.Name, Scopes: eff,
+			AfterSeq: sub.Cursor, Limit: lim.commits,
+		})
+		if err == nil && sub.Cursor < win.HorizonSeq {
+			mode = modeReset
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, internal("read pull window", err)
+	}
+	if part.LogEpoch != r.part.LogEpoch {
+		return 0, false, errEpochChanged
+	}
+	switch mode {
+	case modeReset:
+		return sub.Cursor, false, e.closedSection(r, sub, ssp2.SubReset, ssp2.CodeCursorExpired)
+	case modeBootstrap:
+		return e.bootstrap(ctx, r, sub, t, eff, part, lim)
+	}
+	if err := r.enc.WriteFrame(&ssp2.SubStart{ID: sub.ID, Status: ssp2.SubActive, EffectiveScopes: eff}); err != nil {
+		return 0, false, err
+	}
+	tables := []string{t.Name}
+	for i := range win.Commits {
+		c := &win.Commits[i]
+		f := &ssp2.Commit{CommitSeq: c.CommitSeq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: tables, Changes: make([]ssp2.Change, len(c.Changes))}
+		for j := range c.Changes {
+			ch := &c.Changes[j]
+			out := ssp2.Change{RowID: ch.RowID, Op: ssp2.Op(ch.Op), Scopes: ch.Scopes}
+			if ch.Op == storage.OpUpsert {
+				v := ch.RowVersion
+				out.RowVersion, out.Row = &v, ch.Row
+			}
+			f.Changes[j] = out
+		}
+		if err := r.enc.WriteFrame(f); err != nil {
+			return 0, false, err
+		}
+	}
+	next = win.NextCursor(sub.Cursor)
+	return next, true, r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: next})
+}
+
+type pullMode int
+
+const (
+	modeIncremental pullMode = iota
+	modeReset
+	modeBootstrap
+)
+
+// chooseMode applies SPEC.md §4.6–§4.7: a resume token, a negative cursor
+// or a cursor from the future bootstraps; a cursor behind the horizon
+// resets; anything else reads the log.
+func chooseMode(sub *ssp2.Subscription, p storage.Partition) pullMode {
+	switch {
+	case sub.BootstrapState != nil, sub.Cursor < 0, sub.Cursor > p.MaxCommitSeq:
+		return modeBootstrap
+	case sub.Cursor < p.HorizonSeq:
+		return modeReset
+	}
+	return modeIncremental
+}
+
+// closedSection writes a revoked or reset section: no data, empty
+// effective scopes, the request cursor echoed (SPEC.md §3.3, §4.6).
+func (e *Engine) closedSection(r *request, sub *ssp2.Subscription, status ssp2.SubStatus, reason ssp2.Code) error {
+	if err := r.enc.WriteFrame(&ssp2.SubStart{ID: sub.ID, Status: status, ReasonCode: string(reason), EffectiveScopes: map[string][]string{}}); err != nil {
+		return err
+	}
+	return r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: sub.Cursor})
+}
+
+// registeredSub is one entry of a client record's subscription list
+// (SPEC.md §8.1): what a realtime connection registers on.
+type registeredSub struct {
+	ID     string              `json:"id"`
+	Table  string              `json:"table"`
+	Scopes map[string][]string `json:"scopes"`
+	Params json.RawMessage     `json:"params,omitempty"`
+}
+
+// saveClient stores the client record after a pull: the minimum of the
+// active sections' cursors (else the previous cursor) and the pull's
+// subscription list, which replaces the old one (SPEC.md §4.5, §8.1). An
+// unchanged record that is still fresh is not rewritten, keeping steady
+// pulls free of writes.
+func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) error {
+	c := storage.Client{
+		Partition:   r.id.Partition,
+		ClientID:    r.req.Header.ClientID,
+		ActorID:     r.id.ActorID,
+		WireVersion: r.req.WireVersion,
+		Cursor:      -1,
+		UpdatedAtMs: r.now,
+	}
+	if r.hasPrev {
+		c.Cursor = r.client.Cursor
+	}
+	if len(cursors) > 0 {
+		c.Cursor = slices.Min(cursors)
+	}
+	subs := make([]registeredSub, len(r.req.Subscriptions))
+	for i, s := range r.req.Subscriptions {
+		subs[i] = registeredSub{ID: s.ID, Table: s.Table, Scopes: s.Scopes, Params: s.Params}
+	}
+	b, err := json.Marshal(subs)
+	if err != nil {
+		return internal("encode subscriptions", err)
+	}
+	c.Subscriptions = b
+	if r.hasPrev && r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
+		bytes.Equal(r.client.Subscriptions, c.Subscriptions) && r.now-r.client.UpdatedAtMs < clientRefreshMs {
+		return nil
+	}
+	if err := e.cfg.Store.ClientPut(ctx, c); err != nil {
+		return internal("store client record", err)
+	}
+	return nil
+}
+
+// clientRefreshMs bounds how stale an unchanged client record's
+// updated-at may get; it feeds the 14-day active window of pruning, so a
+// minute is far below anything that matters.
+const clientRefreshMs = 60_000

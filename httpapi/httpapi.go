@@ -1,0 +1,328 @@
+// Package httpapi serves the SSP2 HTTP binding (SPEC.md §1.1): POST /sync
+// and GET /segments/{id}, plus /healthz, /readyz and Prometheus /metrics.
+//
+// Errors found before a response starts are JSON with the SSP2 error shape
+// and the status of their code; after it starts they travel in-band as
+// ERROR then END (the engine writes those). Request bodies may be gzip;
+// responses are zstd, gzip or identity by Accept-Encoding.
+package httpapi
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/ssp2"
+)
+
+// ContentType is the media type of SSP2 bodies.
+const ContentType = "application/vnd.syncular.sync.v2"
+
+// Authenticator maps a request to its identity: partition, actor and the
+// resolver of its allowed scopes. A failure is answered 401
+// sync.auth_required.
+type Authenticator interface {
+	Authenticate(r *http.Request) (engine.Identity, error)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(r *http.Request) (engine.Identity, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(r *http.Request) (engine.Identity, error) { return f(r) }
+
+// SegmentBytes reads a segment's bytes (implemented by *segments.Store).
+type SegmentBytes interface {
+	Bytes(ctx context.Context, segmentID string) ([]byte, error)
+}
+
+// Config configures the handler.
+type Config struct {
+	Engine   *engine.Engine
+	Auth     Authenticator
+	Segments SegmentBytes // nil: no segment downloads
+	// MaxRequestBytes bounds a /sync body, after decompression (default
+	// 32 MiB).
+	MaxRequestBytes int64
+	// Ready reports whether the node may serve; /readyz answers its error.
+	Ready    func(ctx context.Context) error
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// SegmentCacheBytes bounds the cache of compressed segment bodies
+	// (default 64 MiB).
+	SegmentCacheBytes int64
+}
+
+// Handler is the HTTP surface of a node.
+type Handler struct {
+	cfg   Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	m     *metrics
+	cache *bodyCache
+}
+
+// New returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Engine == nil || cfg.Auth == nil {
+		return nil, errors.New("httpapi: Engine and Auth are required")
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 32 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.SegmentCacheBytes == 0 {
+		cfg.SegmentCacheBytes = 64 << 20
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes)}
+	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics())
+	if err != nil {
+		return nil, err
+	}
+	h.m = m
+	h.mux.Handle("POST /sync", h.instrument("sync", http.HandlerFunc(h.serveSync)))
+	h.mux.Handle("GET /segments/{id}", h.instrument("segment", http.HandlerFunc(h.serveSegment)))
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	h.mux.HandleFunc("GET /readyz", h.serveReady)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	return h, nil
+}
+
+// ServeHTTP dispatches to the routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Ready != nil {
+		if err := h.cfg.Ready(r.Context()); err != nil {
+			h.log.Warn("not ready", "err", err)
+			writeError(w, ssp2.Wrap(ssp2.CodeSchemaNotReady, "readiness", err).WithDetails(map[string]string{"reason": err.Error()}))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ready":true}`+"\n")
+}
+
+// serveSync is POST /sync.
+func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || !strings.EqualFold(mt, ContentType) {
+		writeErrorStatus(w, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "content type must be %s", ContentType))
+		return
+	}
+	id, err := h.cfg.Auth.Authenticate(r)
+	if err != nil {
+		h.log.Debug("authentication failed", "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+		return
+	}
+	body, status, err := readBody(r, h.cfg.MaxRequestBytes)
+	if err != nil {
+		writeErrorStatus(w, status, err)
+		return
+	}
+	out := newStreamWriter(w, negotiate(r.Header.Get("Accept-Encoding")))
+	err = h.cfg.Engine.Sync(r.Context(), id, body, out)
+	if err != nil {
+		if out.started {
+			// Cannot happen: the engine writes in-band once it started.
+			h.log.Error("sync failed after the response started", "err", err)
+			return
+		}
+		if ssp2.CodeOf(err) == ssp2.CodeInternalError || ssp2.CodeOf(err) == "" {
+			h.log.Error("sync request failed", "partition", id.Partition, "err", err)
+		}
+		writeError(w, err)
+		return
+	}
+	if err := out.Close(); err != nil {
+		h.log.Debug("finish response", "err", err)
+	}
+}
+
+// readBody reads a request body, gunzipping it when it says so, within
+// limit bytes after decompression.
+func readBody(r *http.Request, limit int64) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+	}
+	var src io.Reader = http.MaxBytesReader(nil, r.Body, limit)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
+		}
+		defer zr.Close()
+		src = zr
+	default:
+		return nil, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "unsupported Content-Encoding %q", enc)
+	}
+	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), int64(len(body)) > limit:
+		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+	case errors.Is(err, gzip.ErrChecksum), errors.Is(err, gzip.ErrHeader), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
+	case err != nil:
+		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "read request body: %v", err)
+	}
+	return body, 0, nil
+}
+
+// serveSegment is GET /segments/{id}: re-authorized on every call.
+func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
+	segmentID := r.PathValue("id")
+	id, err := h.cfg.Auth.Authenticate(r)
+	if err != nil {
+		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+		return
+	}
+	requested, err := ssp2.ParseScopesHeader(r.Header.Get("X-Syncular-Scopes"))
+	if err != nil {
+		writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "X-Syncular-Scopes must be a JSON object of scope lists"))
+		return
+	}
+	if _, err := h.cfg.Engine.AuthorizeSegment(r.Context(), id, segmentID, requested); err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeInternalError {
+			h.log.Error("segment authorization failed", "segment", segmentID, "err", err)
+		}
+		writeError(w, err)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("ETag", `"`+segmentID+`"`)
+	hdr.Set("Cache-Control", "private, max-age=0")
+	hdr.Set("Vary", "Authorization, X-Syncular-Scopes, Accept-Encoding")
+	if etagMatch(r.Header.Get("If-None-Match"), segmentID) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	enc := negotiate(r.Header.Get("Accept-Encoding"))
+	body, err := h.cache.get(r.Context(), segmentID, enc, func(ctx context.Context) ([]byte, error) {
+		if h.cfg.Segments == nil {
+			return nil, errors.New("no segment store")
+		}
+		return h.cfg.Segments.Bytes(ctx, segmentID)
+	})
+	if err != nil {
+		h.log.Error("read segment", "segment", segmentID, "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		return
+	}
+	hdr.Set("Content-Type", "application/octet-stream")
+	if enc != encIdentity {
+		hdr.Set("Content-Encoding", enc.String())
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+// etagMatch reports whether an If-None-Match header names the segment.
+func etagMatch(h, segmentID string) bool {
+	if h == "" {
+		return false
+	}
+	for _, t := range strings.Split(h, ",") {
+		t = strings.TrimSpace(t)
+		t = strings.TrimPrefix(t, "W/")
+		if t == "*" || t == `"`+segmentID+`"` {
+			return true
+		}
+	}
+	return false
+}
+
+// errorBody is the SSP2 JSON error shape (SPEC.md §10.1).
+type errorBody struct {
+	Code              string          `json:"code"`
+	Category          string          `json:"category"`
+	Retryable         bool            `json:"retryable"`
+	RecommendedAction string          `json:"recommendedAction"`
+	Message           string          `json:"message"`
+	Details           json.RawMessage `json:"details,omitempty"`
+}
+
+// writeError answers err as JSON with its code's status.
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	if info, ok := ssp2.CodeOf(err).Info(); ok {
+		status = info.HTTPStatus
+	}
+	writeErrorStatus(w, status, err)
+}
+
+// writeErrorStatus answers err as JSON with an explicit status. Internal
+// errors never expose their cause.
+func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	f := ssp2.NewErrorFrame(err)
+	if f.Code == string(ssp2.CodeInternalError) {
+		f.Message = "internal error"
+		f.Details = nil
+	}
+	b, _ := json.Marshal(errorBody{
+		Code: f.Code, Category: f.Category, Retryable: f.Retryable,
+		RecommendedAction: f.RecommendedAction, Message: f.Message, Details: f.Details,
+	})
+	hdr := w.Header()
+	hdr.Del("Content-Encoding")
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	if info, ok := ssp2.Code(f.Code).Info(); ok && info.Retryable && status == http.StatusServiceUnavailable {
+		hdr.Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// instrument counts and times a route.
+func (h *Handler) instrument(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		h.m.observe(route, sw.status, time.Since(start))
+	})
+}
+
+// statusWriter records the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

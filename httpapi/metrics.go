@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncnode/syncnode/engine"
+)
+
+// metrics are the node's Prometheus series.
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics(reg *prometheus.Registry, em *engine.Metrics) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncnode_http_requests_total", Help: "HTTP requests by route and status.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "syncnode_http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"route"}),
+	}
+	counters := []struct {
+		name, help string
+		v          func() int64
+	}{
+		{"syncnode_sync_requests_total", "SSP2 requests handled.", em.Requests.Load},
+		{"syncnode_sync_request_errors_total", "SSP2 requests that failed.", em.RequestErrors.Load},
+		{"syncnode_push_applied_total", "Push commits applied.", em.PushApplied.Load},
+		{"syncnode_push_cached_total", "Push commits answered from the idempotency record.", em.PushCached.Load},
+		{"syncnode_push_rejected_total", "Push commits rejected.", em.PushRejected.Load},
+		{"syncnode_push_conflicts_total", "Push operations that conflicted.", em.PushConflicted.Load},
+		{"syncnode_commits_total", "Commits appended to the log.", em.Commits.Load},
+		{"syncnode_pull_sections_total", "Subscription sections answered.", em.PullSections.Load},
+		{"syncnode_bootstraps_total", "Bootstrap sections answered.", em.Bootstraps.Load},
+		{"syncnode_segments_built_total", "Bootstrap segments built.", em.SegmentsBuilt.Load},
+		{"syncnode_segments_reused_total", "Bootstrap segments reused from an earlier build.", em.SegmentsReused.Load},
+		{"syncnode_segments_inline_total", "Segments delivered inline.", em.SegmentsInline.Load},
+		{"syncnode_segment_refs_total", "Segments delivered by reference.", em.SegmentRefs.Load},
+		{"syncnode_rows_bootstrapped_total", "Rows delivered in bootstrap segments.", em.RowsBootstrapped.Load},
+	}
+	cs := []prometheus.Collector{m.requests, m.latency}
+	for _, c := range counters {
+		v := c.v
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(v()) }))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(route string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
