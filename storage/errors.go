@@ -1,10 +1,17 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/syncnode/syncnode/ssp2"
 )
+
+// ErrTxAborted is returned by every Tx method after a database error inside
+// the transaction, until a Savepoint taken before the error is rolled back,
+// and by WriteTx when fn returns nil for such a transaction (which is then
+// rolled back).
+var ErrTxAborted = errors.New("storage: transaction aborted by an earlier error")
 
 // ConstraintKind names the class of a database constraint violation.
 type ConstraintKind string

@@ -51,7 +51,10 @@ type Store interface {
 
 	// WriteTx runs fn in a transaction holding the partition write lock.
 	// fn's error rolls the transaction back and is returned unchanged; a nil
-	// return commits. The partition must be registered.
+	// return commits. The partition must be registered
+	// (CodeStoragePartitionUnregistered). If a database error inside fn was
+	// not undone by rolling back a Savepoint, a nil return from fn rolls
+	// back too and WriteTx returns ErrTxAborted.
 	WriteTx(ctx context.Context, partition string, fn func(tx Tx) error) error
 
 	// ReadTx runs fn in a read-only transaction with a consistent snapshot.
@@ -79,16 +82,38 @@ type Store interface {
 	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
 
 	// CommitRange returns whole commits (every change, every table) with
-	// afterSeq < commitSeq, oldest first, at most limit commits. The relay
+	// afterSeq < commitSeq, oldest first, at most limit commits (limit
+	// outside 1..MaxCommitRangeLimit: CodeStorageInvalidLimit). The relay
 	// publishes from it.
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
 
 	// Prune raises the partition's horizon and deletes commits, changes and
-	// scope-index entries at or below it, in one transaction (SPEC.md §4.6).
+	// scope-index entries at or below it, in one transaction holding the
+	// partition write lock (SPEC.md §4.6). It refuses an unregistered
+	// partition (CodeStoragePartitionUnregistered), an epoch that is not the
+	// current one (CodeStoragePruneEpochMismatch), a ThroughSeq below 0 or
+	// above the max commitSeq (CodeStorageInvalidPruneCursor) and negative
+	// windows or counts (CodeStorageInvalidLimit). A ThroughSeq at or below
+	// the current horizon changes nothing: the horizon never goes down.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
+
+	// Capabilities declares the behaviour that legitimately differs
+	// between stores.
+	Capabilities() Capabilities
 
 	// Close releases connections. It is idempotent.
 	Close() error
+}
+
+// Capabilities is what a Store declares about itself, so callers and the
+// contract suite branch on behaviour rather than on the implementation.
+type Capabilities struct {
+	// ConcurrentPartitionWriters is true when WriteTx calls on different
+	// partitions run in parallel (PostgreSQL: one row lock per partition).
+	// False means every write transaction queues behind one writer
+	// (SQLite: one writer connection), so a long WriteTx delays every
+	// partition.
+	ConcurrentPartitionWriters bool
 }
 
 // ReadTx is a consistent read snapshot.
@@ -100,19 +125,32 @@ type ReadTx interface {
 	RowGet(ctx context.Context, partition, table, rowID string) (Row, bool, error)
 
 	// RowScan returns rows of one table whose scope columns match scopes
-	// (every variable's value in its list), in ascending row id order,
-	// after p.AfterRowID (exclusive), at most p.Limit rows. A scan with no
-	// scope variable is refused (CodeStorageScanRequiresScope); a limit
-	// outside 1..MaxScanLimit is refused (CodeStorageInvalidLimit).
+	// (every variable's value in its list), in ascending row id order
+	// (bytewise), after p.AfterRowID (exclusive), at most p.Limit rows. A
+	// scan with no scope variable is refused (CodeStorageScanRequiresScope);
+	// a limit outside 1..MaxScanLimit is refused (CodeStorageInvalidLimit).
+	// A variable the table does not declare, or an empty value list,
+	// matches no row.
 	RowScan(ctx context.Context, p ScanParams) ([]Row, error)
 
 	// CommitWindow reads the incremental pull window of one table for one
-	// set of effective scopes (SPEC.md §4.5).
+	// set of effective scopes (SPEC.md §4.5). Like RowScan it requires at
+	// least one scope variable (CodeStorageScanRequiresScope), and a change
+	// matches when its stored value of every variable is in that
+	// variable's list. A limit outside 1..MaxWindowLimit is refused
+	// (CodeStorageInvalidLimit).
 	CommitWindow(ctx context.Context, p WindowParams) (Window, error)
 }
 
 // Tx is a write transaction holding one partition's write lock. It reads
 // its own writes.
+//
+// A database error inside a Tx (a constraint violation, say) leaves the
+// transaction aborted, as PostgreSQL does natively: every later call
+// returns ErrTxAborted until a Savepoint taken before the failure is rolled
+// back. Both stores behave this way so callers cannot come to rely on
+// SQLite's statement-level rollback. Argument errors that never reach the
+// database (an unknown table, a bad limit) do not abort.
 type Tx interface {
 	ReadTx
 
@@ -139,8 +177,12 @@ type Tx interface {
 	RowDelete(ctx context.Context, table, rowID string) (bool, error)
 
 	// CommitAppend appends a commit with the next dense commitSeq, its
-	// changes and its scope-index entries, and raises the partition's max
-	// seq. It returns the assigned seq.
+	// changes and its scope-index entries (one per table, variable and
+	// value, however many changes share it), and raises the partition's max
+	// seq. It returns the assigned seq. A change with an unknown op, an
+	// upsert without a row or a change without stored scopes is refused
+	// before anything is written (the last with CodeMissingScopes, SPEC.md
+	// §3.1).
 	CommitAppend(ctx context.Context, c CommitParams) (int64, error)
 
 	// Savepoint marks a point the transaction can roll back to without
@@ -149,10 +191,12 @@ type Tx interface {
 	Savepoint(ctx context.Context) (Savepoint, error)
 }
 
-// Savepoint is a rollback point inside a Tx.
+// Savepoint is a rollback point inside a Tx. After Rollback or Release it
+// is spent; savepoints nest and must be ended innermost first.
 type Savepoint interface {
-	// Rollback undoes every write since the savepoint; the transaction
-	// stays open and locked.
+	// Rollback undoes every write since the savepoint (including commits
+	// appended since, whose seqs are reused) and clears an abort caused
+	// after it; the transaction stays open and locked.
 	Rollback(ctx context.Context) error
 	// Release keeps the writes and forgets the savepoint.
 	Release(ctx context.Context) error
@@ -209,6 +253,12 @@ const TouchGranularityMs = 60_000
 // MaxScanLimit bounds RowScan pages.
 const MaxScanLimit = 50001
 
+// MaxWindowLimit bounds WindowParams.Limit (SPEC.md §4.1 limitCommits).
+const MaxWindowLimit = 1000
+
+// MaxCommitRangeLimit bounds CommitRange pages.
+const MaxCommitRangeLimit = 10000
+
 // Op is a change operation, numbered as on the wire.
 type Op uint8
 
@@ -254,7 +304,7 @@ type WindowParams struct {
 	Table     string
 	Scopes    map[string][]string // effective scopes; every variable must match
 	AfterSeq  int64               // the request cursor (exclusive)
-	Limit     int                 // maximum number of changes (1..1000)
+	Limit     int                 // maximum number of changes (1..MaxWindowLimit)
 }
 
 // Window is an incremental pull window: commits touching the table with at
@@ -327,7 +377,9 @@ type ClientAckParams struct {
 	NowMs     int64
 }
 
-// PruneParams bounds one pruning pass.
+// PruneParams bounds one pruning pass. A zero window or count means its
+// default; the SPEC's numbers are floors for a conforming deployment, but
+// the Store applies whatever the host configures.
 type PruneParams struct {
 	Partition string
 	LogEpoch  string // must be the partition's current epoch

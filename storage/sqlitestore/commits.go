@@ -1,0 +1,350 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+)
+
+// Multi-row inserts are chunked; each chunk size has one cached statement.
+const (
+	changeChunk = 32 // 9 parameters per row
+	indexChunk  = 64 // 5 parameters per row
+)
+
+var (
+	insertChangesSQL [changeChunk + 1]string
+	insertIndexSQL   [indexChunk + 1]string
+)
+
+func init() {
+	for n := 1; n <= changeChunk; n++ {
+		insertChangesSQL[n] = "INSERT INTO sync_changes (partition, seq, idx, tbl, row_id, op, row_version, scopes, row) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
+	}
+	for n := 1; n <= indexChunk; n++ {
+		insertIndexSQL[n] = "INSERT INTO sync_scope_index (partition, tbl, variable, value, seq) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
+	}
+}
+
+const (
+	qInsertCommit = `INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qRaiseMaxSeq = `UPDATE sync_partitions SET max_commit_seq = ? WHERE id = ?`
+)
+
+// CommitAppend implements storage.Tx. The seq comes from the locked
+// partition row plus this transaction's earlier appends, so no read is
+// needed; changes and index entries go in chunked multi-row inserts.
+func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if err := commitlog.CheckCommit(&c); err != nil {
+		return 0, err
+	}
+	part := t.locked.ID
+	seq := t.maxSeq + 1
+	if _, err := t.c.exec(ctx, qInsertCommit, part, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion); err != nil {
+		return 0, t.fail("append commit", "", err)
+	}
+	for start := 0; start < len(c.Changes); start += changeChunk {
+		chunk := c.Changes[start:min(start+changeChunk, len(c.Changes))]
+		args := t.scratch.args[:0]
+		buf := t.scratch.scopes[:0]
+		offsets := make([]int, 0, len(chunk)+1)
+		for _, ch := range chunk {
+			offsets = append(offsets, len(buf))
+			buf = commitlog.AppendScopesJSON(buf, ch.Scopes)
+		}
+		offsets = append(offsets, len(buf))
+		for i, ch := range chunk {
+			var version, row any
+			if ch.Op == storage.OpUpsert {
+				version, row = ch.RowVersion, ch.Row
+			}
+			args = append(args, part, seq, start+i, ch.Table, ch.RowID, int64(ch.Op), version,
+				string(buf[offsets[i]:offsets[i+1]]), row)
+		}
+		t.scratch.args, t.scratch.scopes = args, buf
+		if _, err := t.c.exec(ctx, insertChangesSQL[len(chunk)], args...); err != nil {
+			return 0, t.fail("append commit", "", err)
+		}
+	}
+	t.scratch.entries = commitlog.IndexEntries(t.scratch.entries, c.Changes)
+	for start := 0; start < len(t.scratch.entries); start += indexChunk {
+		chunk := t.scratch.entries[start:min(start+indexChunk, len(t.scratch.entries))]
+		args := t.scratch.args[:0]
+		for _, e := range chunk {
+			args = append(args, part, e.Table, e.Variable, e.Value, seq)
+		}
+		t.scratch.args = args
+		if _, err := t.c.exec(ctx, insertIndexSQL[len(chunk)], args...); err != nil {
+			return 0, t.fail("append commit", "", err)
+		}
+	}
+	if _, err := t.c.exec(ctx, qRaiseMaxSeq, seq, part); err != nil {
+		return 0, t.fail("append commit", "", err)
+	}
+	t.maxSeq = seq
+	return seq, nil
+}
+
+// candidatesSQL finds the next commits that may match a window: the first
+// variable drives an ordered walk of the scope index, every other
+// variable must have an index entry for the same commit. The exact match
+// is then made on each change's stored scopes. args[cursorArg] is the
+// exclusive lower bound to set before each run.
+func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
+	var b strings.Builder
+	cond := func(alias, v string) {
+		vals := p.Scopes[v]
+		fmt.Fprintf(&b, "%[1]s.partition = ? AND %[1]s.tbl = ? AND %[1]s.variable = ? ", alias)
+		args = append(args, p.Partition, p.Table, v)
+		if len(vals) == 1 {
+			fmt.Fprintf(&b, "AND %s.value = ? ", alias)
+			args = append(args, vals[0])
+		} else {
+			fmt.Fprintf(&b, "AND %s.value IN (SELECT value FROM json_each(?)) ", alias)
+			args = append(args, jsonStrings(vals))
+		}
+	}
+	distinct := ""
+	if len(p.Scopes[vars[0]]) > 1 {
+		distinct = "DISTINCT "
+	}
+	b.WriteString("SELECT " + distinct + "s.seq FROM sync_scope_index s WHERE ")
+	cond("s", vars[0])
+	b.WriteString("AND s.seq > ? AND s.seq <= ? ")
+	cursorArg = len(args)
+	args = append(args, int64(0), maxSeq)
+	for i, v := range vars[1:] {
+		alias := "x" + strconv.Itoa(i)
+		b.WriteString("AND EXISTS (SELECT 1 FROM sync_scope_index " + alias + " WHERE ")
+		cond(alias, v)
+		b.WriteString("AND " + alias + ".seq = s.seq) ")
+	}
+	b.WriteString("ORDER BY s.seq LIMIT ?")
+	args = append(args, limit)
+	return b.String(), args, cursorArg
+}
+
+func jsonStrings(vs []string) string {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = commitlog.AppendJSONString(b, v)
+	}
+	return string(append(b, ']'))
+}
+
+func jsonInts(vs []int64) string {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, ']'))
+}
+
+const qWindowChanges = `SELECT c.seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version,
+		ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row
+	FROM sync_commits c JOIN sync_changes ch ON ch.partition = c.partition AND ch.seq = c.seq
+	WHERE c.partition = ? AND c.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
+	ORDER BY c.seq, ch.idx`
+
+// CommitWindow implements storage.ReadTx.
+func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.Window, error) {
+	if err := t.check(); err != nil {
+		return storage.Window{}, err
+	}
+	if err := commitlog.CheckWindow(&p); err != nil {
+		return storage.Window{}, err
+	}
+	part, ok, err := readPartition(ctx, t.c, p.Partition)
+	if err != nil {
+		t.aborted = true
+		return storage.Window{}, fmt.Errorf("commit window: %w", err)
+	}
+	if !ok {
+		return storage.Window{}, unregistered("commit window", p.Partition)
+	}
+	w := commitlog.NewWindow(&p)
+	vars, empty := commitlog.Variables(p.Scopes)
+	if empty || p.AfterSeq >= part.MaxCommitSeq {
+		w.Exhausted()
+		return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+	}
+	batch := p.Limit + 1
+	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
+	cursor := p.AfterSeq
+	for {
+		args[cursorArg] = cursor
+		seqs, err := t.seqs(ctx, candQ, args)
+		if err != nil {
+			return storage.Window{}, t.fail("commit window", "", err)
+		}
+		if len(seqs) == 0 {
+			w.Exhausted()
+			break
+		}
+		commits, err := t.windowCommits(ctx, p.Partition, p.Table, seqs)
+		if err != nil {
+			return storage.Window{}, err
+		}
+		open := true
+		for _, c := range commits {
+			if open = w.Offer(c); !open {
+				break
+			}
+		}
+		if !open {
+			break
+		}
+		if len(seqs) < batch {
+			w.Exhausted()
+			break
+		}
+		cursor = seqs[len(seqs)-1]
+	}
+	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+}
+
+func (t *tx) seqs(ctx context.Context, q string, args []any) ([]int64, error) {
+	rows, err := t.c.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// windowCommits loads the given commits with their changes of one table.
+func (t *tx) windowCommits(ctx context.Context, partition, table string, seqs []int64) ([]storage.Commit, error) {
+	rows, err := t.c.query(ctx, qWindowChanges, partition, jsonInts(seqs), table)
+	if err != nil {
+		return nil, t.fail("commit window", "", err)
+	}
+	defer rows.Close()
+	commits := make([]storage.Commit, 0, len(seqs))
+	for rows.Next() {
+		var (
+			c      storage.Commit
+			ch     storage.Change
+			op     int64
+			ver    sql.NullInt64
+			scopes []byte
+		)
+		if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion,
+			&ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+			return nil, t.fail("commit window", "", err)
+		}
+		ch.Table, ch.Op, ch.RowVersion = table, storage.Op(op), ver.Int64
+		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+			return nil, fmt.Errorf("commit window: %w", err)
+		}
+		if n := len(commits); n == 0 || commits[n-1].CommitSeq != c.CommitSeq {
+			commits = append(commits, c)
+		}
+		last := &commits[len(commits)-1]
+		last.Changes = append(last.Changes, ch)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.fail("commit window", "", err)
+	}
+	return commits, nil
+}
+
+// CommitRange implements storage.Store, reading commits and changes in one
+// snapshot.
+func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
+	if err := commitlog.CheckRange(limit); err != nil {
+		return nil, err
+	}
+	var out []storage.Commit
+	err := s.withReader(ctx, func(c *conn) error {
+		return inTx(ctx, c, false, func() error {
+			rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
+				FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var cm storage.Commit
+				if err := rows.Scan(&cm.CommitSeq, &cm.CreatedAtMs, &cm.ActorID, &cm.ClientID, &cm.ClientCommitID, &cm.SchemaVersion); err != nil {
+					rows.Close()
+					return err
+				}
+				out = append(out, cm)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil || len(out) == 0 {
+				return err
+			}
+			rows, err = c.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
+				WHERE partition = ? AND seq >= ? AND seq <= ? ORDER BY seq, idx`,
+				partition, out[0].CommitSeq, out[len(out)-1].CommitSeq)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			i := 0
+			for rows.Next() {
+				var (
+					seq    int64
+					ch     storage.Change
+					op     int64
+					ver    sql.NullInt64
+					scopes []byte
+				)
+				if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+					return err
+				}
+				ch.Op, ch.RowVersion = storage.Op(op), ver.Int64
+				if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+					return err
+				}
+				for out[i].CommitSeq != seq {
+					i++
+				}
+				out[i].Changes = append(out[i].Changes, ch)
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("commit range: %w", err)
+	}
+	return out, nil
+}
+
+// CommitMaxSeq implements storage.Store.
+func (s *Store) CommitMaxSeq(ctx context.Context, partition string) (int64, error) {
+	var seq int64
+	err := s.withReader(ctx, func(c *conn) error {
+		_, err := c.queryRow(ctx, `SELECT max_commit_seq FROM sync_partitions WHERE id = ?`, []any{partition}, &seq)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("commit max seq: %w", err)
+	}
+	return seq, nil
+}

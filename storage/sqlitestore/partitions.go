@@ -1,0 +1,133 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+)
+
+const partitionCols = `id, log_epoch, epoch_required, created_at_ms, last_seen_ms, max_commit_seq, horizon_seq`
+
+const qPartition = `SELECT ` + partitionCols + ` FROM sync_partitions WHERE id = ?`
+
+func readPartition(ctx context.Context, c *conn, id string) (storage.Partition, bool, error) {
+	var p storage.Partition
+	ok, err := c.queryRow(ctx, qPartition, []any{id},
+		&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq)
+	if err != nil {
+		return p, false, fmt.Errorf("read partition: %w", err)
+	}
+	return p, ok, nil
+}
+
+// PartitionTouch implements storage.Store. The common case is one read on
+// a reader connection; the writer is taken only to create the row or to
+// refresh a last-seen time older than TouchGranularityMs.
+func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int64) (storage.Partition, error) {
+	var (
+		p  storage.Partition
+		ok bool
+	)
+	err := s.withReader(ctx, func(c *conn) (err error) {
+		p, ok, err = readPartition(ctx, c, partition)
+		return err
+	})
+	if err != nil {
+		return p, fmt.Errorf("touch partition: %w", err)
+	}
+	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
+		return p, nil
+	}
+	err = s.withWriter(ctx, func(c *conn) error {
+		if !ok {
+			// First touch: the first creator's epoch wins.
+			if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
+				VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, partition, commitlog.NewEpoch(), nowMs, nowMs); err != nil {
+				return err
+			}
+		}
+		if _, err := c.exec(ctx, `UPDATE sync_partitions SET last_seen_ms = ? WHERE id = ? AND last_seen_ms < ?`,
+			nowMs, partition, nowMs-storage.TouchGranularityMs); err != nil {
+			return err
+		}
+		p, ok, err = readPartition(ctx, c, partition)
+		return err
+	})
+	if err != nil {
+		return p, fmt.Errorf("touch partition: %w", err)
+	}
+	return p, nil
+}
+
+// PartitionGet implements storage.Store.
+func (s *Store) PartitionGet(ctx context.Context, partition string) (storage.Partition, error) {
+	var (
+		p  storage.Partition
+		ok bool
+	)
+	err := s.withReader(ctx, func(c *conn) (err error) {
+		p, ok, err = readPartition(ctx, c, partition)
+		return err
+	})
+	if err != nil {
+		return p, err
+	}
+	if !ok {
+		return p, unregistered("get partition", partition)
+	}
+	return p, nil
+}
+
+// Partitions implements storage.Store.
+func (s *Store) Partitions(ctx context.Context) ([]storage.Partition, error) {
+	var out []storage.Partition
+	err := s.withReader(ctx, func(c *conn) error {
+		rows, err := c.query(ctx, `SELECT `+partitionCols+` FROM sync_partitions ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p storage.Partition
+			if err := rows.Scan(&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq); err != nil {
+				return err
+			}
+			out = append(out, p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	return out, nil
+}
+
+// PartitionRotateEpoch implements storage.Store under the partition write
+// lock, so it serializes with pushes and pruning.
+func (s *Store) PartitionRotateEpoch(ctx context.Context, partition string, nowMs int64) (storage.Partition, error) {
+	var p storage.Partition
+	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
+		t := stx.(*tx)
+		epoch := commitlog.NewEpoch()
+		if _, err := t.c.exec(ctx, `UPDATE sync_partitions SET log_epoch = ?, epoch_required = 1, last_seen_ms = max(last_seen_ms, ?) WHERE id = ?`,
+			epoch, nowMs, partition); err != nil {
+			return err
+		}
+		if _, err := t.c.exec(ctx, `DELETE FROM sync_clients WHERE partition = ?`, partition); err != nil {
+			return err
+		}
+		var ok bool
+		var err error
+		p, ok, err = readPartition(ctx, t.c, partition)
+		if err == nil && !ok {
+			err = fmt.Errorf("partition %q vanished under the lock", partition)
+		}
+		return err
+	})
+	if err != nil {
+		return storage.Partition{}, fmt.Errorf("rotate epoch: %w", err)
+	}
+	return p, nil
+}

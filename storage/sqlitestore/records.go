@@ -1,0 +1,218 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+)
+
+const (
+	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms FROM sync_idempotency
+		WHERE partition = ? AND client_id = ? AND client_commit_id = ?`
+	qIdempotencyPut = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+)
+
+func idempotencyGet(ctx context.Context, c *conn, partition, clientID, clientCommitID string) (storage.PushRecord, bool, error) {
+	r := storage.PushRecord{ClientID: clientID, ClientCommitID: clientCommitID}
+	var status int64
+	ok, err := c.queryRow(ctx, qIdempotencyGet, []any{partition, clientID, clientCommitID},
+		&status, &r.CommitSeq, &r.Result, &r.CreatedAtMs)
+	if err != nil || !ok {
+		return storage.PushRecord{}, false, err
+	}
+	r.Status = storage.PushStatus(status)
+	return r, true, nil
+}
+
+// IdempotencyGet implements storage.Store (the optimistic lookup).
+func (s *Store) IdempotencyGet(ctx context.Context, partition, clientID, clientCommitID string) (r storage.PushRecord, ok bool, err error) {
+	err = s.withReader(ctx, func(c *conn) error {
+		r, ok, err = idempotencyGet(ctx, c, partition, clientID, clientCommitID)
+		return err
+	})
+	if err != nil {
+		return r, false, fmt.Errorf("get push result: %w", err)
+	}
+	return r, ok, nil
+}
+
+// IdempotencyGet implements storage.Tx (the locked re-check).
+func (t *tx) IdempotencyGet(ctx context.Context, clientID, clientCommitID string) (storage.PushRecord, bool, error) {
+	if err := t.check(); err != nil {
+		return storage.PushRecord{}, false, err
+	}
+	r, ok, err := idempotencyGet(ctx, t.c, t.locked.ID, clientID, clientCommitID)
+	if err != nil {
+		return r, false, t.fail("get push result", "", err)
+	}
+	return r, ok, nil
+}
+
+// IdempotencyPut implements storage.Tx: the insert does nothing on a
+// conflict, and then the stored (first) record is read back.
+func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.PushRecord, error) {
+	if err := t.check(); err != nil {
+		return storage.PushRecord{}, err
+	}
+	if r.Status != storage.PushApplied && r.Status != storage.PushRejected {
+		return storage.PushRecord{}, fmt.Errorf("put push result: status %d is neither applied nor rejected", r.Status)
+	}
+	result := r.Result
+	if result == nil {
+		result = []byte{}
+	}
+	res, err := t.c.exec(ctx, qIdempotencyPut, t.locked.ID, r.ClientID, r.ClientCommitID, int64(r.Status), r.CommitSeq, result, r.CreatedAtMs)
+	if err != nil {
+		return storage.PushRecord{}, t.fail("put push result", "", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return storage.PushRecord{}, t.fail("put push result", "", err)
+	} else if n == 1 {
+		r.Result = result
+		return r, nil
+	}
+	stored, ok, err := idempotencyGet(ctx, t.c, t.locked.ID, r.ClientID, r.ClientCommitID)
+	if err == nil && !ok {
+		err = fmt.Errorf("record vanished after a conflicting insert")
+	}
+	if err != nil {
+		return storage.PushRecord{}, t.fail("put push result", "", err)
+	}
+	return stored, nil
+}
+
+const clientCols = `actor_id, wire_version, cursor, updated_at_ms, subscriptions`
+
+// ClientGet implements storage.Store.
+func (s *Store) ClientGet(ctx context.Context, partition, clientID string) (storage.Client, bool, error) {
+	cl := storage.Client{Partition: partition, ClientID: clientID}
+	var (
+		ok   bool
+		subs []byte
+	)
+	err := s.withReader(ctx, func(c *conn) (err error) {
+		ok, err = c.queryRow(ctx, `SELECT `+clientCols+` FROM sync_clients WHERE partition = ? AND client_id = ?`,
+			[]any{partition, clientID}, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+		return err
+	})
+	if err != nil {
+		return storage.Client{}, false, fmt.Errorf("get client: %w", err)
+	}
+	if !ok {
+		return storage.Client{}, false, nil
+	}
+	if subs != nil {
+		cl.Subscriptions = subs
+	}
+	return cl, true, nil
+}
+
+// ClientPut implements storage.Store.
+func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
+	var subs any
+	if cl.Subscriptions != nil {
+		subs = string(cl.Subscriptions)
+	}
+	err := s.withWriter(ctx, func(c *conn) error {
+		_, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = excluded.actor_id,
+				wire_version = excluded.wire_version, cursor = excluded.cursor,
+				updated_at_ms = excluded.updated_at_ms, subscriptions = excluded.subscriptions`,
+			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subs)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("put client: %w", err)
+	}
+	return nil
+}
+
+// ClientAck implements storage.Store with one conditional UPDATE: the
+// record, its actor and the partition's current epoch are checked by the
+// same statement that raises the cursor.
+func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool, error) {
+	var n int64
+	err := s.withWriter(ctx, func(c *conn) error {
+		res, err := c.exec(ctx, `UPDATE sync_clients SET cursor = max(cursor, ?), updated_at_ms = ?
+			WHERE partition = ? AND client_id = ? AND actor_id = ?
+			AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = ? AND log_epoch = ?)`,
+			p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.Partition, p.LogEpoch)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("ack client: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Prune implements storage.Store under the partition write lock.
+func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
+	p, err := commitlog.NormalizePrune(p)
+	if err != nil {
+		return storage.PruneResult{}, err
+	}
+	var res storage.PruneResult
+	err = s.WriteTx(ctx, p.Partition, func(stx storage.Tx) error {
+		t := stx.(*tx)
+		part := t.locked
+		target, err := commitlog.PruneTarget(ctx, p, part, pruneReader{t})
+		if err != nil {
+			return err
+		}
+		res.HorizonSeq = target
+		if target <= part.HorizonSeq {
+			return nil
+		}
+		from, through := part.HorizonSeq, target
+		// The scope index is keyed for reads, so its rows are found
+		// through the changes they were derived from, before those go.
+		if _, err := t.c.exec(ctx, `DELETE FROM sync_scope_index WHERE (partition, tbl, variable, value, seq) IN (
+				SELECT ch.partition, ch.tbl, j.key, j.value, ch.seq
+				FROM sync_changes ch, json_each(ch.scopes) j
+				WHERE ch.partition = ? AND ch.seq > ? AND ch.seq <= ?)`, p.Partition, from, through); err != nil {
+			return err
+		}
+		if _, err := t.c.exec(ctx, `DELETE FROM sync_changes WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through); err != nil {
+			return err
+		}
+		r, err := t.c.exec(ctx, `DELETE FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through)
+		if err != nil {
+			return err
+		}
+		if res.RemovedCommits, err = r.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = t.c.exec(ctx, `UPDATE sync_partitions SET horizon_seq = ? WHERE id = ?`, target, p.Partition)
+		return err
+	})
+	if err != nil {
+		return storage.PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	return res, nil
+}
+
+type pruneReader struct{ t *tx }
+
+func (r pruneReader) MinActiveCursor(ctx context.Context, sinceMs int64) (int64, bool, error) {
+	var cur *int64
+	_, err := r.t.c.queryRow(ctx, `SELECT min(cursor) FROM sync_clients WHERE partition = ? AND updated_at_ms >= ? AND cursor >= 0`,
+		[]any{r.t.locked.ID, sinceMs}, &cur)
+	if err != nil || cur == nil {
+		return 0, false, err
+	}
+	return *cur, true, nil
+}
+
+func (r pruneReader) FirstCommitAtOrAfter(ctx context.Context, afterSeq, throughSeq, ms int64) (int64, bool, error) {
+	var seq int64
+	ok, err := r.t.c.queryRow(ctx, `SELECT seq FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ? AND created_at_ms >= ?
+		ORDER BY seq LIMIT 1`, []any{r.t.locked.ID, afterSeq, throughSeq, ms}, &seq)
+	return seq, ok, err
+}

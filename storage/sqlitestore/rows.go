@@ -1,0 +1,269 @@
+package sqlitestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
+)
+
+// installed is the schema EnsureSchema last installed, with the SQL of
+// each application table built once.
+type installed struct {
+	schema *schema.Schema
+	tables map[string]*tableSQL
+}
+
+type tableSQL struct {
+	t      *schema.Table
+	upsert string
+	get    string
+	delete string
+	// scanHead is the SELECT … WHERE _sync_partition = ? prefix of scans.
+	scanHead string
+}
+
+func newInstalled(sc *schema.Schema) *installed {
+	in := &installed{schema: sc, tables: make(map[string]*tableSQL, len(sc.Tables))}
+	for _, t := range sc.Tables {
+		in.tables[t.Name] = buildTableSQL(t)
+	}
+	return in
+}
+
+func buildTableSQL(t *schema.Table) *tableSQL {
+	name := quote(t.Name)
+	cols := []string{quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion),
+		quote(schemaplan.ColScopes), quote(schemaplan.ColPayload)}
+	vals := []string{"?", "?", "1", "?", "?"}
+	sets := []string{
+		fmt.Sprintf("%[1]s = %[2]s.%[1]s + 1", quote(schemaplan.ColServerVersion), name),
+		fmt.Sprintf("%[1]s = excluded.%[1]s", quote(schemaplan.ColScopes)),
+		fmt.Sprintf("%[1]s = excluded.%[1]s", quote(schemaplan.ColPayload)),
+	}
+	for _, c := range t.Columns {
+		cols = append(cols, quote(c.Name))
+		vals = append(vals, "?")
+		sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", quote(c.Name)))
+	}
+	key := fmt.Sprintf("%s = ? AND %s = ?", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
+	return &tableSQL{
+		t: t,
+		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s RETURNING %s",
+			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
+			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
+			quote(schemaplan.ColServerVersion)),
+		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
+			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
+		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		scanHead: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ?", quote(schemaplan.ColRowID),
+			quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
+			name, quote(schemaplan.ColPartition)),
+	}
+}
+
+var errNoSchema = errors.New("no schema installed: call EnsureSchema first")
+
+// table resolves an application table of the installed schema.
+func (t *tx) table(op, name string) (*tableSQL, error) {
+	if t.inst == nil {
+		return nil, fmt.Errorf("%s: %w", op, errNoSchema)
+	}
+	ts, ok := t.inst.tables[name]
+	if !ok {
+		e := ssp2.Errorf(ssp2.CodeUnknownTable, "table %q is not in the installed schema", name)
+		e.Op = op
+		return nil, e
+	}
+	return ts, nil
+}
+
+// RowGet implements storage.ReadTx.
+func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storage.Row, bool, error) {
+	if err := t.check(); err != nil {
+		return storage.Row{}, false, err
+	}
+	ts, err := t.table("get row", table)
+	if err != nil {
+		return storage.Row{}, false, err
+	}
+	r := storage.Row{RowID: rowID}
+	var scopes []byte
+	ok, err := t.c.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload)
+	if err != nil {
+		return r, false, t.fail("get row", table, err)
+	}
+	if !ok {
+		return storage.Row{}, false, nil
+	}
+	if r.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+		return r, false, fmt.Errorf("get row: %w", err)
+	}
+	return r, true, nil
+}
+
+// bindValue converts a typed column value to what the STRICT column
+// stores.
+func bindValue(typ ssp2.ColumnType, v ssp2.Value) any {
+	if v.Null {
+		return nil
+	}
+	switch typ {
+	case ssp2.TypeInteger:
+		return v.Int
+	case ssp2.TypeFloat:
+		return v.Float
+	case ssp2.TypeBoolean:
+		if v.Bool {
+			return int64(1)
+		}
+		return int64(0)
+	case ssp2.TypeBytes, ssp2.TypeCrdt:
+		if v.Bytes == nil {
+			return []byte{}
+		}
+		return v.Bytes
+	default:
+		return string(v.Bytes)
+	}
+}
+
+// RowUpsert implements storage.Tx.
+func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	ts, err := t.table("upsert row", table)
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Values) != len(ts.t.Columns) {
+		return 0, fmt.Errorf("upsert row: %d values for %d columns of table %s", len(r.Values), len(ts.t.Columns), table)
+	}
+	t.scratch.scopes = commitlog.AppendScopesJSON(t.scratch.scopes[:0], r.Scopes)
+	payload := r.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	args := append(t.scratch.args[:0], t.locked.ID, r.RowID, string(t.scratch.scopes), payload)
+	for i, c := range ts.t.Columns {
+		args = append(args, bindValue(c.Type, r.Values[i]))
+	}
+	t.scratch.args = args
+	var version int64
+	if _, err := t.c.queryRow(ctx, ts.upsert, args, &version); err != nil {
+		return 0, t.fail("upsert row", table, err)
+	}
+	return version, nil
+}
+
+// RowDelete implements storage.Tx.
+func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
+	if err := t.check(); err != nil {
+		return false, err
+	}
+	ts, err := t.table("delete row", table)
+	if err != nil {
+		return false, err
+	}
+	res, err := t.c.exec(ctx, ts.delete, t.locked.ID, rowID)
+	if err != nil {
+		return false, t.fail("delete row", table, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, t.fail("delete row", table, err)
+	}
+	return n > 0, nil
+}
+
+// RowScan implements storage.ReadTx. Each filter runs on the typed scope
+// column: one value is an equality the column's scope index serves in row
+// id order; several values are an IN over json_each of a JSON array, so
+// one statement serves any list length.
+func (t *tx) RowScan(ctx context.Context, p storage.ScanParams) ([]storage.Row, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	ts, err := t.table("scan rows", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	filters, none, err := schemaplan.ScanFilters(ts.t, &p)
+	if err != nil || none {
+		return nil, err
+	}
+	var q strings.Builder
+	q.WriteString(ts.scanHead)
+	args := []any{p.Partition}
+	for i := range filters {
+		f := &filters[i]
+		q.WriteString(" AND " + quote(f.Column))
+		if f.Len() == 1 {
+			q.WriteString(" = ?")
+			switch {
+			case f.Ints != nil:
+				args = append(args, f.Ints[0])
+			case f.Bools != nil:
+				args = append(args, bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: f.Bools[0]}))
+			default:
+				args = append(args, f.Strings[0])
+			}
+			continue
+		}
+		q.WriteString(" IN (SELECT value FROM json_each(?))")
+		var list any = f.Strings
+		switch {
+		case f.Ints != nil:
+			list = f.Ints
+		case f.Bools != nil:
+			ints := make([]int64, len(f.Bools))
+			for j, b := range f.Bools {
+				if b {
+					ints[j] = 1
+				}
+			}
+			list = ints
+		}
+		b, err := json.Marshal(list)
+		if err != nil {
+			return nil, fmt.Errorf("scan rows: %w", err)
+		}
+		args = append(args, string(b))
+	}
+	if p.AfterRowID != "" {
+		q.WriteString(" AND " + quote(schemaplan.ColRowID) + " > ?")
+		args = append(args, p.AfterRowID)
+	}
+	q.WriteString(" ORDER BY " + quote(schemaplan.ColRowID) + " LIMIT ?")
+	args = append(args, p.Limit)
+
+	rows, err := t.c.query(ctx, q.String(), args...)
+	if err != nil {
+		return nil, t.fail("scan rows", p.Table, err)
+	}
+	defer rows.Close()
+	out := make([]storage.Row, 0, min(p.Limit, 256))
+	var scopes []byte
+	for rows.Next() {
+		var r storage.Row
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload); err != nil {
+			return nil, t.fail("scan rows", p.Table, err)
+		}
+		if r.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+			return nil, fmt.Errorf("scan rows: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.fail("scan rows", p.Table, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,100 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/storagetest"
+)
+
+func openTB(tb testing.TB, sync Synchronous) *Store {
+	tb.Helper()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(tb.TempDir(), "sync.db"), Synchronous: sync})
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Store { return openTB(t, SynchronousFull) })
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, sync := range []Synchronous{SynchronousFull, SynchronousNormal} {
+		b.Run("synchronous="+string(sync), func(b *testing.B) {
+			storagetest.Benchmark(b, func(b *testing.B) storage.Store { return openTB(b, sync) })
+		})
+	}
+}
+
+func TestConfig(t *testing.T) {
+	def := Config{Path: "x"}.WithDefaults()
+	if def.Synchronous != SynchronousFull || def.BusyTimeout != DefaultBusyTimeout || def.Readers < 4 {
+		t.Fatalf("defaults = %+v", def)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "Path"},
+		{Config{Path: "x", Synchronous: "OFF"}, "Synchronous"},
+		{Config{Path: "x", BusyTimeout: -1}, "BusyTimeout"},
+		{Config{Path: "x", Readers: MaxReaders + 1}, "Readers"},
+	} {
+		err := tc.cfg.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error about %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	for _, sync := range []Synchronous{SynchronousFull, SynchronousNormal} {
+		s := openTB(t, sync)
+		ctx := t.Context()
+		want := map[string]int64{"synchronous": 2, "foreign_keys": 1, "busy_timeout": DefaultBusyTimeout.Milliseconds()}
+		if sync == SynchronousNormal {
+			want["synchronous"] = 1
+		}
+		for _, pool := range []chan *conn{s.writer, s.readers} {
+			c := <-pool
+			var mode string
+			if err := c.c.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+				t.Fatalf("journal_mode = %q, %v", mode, err)
+			}
+			for name, v := range want {
+				var got int64
+				if err := c.c.QueryRowContext(ctx, "PRAGMA "+name).Scan(&got); err != nil || got != v {
+					t.Fatalf("%s = %d, %v; want %d", name, got, err, v)
+				}
+			}
+			pool <- c
+		}
+	}
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	if _, err := s.PartitionTouch(t.Context(), "p", 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close = %v, want ErrClosed", err)
+	}
+}

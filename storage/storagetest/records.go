@@ -1,0 +1,271 @@
+package storagetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+var idempotencyTests = []test{
+	{"PutGetExactBytes", testIdempotencyPutGet},
+	{"FirstWriterWinsUnderRace", testIdempotencyRace},
+}
+
+var clientTests = []test{
+	{"PutGet", testClientPutGet},
+	{"Ack", testClientAck},
+}
+
+var constraintTests = []test{
+	{"Classified", testConstraintClassified},
+	{"OtherErrorsUnclassified", testConstraintUnclassified},
+}
+
+func testIdempotencyPutGet(t *testing.T, e *env) {
+	s, _ := e.store()
+	p, q := partition(t, s), partition(t, s)
+	ctx := t.Context()
+	if _, ok, err := s.IdempotencyGet(ctx, p.ID, "c", "1"); err != nil || ok {
+		t.Fatalf("IdempotencyGet on empty = %v, %v", ok, err)
+	}
+	result := []byte{0, 1, 2, 0xff, 'x', 0}
+	applied := storage.PushRecord{ClientID: "c", ClientCommitID: "1", Status: storage.PushApplied, CommitSeq: 7, Result: result, CreatedAtMs: 99}
+	rejected := storage.PushRecord{ClientID: "c", ClientCommitID: "2", Status: storage.PushRejected, Result: []byte("rejected"), CreatedAtMs: 100}
+	writeTx(t, s, p.ID, func(tx storage.Tx) error {
+		if _, ok, err := tx.IdempotencyGet(ctx, "c", "1"); err != nil || ok {
+			t.Fatalf("locked get on empty = %v, %v", ok, err)
+		}
+		for _, r := range []storage.PushRecord{applied, rejected} {
+			got, err := tx.IdempotencyPut(ctx, r)
+			if err != nil {
+				return err
+			}
+			assertRecord(t, "IdempotencyPut", got, r)
+		}
+		// Reads its own write.
+		got, ok, err := tx.IdempotencyGet(ctx, "c", "1")
+		if err != nil || !ok {
+			t.Fatalf("locked get after put = %v, %v", ok, err)
+		}
+		assertRecord(t, "locked get", got, applied)
+		// A second put keeps the first record.
+		again := applied
+		again.Result, again.CommitSeq = []byte("second"), 8
+		got, err = tx.IdempotencyPut(ctx, again)
+		if err != nil {
+			return err
+		}
+		assertRecord(t, "second put", got, applied)
+		return nil
+	})
+	for _, want := range []storage.PushRecord{applied, rejected} {
+		got, ok, err := s.IdempotencyGet(ctx, p.ID, want.ClientID, want.ClientCommitID)
+		if err != nil || !ok {
+			t.Fatalf("IdempotencyGet = %v, %v", ok, err)
+		}
+		assertRecord(t, "IdempotencyGet", got, want)
+	}
+	if _, ok, err := s.IdempotencyGet(ctx, q.ID, "c", "1"); err != nil || ok {
+		t.Fatalf("other partition sees the record: %v, %v", ok, err)
+	}
+}
+
+func assertRecord(t *testing.T, what string, got, want storage.PushRecord) {
+	t.Helper()
+	if got.ClientID != want.ClientID || got.ClientCommitID != want.ClientCommitID || got.Status != want.Status ||
+		got.CommitSeq != want.CommitSeq || got.CreatedAtMs != want.CreatedAtMs || !bytes.Equal(got.Result, want.Result) {
+		t.Fatalf("%s = %+v, want %+v", what, got, want)
+	}
+}
+
+// testIdempotencyRace: concurrent deliveries of one commit each try to
+// store their own result; every one gets back the same, first record.
+func testIdempotencyRace(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	const n = 8
+	var (
+		wg    sync.WaitGroup
+		got   [n]storage.PushRecord
+		errs  [n]error
+		start = make(chan struct{})
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = s.WriteTx(ctx, p.ID, func(tx storage.Tx) (err error) {
+				got[i], err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "same",
+					Status: storage.PushApplied, CommitSeq: int64(i + 1), Result: []byte(fmt.Sprint("writer-", i)), CreatedAtMs: int64(i)})
+				return err
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	stored, ok, err := s.IdempotencyGet(ctx, p.ID, "c", "same")
+	if err != nil || !ok {
+		t.Fatalf("IdempotencyGet = %v, %v", ok, err)
+	}
+	winners := 0
+	for i := range n {
+		check(t, errs[i])
+		assertRecord(t, fmt.Sprint("writer ", i), got[i], stored)
+		if string(stored.Result) == fmt.Sprint("writer-", i) {
+			winners++
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("stored result %q is no single writer's", stored.Result)
+	}
+}
+
+func testClientPutGet(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	if _, ok, err := s.ClientGet(ctx, p.ID, "c1"); err != nil || ok {
+		t.Fatalf("ClientGet on empty = %v, %v", ok, err)
+	}
+	c := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 12, UpdatedAtMs: 500,
+		Subscriptions: json.RawMessage(`[{"id":"s1","table":"tasks","scopes":{"project":["p1"]}}]`)}
+	check(t, s.ClientPut(ctx, c))
+	got, ok, err := s.ClientGet(ctx, p.ID, "c1")
+	if err != nil || !ok {
+		t.Fatalf("ClientGet = %v, %v", ok, err)
+	}
+	assertClient(t, got, c)
+	// Put replaces, including with no subscription list.
+	c2 := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 1, Cursor: 3, UpdatedAtMs: 600}
+	check(t, s.ClientPut(ctx, c2))
+	got, _, err = s.ClientGet(ctx, p.ID, "c1")
+	check(t, err)
+	assertClient(t, got, c2)
+}
+
+func assertClient(t *testing.T, got, want storage.Client) {
+	t.Helper()
+	if got.Partition != want.Partition || got.ClientID != want.ClientID || got.ActorID != want.ActorID || got.WireVersion != want.WireVersion ||
+		got.Cursor != want.Cursor || got.UpdatedAtMs != want.UpdatedAtMs || !bytes.Equal(got.Subscriptions, want.Subscriptions) {
+		t.Fatalf("client = %+v, want %+v", got, want)
+	}
+}
+
+func testClientAck(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 10, UpdatedAtMs: 1}))
+	ack := func(a storage.ClientAckParams) bool {
+		t.Helper()
+		ok, err := s.ClientAck(ctx, a)
+		check(t, err)
+		return ok
+	}
+	base := storage.ClientAckParams{Partition: p.ID, ClientID: "c1", ActorID: "alice", LogEpoch: p.LogEpoch, Cursor: 15, NowMs: 2}
+	cursor := func() (int64, int64) {
+		c, ok, err := s.ClientGet(ctx, p.ID, "c1")
+		if err != nil || !ok {
+			t.Fatalf("ClientGet = %v, %v", ok, err)
+		}
+		return c.Cursor, c.UpdatedAtMs
+	}
+	if !ack(base) {
+		t.Fatal("ack refused")
+	}
+	if c, u := cursor(); c != 15 || u != 2 {
+		t.Fatalf("after ack: cursor %d updated %d; want 15, 2", c, u)
+	}
+	lower := base
+	lower.Cursor, lower.NowMs = 5, 3
+	if !ack(lower) {
+		t.Fatal("lower ack refused")
+	}
+	if c, u := cursor(); c != 15 || u != 3 {
+		t.Fatalf("after a lower ack: cursor %d updated %d; want 15 (never lowered), 3", c, u)
+	}
+	for name, bad := range map[string]storage.ClientAckParams{
+		"wrong actor":     {Partition: p.ID, ClientID: "c1", ActorID: "mallory", LogEpoch: p.LogEpoch, Cursor: 20, NowMs: 4},
+		"wrong epoch":     {Partition: p.ID, ClientID: "c1", ActorID: "alice", LogEpoch: "stale", Cursor: 20, NowMs: 4},
+		"unknown client":  {Partition: p.ID, ClientID: "c2", ActorID: "alice", LogEpoch: p.LogEpoch, Cursor: 20, NowMs: 4},
+		"other partition": {Partition: "nobody", ClientID: "c1", ActorID: "alice", LogEpoch: p.LogEpoch, Cursor: 20, NowMs: 4},
+	} {
+		if ack(bad) {
+			t.Fatalf("ack with %s accepted", name)
+		}
+	}
+	if c, u := cursor(); c != 15 || u != 3 {
+		t.Fatalf("refused acks changed the record: cursor %d updated %d", c, u)
+	}
+	if _, ok, err := s.ClientGet(ctx, p.ID, "c2"); err != nil || ok {
+		t.Fatalf("ack created a record: %v, %v", ok, err)
+	}
+	// After rotation the old epoch is refused, and the record is gone.
+	_, err := s.PartitionRotateEpoch(ctx, p.ID, 10)
+	check(t, err)
+	if ack(base) {
+		t.Fatal("ack after rotation accepted")
+	}
+}
+
+func testConstraintClassified(t *testing.T, e *env) {
+	for _, kind := range []storage.ConstraintKind{storage.ConstraintNotNull, storage.ConstraintCheck, storage.ConstraintUnique} {
+		t.Run(string(kind), func(t *testing.T) {
+			s, sc := (&env{t: t, open: e.open}).store()
+			p := partition(t, s)
+			ctx := t.Context()
+			check(t, hooks(t, s).HookConstrain(ctx, "tasks", "title", kind))
+			var title any
+			switch kind {
+			case storage.ConstraintCheck:
+				title = CheckForbiddenValue
+			case storage.ConstraintUnique:
+				title = "dup"
+			}
+			writeTx(t, s, p.ID, func(tx storage.Tx) error {
+				if kind == storage.ConstraintUnique {
+					if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "first", "p1", 1, title)); err != nil {
+						return err
+					}
+				}
+				sp, err := tx.Savepoint(ctx)
+				if err != nil {
+					return err
+				}
+				_, err = tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, title))
+				var ce *storage.ConstraintError
+				if !errors.As(err, &ce) || ce.Kind != kind || ce.Table != "tasks" {
+					t.Fatalf("upsert = %v, want a %s constraint error on tasks", err, kind)
+				}
+				if !errors.Is(err, &ssp2.Error{Code: ssp2.CodeConstraintViolation}) {
+					t.Fatalf("constraint error does not match %s", ssp2.CodeConstraintViolation)
+				}
+				if msg := ce.Error(); msg != fmt.Sprintf("%s constraint violated on table tasks", kind) {
+					t.Fatalf("constraint error text %q carries more than kind and table", msg)
+				}
+				return sp.Rollback(ctx)
+			})
+		})
+	}
+}
+
+func testConstraintUnclassified(t *testing.T, e *env) {
+	s, sc := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	check(t, hooks(t, s).HookTamper(ctx, "tasks", "score", ReasonMissingColumn))
+	err := s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
+		_, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, nil))
+		return err
+	})
+	var ce *storage.ConstraintError
+	if err == nil || errors.As(err, &ce) || errors.Is(err, &ssp2.Error{Code: ssp2.CodeConstraintViolation}) {
+		t.Fatalf("upsert into a table missing a column = %v, want an unclassified error", err)
+	}
+}
