@@ -72,7 +72,7 @@ func appendJSNumber(dst []byte, f float64) []byte {
 	if f == 0 {
 		return append(dst, '0') // -0 too
 	}
-	if a := math.Abs(f); a >= 1e-7 && a < 1e21 {
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
 		return strconv.AppendFloat(dst, f, 'f', -1, 64)
 	}
 	// Exponent form: Go writes e+21 / e-07, JavaScript e+21 / e-7.

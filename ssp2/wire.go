@@ -158,7 +158,7 @@ func (r *reader) bytes(what string) []byte {
 		return nil
 	}
 	if uint64(n) > uint64(r.remaining()) {
-		r.fail("%s length %d exceeds remaining %d bytes", what, n, r.remaining())
+		r.fail("truncated %s: length %d exceeds the remaining %d bytes", what, n, r.remaining())
 		return nil
 	}
 	return r.take(int(n), what)
