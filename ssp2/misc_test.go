@@ -212,8 +212,14 @@ func TestSegmentStructuralErrors(t *testing.T) {
 		{"trailing bytes", append(append([]byte(nil), good...), 0), "after the end marker"},
 		{"no end marker", good[:len(good)-4], "missing end marker"},
 		{"truncated block", good[:len(good)-10], "truncated"},
-		{"byteLength too long", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdrLen+4:], binary.LittleEndian.Uint32(b[hdrLen+4:])+1); return b }), ""},
-		{"byteLength too short", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdrLen+4:], binary.LittleEndian.Uint32(b[hdrLen+4:])-1); return b }), ""},
+		{"byteLength too long", mut(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[hdrLen+4:], binary.LittleEndian.Uint32(b[hdrLen+4:])+1)
+			return b
+		}), ""},
+		{"byteLength too short", mut(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[hdrLen+4:], binary.LittleEndian.Uint32(b[hdrLen+4:])-1)
+			return b
+		}), ""},
 		{"rowCount too large", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdrLen:], 0xFFFFFFFF); return b }), "cannot fit"},
 		{"rowCount too small", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdrLen:], 2); return b }), "unconsumed"},
 		{"serverVersion 2^53", mut(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[hdrLen+8:], 1<<53); return b }), "serverVersion"},
@@ -247,11 +253,13 @@ func TestHostileCountsAreCheap(t *testing.T) {
 		resp(fResp, rawFrame(FramePushResultDetails, big(pl(func(w *writer) { w.str("", "cc") })))),
 		req(big(pl(func(w *writer) { w.u8(1); w.u32(4) }))),
 	}
-	segHead := pl(func(w *writer) { appendSegmentHeader(w, SegmentHeader{Table: "t", Columns: []Column{{Name: "b", Type: TypeBytes}}}) })
+	segHead := pl(func(w *writer) {
+		appendSegmentHeader(w, SegmentHeader{Table: "t", Columns: []Column{{Name: "b", Type: TypeBytes}}})
+	})
 	segs := [][]byte{
 		append(append([]byte(nil), segHead...), 1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF),                   // byteLength 2^32−1
 		append(append([]byte(nil), segHead...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2), // rowCount 2^32−1
-		big([]byte("SSG2\x01\x00\x00\x00")), // table length 2^32−1
+		big([]byte("SSG2\x01\x00\x00\x00")),                                                           // table length 2^32−1
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
