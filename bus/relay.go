@@ -205,7 +205,7 @@ type Relay struct {
 	// testHookAfterAck, when set, runs after the stream acknowledged a
 	// publish and before the relay records it; an error makes the relay
 	// forget the acknowledgement, as a crash at that point would.
-	testHookAfterAck func() error
+	testHookAfterAck func(ctx context.Context) error
 }
 
 // NewRelay builds a relay publishing with js the log read from log.
@@ -609,7 +609,9 @@ var (
 	errPermanent = errors.New("permanent")
 	// errConflict marks a compare-and-set rejection: someone else (a
 	// replay, another relay) moved the partition's tail.
-	errConflict      = errors.New("stream tail moved")
+	errConflict = errors.New("stream tail moved")
+	// errDuplicate is a conflict reported by the deduplication window.
+	errDuplicate     = fmt.Errorf("%w: duplicate message id", errConflict)
 	errStreamMissing = errors.New("stream missing")
 	errUnregistered  = &ssp2.Error{Code: ssp2.CodeStoragePartitionUnregistered}
 )
@@ -626,6 +628,10 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 	// cursor is the last commit this run has fully published (or read
 	// and found without events); -1 until then.
 	cursor := int64(-1)
+	// dupTail is the stream tail when a publish was refused as a
+	// duplicate; -1 when it was not.
+	dupTail := int64(-1)
+	noMsgID := false
 	for {
 		if err := ctx.Err(); err != nil {
 			return pos, err
@@ -645,6 +651,15 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 				}
 				return pos, err
 			}
+			if dupTail >= 0 && int64(pos.lastStreamSeq) == dupTail && !noMsgID {
+				// Refused as duplicates, yet the stream does not hold
+				// them: it was purged, and its deduplication window
+				// still remembers the ids. The compare-and-set alone
+				// keeps the republish exactly-once.
+				r.logger.Info("relay: stream purged within its duplicate window; republishing without Nats-Msg-Id", "partition", p.id)
+				noMsgID = true
+			}
+			dupTail = -1
 		}
 		after, skipThrough := r.resumePoint(p, part, epoch, pos)
 		if cursor > after {
@@ -690,9 +705,18 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 				w.events = append(w.events[:n], w.events[drop:]...)
 			}
 		}
+		if noMsgID {
+			for _, ev := range w.events {
+				ev.msg.Header.Del(jetstream.MsgIDHeader)
+			}
+		}
+		tail := pos.lastStreamSeq
 		pos, err = r.publish(ctx, w, filter, epoch, pos)
 		switch {
 		case errors.Is(err, errConflict):
+			if errors.Is(err, errDuplicate) {
+				dupTail = int64(tail)
+			}
 			r.conflicts.Add(1)
 			conflicts++
 			pos.synced = false
@@ -770,7 +794,7 @@ func (r *Relay) publish(ctx context.Context, w *worker, filter, epoch string, po
 			return pos, err
 		}
 		if r.testHookAfterAck != nil {
-			if err := r.testHookAfterAck(); err != nil {
+			if err := r.testHookAfterAck(ctx); err != nil {
 				return pos, err
 			}
 		}
@@ -823,7 +847,7 @@ func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filt
 		}
 		if ack.Duplicate {
 			// Stored before (a replay inside the duplicate window).
-			return 0, errConflict
+			return 0, errDuplicate
 		}
 		return ack.Sequence, nil
 	}
@@ -840,7 +864,9 @@ func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filt
 
 func classify(err error) error {
 	switch {
-	case isAPIError(err, jsErrWrongLastSequence, jsErrWrongLastSequenceConst, jsErrBatchDuplicateMsgID, jsErrDuplicateMessageConflict):
+	case isAPIError(err, jsErrBatchDuplicateMsgID):
+		return fmt.Errorf("%w: %w", errDuplicate, err)
+	case isAPIError(err, jsErrWrongLastSequence, jsErrWrongLastSequenceConst, jsErrDuplicateMessageConflict):
 		return fmt.Errorf("%w: %w", errConflict, err)
 	case isAPIError(err, jsErrStreamNotFound),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):

@@ -56,6 +56,12 @@ func WithDomain(domain string) Option {
 	return func(o *options) { o.cfg.Domain = domain }
 }
 
+// WithPort fixes the client port (default: random), e.g. to restart a
+// server where clients reconnect.
+func WithPort(port int) Option {
+	return func(o *options) { o.cfg.Port = port }
+}
+
 // WithDontListen disables the TCP client listener (in-process only).
 func WithDontListen() Option {
 	return func(o *options) { o.cfg.DontListen = true }
