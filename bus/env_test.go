@@ -35,9 +35,15 @@ type relayEnv struct {
 
 func newRelayEnv(t testing.TB, opts ...embeddedtest.Option) *relayEnv {
 	t.Helper()
+	return newRelayEnvOn(t, embeddedtest.Start(t, opts...))
+}
+
+// newRelayEnvOn uses an existing server (a cluster member).
+func newRelayEnvOn(t testing.TB, srv *embedded.Server) *relayEnv {
+	t.Helper()
 	e := &relayEnv{t: t, ctx: testCtx(t), schema: testSchema(t)}
 	e.now.Store(1767225600000)
-	e.srv = embeddedtest.Start(t, opts...)
+	e.srv = srv
 	e.js = e.srv.JetStream()
 	e.store = openStore(t, filepath.Join(t.TempDir(), "sync.db"))
 	if err := e.store.EnsureSchema(e.ctx, e.schema); err != nil {
@@ -171,10 +177,6 @@ func (e *relayEnv) streamEvents() []Event {
 
 func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) []Event {
 	t.Helper()
-	cons, err := js.OrderedConsumer(ctx, StreamCommits, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s, err := js.Stream(ctx, StreamCommits)
 	if err != nil {
 		t.Fatal(err)
@@ -183,21 +185,34 @@ func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Event
 	if info.State.Msgs == 0 {
 		return nil
 	}
+	var out []Event
+	next := uint64(1)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
+		// In a cluster a fresh consumer may not answer at once: retry
+		// from where the last attempt stopped.
+		cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}
+		cons, err := js.OrderedConsumer(ctx, StreamCommits, cfg)
+		for err == nil {
+			var m jetstream.Msg
+			m, err = cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+			if err != nil {
+				break
+			}
+			md, _ := m.Metadata()
+			if meta, err := ParseMeta(m.Subject(), m.Headers()); err == nil {
+				out = append(out, Event{Meta: meta, StreamSeq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			}
+			next = md.Sequence.Stream + 1
+			if md.Sequence.Stream >= info.State.LastSeq {
+				return out
+			}
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("read stream: %v", err)
-		}
-		md, _ := m.Metadata()
-		if meta, err := ParseMeta(m.Subject(), m.Headers()); err == nil {
-			out = append(out, Event{Meta: meta, StreamSeq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		}
-		if md.Sequence.Stream >= info.State.LastSeq {
-			return out
 		}
 	}
 }
