@@ -36,7 +36,6 @@ func init() {
 const (
 	qInsertCommit = `INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`
-	qRaiseMaxSeq = `UPDATE sync_partitions SET max_commit_seq = ? WHERE id = ?`
 )
 
 // CommitAppend implements storage.Tx. The seq comes from the locked
@@ -88,9 +87,6 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 		if _, err := t.c.exec(ctx, insertIndexSQL[len(chunk)], args...); err != nil {
 			return 0, t.fail("append commit", "", err)
 		}
-	}
-	if _, err := t.c.exec(ctx, qRaiseMaxSeq, seq, part); err != nil {
-		return 0, t.fail("append commit", "", err)
 	}
 	t.maxSeq = seq
 	return seq, nil
@@ -157,13 +153,19 @@ func jsonInts(vs []int64) string {
 	return string(append(b, ']'))
 }
 
-const qWindowChanges = `SELECT c.seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version,
-		ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row
-	FROM sync_commits c JOIN sync_changes ch ON ch.partition = c.partition AND ch.seq = c.seq
-	WHERE c.partition = ? AND c.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
-	ORDER BY c.seq, ch.idx`
+// The changes of candidate commits for one table, in log order: the IN
+// list is walked in order against the primary key, so rows stream without
+// a sort and reading stops as soon as the window is full.
+const qWindowChanges = `SELECT seq, row_id, op, row_version, scopes, row FROM sync_changes
+	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) AND tbl = ?
+	ORDER BY seq, idx`
 
-// CommitWindow implements storage.ReadTx.
+const qCommitHeaders = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version FROM sync_commits
+	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq`
+
+// CommitWindow implements storage.ReadTx: the partition row, the
+// candidates, the changes and the commit headers are all read in this
+// transaction's snapshot.
 func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.Window, error) {
 	if err := t.check(); err != nil {
 		return storage.Window{}, err
@@ -185,6 +187,8 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 		w.Exhausted()
 		return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 	}
+	// Every matching commit holds at least one matching change, so
+	// limit+1 candidates are enough to fill the window and see past it.
 	batch := p.Limit + 1
 	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
 	cursor := p.AfterSeq
@@ -198,15 +202,9 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 			w.Exhausted()
 			break
 		}
-		commits, err := t.windowCommits(ctx, p.Partition, p.Table, seqs)
+		open, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs)
 		if err != nil {
 			return storage.Window{}, err
-		}
-		open := true
-		for _, c := range commits {
-			if open = w.Offer(c); !open {
-				break
-			}
 		}
 		if !open {
 			break
@@ -216,6 +214,9 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 			break
 		}
 		cursor = seqs[len(seqs)-1]
+	}
+	if err := t.fillHeaders(ctx, p.Partition, w.Commits()); err != nil {
+		return storage.Window{}, err
 	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
@@ -237,40 +238,77 @@ func (t *tx) seqs(ctx context.Context, q string, args []any) ([]int64, error) {
 	return out, rows.Err()
 }
 
-// windowCommits loads the given commits with their changes of one table.
-func (t *tx) windowCommits(ctx context.Context, partition, table string, seqs []int64) ([]storage.Commit, error) {
+// offerChanges streams the table's changes of the candidate commits into
+// w, commit by commit, and reports whether w is still open.
+func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (bool, error) {
 	rows, err := t.c.query(ctx, qWindowChanges, partition, jsonInts(seqs), table)
 	if err != nil {
-		return nil, t.fail("commit window", "", err)
+		return false, t.fail("commit window", "", err)
 	}
 	defer rows.Close()
-	commits := make([]storage.Commit, 0, len(seqs))
+	var cur storage.Commit
 	for rows.Next() {
 		var (
-			c      storage.Commit
+			seq    int64
 			ch     storage.Change
 			op     int64
 			ver    sql.NullInt64
 			scopes []byte
 		)
-		if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion,
-			&ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
-			return nil, t.fail("commit window", "", err)
+		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+			return false, t.fail("commit window", "", err)
 		}
+		if seq != cur.CommitSeq && cur.CommitSeq != 0 {
+			if !w.Offer(cur) {
+				return false, nil
+			}
+			cur = storage.Commit{}
+		}
+		cur.CommitSeq = seq
 		ch.Table, ch.Op, ch.RowVersion = table, storage.Op(op), ver.Int64
 		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-			return nil, fmt.Errorf("commit window: %w", err)
+			return false, fmt.Errorf("commit window: %w", err)
 		}
-		if n := len(commits); n == 0 || commits[n-1].CommitSeq != c.CommitSeq {
-			commits = append(commits, c)
-		}
-		last := &commits[len(commits)-1]
-		last.Changes = append(last.Changes, ch)
+		cur.Changes = append(cur.Changes, ch)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, t.fail("commit window", "", err)
+		return false, t.fail("commit window", "", err)
 	}
-	return commits, nil
+	if cur.CommitSeq != 0 {
+		return w.Offer(cur), nil
+	}
+	return true, nil
+}
+
+// fillHeaders completes the delivered commits with their metadata.
+func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storage.Commit) error {
+	if len(commits) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(commits))
+	for i, c := range commits {
+		seqs[i] = c.CommitSeq
+	}
+	rows, err := t.c.query(ctx, qCommitHeaders, partition, jsonInts(seqs))
+	if err != nil {
+		return t.fail("commit window", "", err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		c := &commits[i]
+		if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
+			return t.fail("commit window", "", err)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		return t.fail("commit window", "", err)
+	}
+	if i != len(commits) {
+		return fmt.Errorf("commit window: %d of %d commit headers found", i, len(commits))
+	}
+	return nil
 }
 
 // CommitRange implements storage.Store, reading commits and changes in one
@@ -281,7 +319,7 @@ func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int6
 	}
 	var out []storage.Commit
 	err := s.withReader(ctx, func(c *conn) error {
-		return inTx(ctx, c, false, func() error {
+		return readTx(ctx, c, func() error {
 			rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
 				FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
 			if err != nil {
@@ -340,7 +378,7 @@ func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int6
 func (s *Store) CommitMaxSeq(ctx context.Context, partition string) (int64, error) {
 	var seq int64
 	err := s.withReader(ctx, func(c *conn) error {
-		_, err := c.queryRow(ctx, `SELECT max_commit_seq FROM sync_partitions WHERE id = ?`, []any{partition}, &seq)
+		_, err := c.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM sync_commits WHERE partition = ?`, []any{partition}, &seq)
 		return err
 	})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 var _ storagetest.Hooks = (*Store)(nil)
 
 func (s *Store) rawExec(ctx context.Context, stmts ...string) error {
-	return s.withWriter(ctx, func(c *conn) error {
+	return s.write(ctx, func(c *conn) error {
 		for _, q := range stmts {
 			if _, err := c.c.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("%s: %w", q, err)

@@ -8,9 +8,13 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
-const partitionCols = `id, log_epoch, epoch_required, created_at_ms, last_seen_ms, max_commit_seq, horizon_seq`
+// partitionCols reads a registry row of p; the max commitSeq comes from the
+// log itself, by one seek to the partition's last commit.
+const partitionCols = `p.id, p.log_epoch, p.epoch_required, p.created_at_ms, p.last_seen_ms,
+	coalesce((SELECT c.seq FROM sync_commits c WHERE c.partition = p.id ORDER BY c.seq DESC LIMIT 1), p.horizon_seq),
+	p.horizon_seq`
 
-const qPartition = `SELECT ` + partitionCols + ` FROM sync_partitions WHERE id = ?`
+const qPartition = `SELECT ` + partitionCols + ` FROM sync_partitions p WHERE p.id = ?`
 
 func readPartition(ctx context.Context, c *conn, id string) (storage.Partition, bool, error) {
 	var p storage.Partition
@@ -40,7 +44,7 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}
-	err = s.withWriter(ctx, func(c *conn) error {
+	err = s.write(ctx, func(c *conn) error {
 		if !ok {
 			// First touch: the first creator's epoch wins.
 			if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
@@ -84,7 +88,7 @@ func (s *Store) PartitionGet(ctx context.Context, partition string) (storage.Par
 func (s *Store) Partitions(ctx context.Context) ([]storage.Partition, error) {
 	var out []storage.Partition
 	err := s.withReader(ctx, func(c *conn) error {
-		rows, err := c.query(ctx, `SELECT `+partitionCols+` FROM sync_partitions ORDER BY id`)
+		rows, err := c.query(ctx, `SELECT `+partitionCols+` FROM sync_partitions p ORDER BY p.id`)
 		if err != nil {
 			return err
 		}

@@ -116,7 +116,7 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 	if cl.Subscriptions != nil {
 		subs = string(cl.Subscriptions)
 	}
-	err := s.withWriter(ctx, func(c *conn) error {
+	err := s.write(ctx, func(c *conn) error {
 		_, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = excluded.actor_id,
 				wire_version = excluded.wire_version, cursor = excluded.cursor,
@@ -135,7 +135,7 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 // same statement that raises the cursor.
 func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool, error) {
 	var n int64
-	err := s.withWriter(ctx, func(c *conn) error {
+	err := s.write(ctx, func(c *conn) error {
 		res, err := c.exec(ctx, `UPDATE sync_clients SET cursor = max(cursor, ?), updated_at_ms = ?
 			WHERE partition = ? AND client_id = ? AND actor_id = ?
 			AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = ? AND log_epoch = ?)`,

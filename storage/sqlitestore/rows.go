@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/syncnode/syncnode/schema"
@@ -22,9 +24,14 @@ type installed struct {
 }
 
 type tableSQL struct {
-	t      *schema.Table
-	upsert string
-	get    string
+	t *schema.Table
+	// upsert inserts, or updates a row whose scope columns are unchanged;
+	// rescope updates a row whose scope columns changed. Leaving the scope
+	// columns out of upsert's SET keeps SQLite from rewriting their index
+	// entries on every update.
+	upsert  string
+	rescope string
+	get     string
 	delete string
 	// scanHead is the SELECT … WHERE _sync_partition = ? prefix of scans.
 	scanHead string
@@ -42,24 +49,33 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 	name := quote(t.Name)
 	cols := []string{quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion),
 		quote(schemaplan.ColScopes), quote(schemaplan.ColPayload)}
-	vals := []string{"?", "?", "1", "?", "?"}
-	sets := []string{
-		fmt.Sprintf("%[1]s = %[2]s.%[1]s + 1", quote(schemaplan.ColServerVersion), name),
-		fmt.Sprintf("%[1]s = excluded.%[1]s", quote(schemaplan.ColScopes)),
-		fmt.Sprintf("%[1]s = excluded.%[1]s", quote(schemaplan.ColPayload)),
-	}
-	for _, c := range t.Columns {
+	// Parameters: ?1 partition, ?2 row id, ?3 scopes, ?4 payload, then
+	// one per schema column.
+	vals := []string{"?1", "?2", "1", "?3", "?4"}
+	version := fmt.Sprintf("%[1]s = %[2]s.%[1]s + 1", quote(schemaplan.ColServerVersion), name)
+	sets := []string{version, quote(schemaplan.ColScopes) + " = ?3", quote(schemaplan.ColPayload) + " = ?4"}
+	allSets := slices.Clone(sets)
+	var same []string
+	for i, c := range t.Columns {
+		p := "?" + strconv.Itoa(i+5)
 		cols = append(cols, quote(c.Name))
-		vals = append(vals, "?")
-		sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", quote(c.Name)))
+		vals = append(vals, p)
+		allSets = append(allSets, quote(c.Name)+" = "+p)
+		if t.IsScopeColumn(i) {
+			same = append(same, fmt.Sprintf("%s.%s IS %s", name, quote(c.Name), p))
+		} else {
+			sets = append(sets, quote(c.Name)+" = "+p)
+		}
 	}
 	key := fmt.Sprintf("%s = ? AND %s = ?", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
 	return &tableSQL{
 		t: t,
-		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s RETURNING %s",
+		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s WHERE %s RETURNING %s",
 			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
-			quote(schemaplan.ColServerVersion)),
+			strings.Join(same, " AND "), quote(schemaplan.ColServerVersion)),
+		rescope: fmt.Sprintf("UPDATE %s SET %s WHERE %s = ?1 AND %s = ?2 RETURNING %s", name, strings.Join(allSets, ", "),
+			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion)),
 		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
@@ -158,7 +174,15 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	}
 	t.scratch.args = args
 	var version int64
-	if _, err := t.c.queryRow(ctx, ts.upsert, args, &version); err != nil {
+	ok, err := t.c.queryRow(ctx, ts.upsert, args, &version)
+	if err == nil && !ok {
+		// The row exists with other scope values.
+		ok, err = t.c.queryRow(ctx, ts.rescope, args, &version)
+		if err == nil && !ok {
+			err = errors.New("row vanished between upsert and rescope")
+		}
+	}
+	if err != nil {
 		return 0, t.fail("upsert row", table, err)
 	}
 	return version, nil

@@ -55,12 +55,11 @@ func wireColumns(t *schema.Table) []ssp2.Column { return t.WireColumns() }
 
 var defaultPK = []string{schemaplan.ColPartition, schemaplan.ColRowID}
 
-// EnsureSchema implements storage.Store. Everything runs in one IMMEDIATE
-// transaction on the writer connection; a refusal rolls all of it back.
+// EnsureSchema implements storage.Store. Everything runs in one write
+// transaction (a member of a group transaction, writer.go); a refusal
+// rolls all of it back.
 func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Schema) error {
-	err := s.withWriter(ctx, func(c *conn) error {
-		return inTx(ctx, c, true, func() error { return s.ensureSchema(ctx, c, sc) })
-	})
+	err := s.write(ctx, func(c *conn) error { return s.ensureSchema(ctx, c, sc) })
 	if err != nil {
 		return err
 	}

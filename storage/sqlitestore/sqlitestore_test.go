@@ -66,8 +66,7 @@ func TestPragmas(t *testing.T) {
 		if sync == SynchronousNormal {
 			want["synchronous"] = 1
 		}
-		for _, pool := range []chan *conn{s.writer, s.readers} {
-			c := <-pool
+		check := func(c *conn) {
 			var mode string
 			if err := c.c.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Fatalf("journal_mode = %q, %v", mode, err)
@@ -78,7 +77,12 @@ func TestPragmas(t *testing.T) {
 					t.Fatalf("%s = %d, %v; want %d", name, got, err, v)
 				}
 			}
-			pool <- c
+		}
+		if err := s.write(ctx, func(c *conn) error { check(c); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.withReader(ctx, func(c *conn) error { check(c); return nil }); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -38,19 +38,14 @@ var (
 	_ storage.ReadTx = (*tx)(nil)
 )
 
-// WriteTx implements storage.Store. The single writer connection is the
+// WriteTx implements storage.Store. fn runs as one member of a group
+// transaction on the writer connection (writer.go): the writer is the
 // partition write lock (it serializes every partition in this process),
-// and BEGIN IMMEDIATE takes SQLite's database write lock against other
-// processes before fn's first read.
+// and the group's BEGIN IMMEDIATE holds SQLite's database write lock
+// against other processes before fn's first read. WriteTx returns after
+// the group's COMMIT.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
-	return s.withWriter(ctx, func(c *conn) error {
-		return s.writeTx(ctx, c, partition, fn)
-	})
-}
-
-func (s *Store) writeTx(ctx context.Context, c *conn, partition string, fn func(tx storage.Tx) error) error {
-	t := &tx{s: s, c: c, inst: s.schema.Load(), write: true}
-	return inTx(ctx, c, true, func() error {
+	return s.write(ctx, func(c *conn) error {
 		p, ok, err := readPartition(ctx, c, partition)
 		if err != nil {
 			return err
@@ -58,7 +53,7 @@ func (s *Store) writeTx(ctx context.Context, c *conn, partition string, fn func(
 		if !ok {
 			return unregistered("write transaction", partition)
 		}
-		t.locked, t.maxSeq = p, p.MaxCommitSeq
+		t := &tx{s: s, c: c, inst: s.schema.Load(), write: true, locked: p, maxSeq: p.MaxCommitSeq}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -74,7 +69,7 @@ func (s *Store) writeTx(ctx context.Context, c *conn, partition string, fn func(
 func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
 	return s.withReader(ctx, func(c *conn) error {
 		t := &tx{s: s, c: c, inst: s.schema.Load()}
-		return inTx(ctx, c, false, func() error {
+		return readTx(ctx, c, func() error {
 			if err := fn(t); err != nil {
 				return err
 			}

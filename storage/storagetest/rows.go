@@ -13,6 +13,7 @@ import (
 
 var rowTests = []test{
 	{"UpsertGetDelete", testRowCRUD},
+	{"UpsertChangesScope", testRowRescope},
 	{"UnknownTable", testRowUnknownTable},
 	{"ScanKeysetOrder", testRowScanOrder},
 	{"ScanScopeFilters", testRowScanFilters},
@@ -79,6 +80,42 @@ func testRowCRUD(t *testing.T, e *env) {
 	check(t, s.ReadTx(ctx, func(tx storage.ReadTx) error {
 		if r, ok, err := tx.RowGet(ctx, q.ID, "tasks", "t1"); err != nil || !ok || r.ServerVersion != 1 {
 			t.Fatalf("other partition's row = %+v %v %v", r, ok, err)
+		}
+		return nil
+	}))
+}
+
+// testRowRescope moves a row to other scope values (a server-emitted
+// scope migration): the version still counts up and scans follow.
+func testRowRescope(t *testing.T, e *env) {
+	s, sc := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	writeTx(t, s, p.ID, func(tx storage.Tx) error {
+		for i, rw := range []storage.RowWrite{task(t, sc, "t1", "p1", 1, "a"), task(t, sc, "t1", "p1", 1, "b"),
+			task(t, sc, "t1", "p2", 1, "c"), task(t, sc, "t1", "p2", 5, "d")} {
+			if v, err := tx.RowUpsert(ctx, "tasks", rw); err != nil || v != int64(i+1) {
+				t.Fatalf("upsert %d = %d, %v; want version %d", i, v, err, i+1)
+			}
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		scopes map[string][]string
+		want   []string
+	}{
+		{map[string][]string{"project": {"p1"}}, nil},
+		{map[string][]string{"owner": {"1"}}, nil},
+		{map[string][]string{"project": {"p2"}, "owner": {"5"}}, []string{"t1"}},
+	} {
+		if got := scanAll(t, s, storage.ScanParams{Partition: p.ID, Table: "tasks", Scopes: tc.scopes, Limit: 10}); !slices.Equal(got, tc.want) {
+			t.Fatalf("scan %v after the scope change = %v, want %v", tc.scopes, got, tc.want)
+		}
+	}
+	check(t, s.ReadTx(ctx, func(tx storage.ReadTx) error {
+		r, _, err := tx.RowGet(ctx, p.ID, "tasks", "t1")
+		if err != nil || !maps.Equal(r.Scopes, map[string]string{"project": "p2", "owner": "5"}) {
+			t.Fatalf("row after the scope change = %+v, %v", r, err)
 		}
 		return nil
 	}))

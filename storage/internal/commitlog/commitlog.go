@@ -177,6 +177,10 @@ func (w *Window) Offer(c storage.Commit) bool {
 	return true
 }
 
+// Commits returns the commits taken so far, for the caller to complete
+// (their headers, say) in place.
+func (w *Window) Commits() []storage.Commit { return w.commits }
+
 // Exhausted records that no candidate commit is left up to the max seq.
 func (w *Window) Exhausted() {
 	if !w.closed {

@@ -11,15 +11,16 @@ CREATE TABLE sync_schema_marker (
     updated_at_ms  BIGINT  NOT NULL
 );
 
--- The partition registry. log_epoch is opaque and random; max_commit_seq
--- is the last assigned commitSeq, horizon_seq the pruning horizon.
+-- The partition registry. log_epoch is opaque and random; horizon_seq is
+-- the pruning horizon. The max commitSeq is max(seq) of sync_commits:
+-- pruning always keeps the newest commit, and a push then writes no
+-- registry row.
 CREATE TABLE sync_partitions (
     id             TEXT COLLATE "C" NOT NULL PRIMARY KEY,
     log_epoch      TEXT    NOT NULL,
     epoch_required BOOLEAN NOT NULL DEFAULT FALSE,
     created_at_ms  BIGINT  NOT NULL,
     last_seen_ms   BIGINT  NOT NULL,
-    max_commit_seq BIGINT  NOT NULL DEFAULT 0,
     horizon_seq    BIGINT  NOT NULL DEFAULT 0
 );
 
