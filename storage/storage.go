@@ -130,7 +130,10 @@ type ReadTx interface {
 	// scan with no scope variable is refused (CodeStorageScanRequiresScope);
 	// a limit outside 1..MaxScanLimit is refused (CodeStorageInvalidLimit).
 	// A variable the table does not declare, or an empty value list,
-	// matches no row.
+	// matches no row. The rows carry RowID, ServerVersion and Payload but
+	// no Scopes: a scan serves bootstrap pages, which need none, and
+	// reading and decoding them would cost a third of the scan; RowGet
+	// returns a row's stored scopes.
 	RowScan(ctx context.Context, p ScanParams) ([]Row, error)
 
 	// CommitWindow reads the incremental pull window of one table for one
@@ -225,7 +228,7 @@ type SchemaMarker struct {
 type Row struct {
 	RowID         string
 	ServerVersion int64
-	Scopes        map[string]string // variable → stored value
+	Scopes        map[string]string // variable → stored value (RowGet only)
 	Payload       []byte            // the full row, SSP2 row codec
 }
 

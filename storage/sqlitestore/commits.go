@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -252,7 +251,7 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 			seq    int64
 			ch     storage.Change
 			op     int64
-			ver    sql.NullInt64
+			ver    *int64
 			scopes []byte
 		)
 		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
@@ -265,7 +264,10 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 			cur = storage.Commit{}
 		}
 		cur.CommitSeq = seq
-		ch.Table, ch.Op, ch.RowVersion = table, storage.Op(op), ver.Int64
+		ch.Table, ch.Op = table, storage.Op(op)
+		if ver != nil {
+			ch.RowVersion = *ver
+		}
 		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
 			return false, fmt.Errorf("commit window: %w", err)
 		}
@@ -350,13 +352,16 @@ func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int6
 					seq    int64
 					ch     storage.Change
 					op     int64
-					ver    sql.NullInt64
+					ver    *int64
 					scopes []byte
 				)
 				if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
 					return err
 				}
-				ch.Op, ch.RowVersion = storage.Op(op), ver.Int64
+				ch.Op = storage.Op(op)
+				if ver != nil {
+					ch.RowVersion = *ver
+				}
 				if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
 					return err
 				}

@@ -19,7 +19,7 @@ var _ storagetest.Hooks = (*Store)(nil)
 func (s *Store) rawExec(ctx context.Context, stmts ...string) error {
 	return s.write(ctx, func(c *conn) error {
 		for _, q := range stmts {
-			if _, err := c.c.ExecContext(ctx, q); err != nil {
+			if err := c.execOnce(ctx, q); err != nil {
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
@@ -94,7 +94,7 @@ func (s *Store) HookConstrain(ctx context.Context, table, column string, kind st
 func (s *Store) HookCatalog(ctx context.Context) (string, error) {
 	var b strings.Builder
 	err := s.withReader(ctx, func(c *conn) error {
-		rows, err := c.c.QueryContext(ctx, `SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema ORDER BY type, name`)
+		rows, err := c.queryOnce(ctx, `SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema ORDER BY type, name`)
 		if err != nil {
 			return err
 		}
@@ -113,10 +113,11 @@ func (s *Store) HookCatalog(ctx context.Context) (string, error) {
 
 func (s *Store) HookCountLog(ctx context.Context, partition string) (commits, changes, index int64, err error) {
 	err = s.withReader(ctx, func(c *conn) error {
-		return c.c.QueryRowContext(ctx, `SELECT
+		_, err := c.queryRow(ctx, `SELECT
 			(SELECT count(*) FROM sync_commits WHERE partition = ?1),
 			(SELECT count(*) FROM sync_changes WHERE partition = ?1),
-			(SELECT count(*) FROM sync_scope_index WHERE partition = ?1)`, partition).Scan(&commits, &changes, &index)
+			(SELECT count(*) FROM sync_scope_index WHERE partition = ?1)`, []any{partition}, &commits, &changes, &index)
+		return err
 	})
 	return commits, changes, index, err
 }

@@ -64,13 +64,11 @@ func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.
 	if result == nil {
 		result = []byte{}
 	}
-	res, err := t.c.exec(ctx, qIdempotencyPut, t.locked.ID, r.ClientID, r.ClientCommitID, int64(r.Status), r.CommitSeq, result, r.CreatedAtMs)
+	n, err := t.c.exec(ctx, qIdempotencyPut, t.locked.ID, r.ClientID, r.ClientCommitID, int64(r.Status), r.CommitSeq, result, r.CreatedAtMs)
 	if err != nil {
 		return storage.PushRecord{}, t.fail("put push result", "", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return storage.PushRecord{}, t.fail("put push result", "", err)
-	} else if n == 1 {
+	if n == 1 {
 		r.Result = result
 		return r, nil
 	}
@@ -136,14 +134,11 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool, error) {
 	var n int64
 	err := s.write(ctx, func(c *conn) error {
-		res, err := c.exec(ctx, `UPDATE sync_clients SET cursor = max(cursor, ?), updated_at_ms = ?
+		var err error
+		n, err = c.exec(ctx, `UPDATE sync_clients SET cursor = max(cursor, ?), updated_at_ms = ?
 			WHERE partition = ? AND client_id = ? AND actor_id = ?
 			AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = ? AND log_epoch = ?)`,
 			p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.Partition, p.LogEpoch)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
 		return err
 	})
 	if err != nil {
@@ -182,11 +177,7 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 		if _, err := t.c.exec(ctx, `DELETE FROM sync_changes WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through); err != nil {
 			return err
 		}
-		r, err := t.c.exec(ctx, `DELETE FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through)
-		if err != nil {
-			return err
-		}
-		if res.RemovedCommits, err = r.RowsAffected(); err != nil {
+		if res.RemovedCommits, err = t.c.exec(ctx, `DELETE FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through); err != nil {
 			return err
 		}
 		_, err = t.c.exec(ctx, `UPDATE sync_partitions SET horizon_seq = ? WHERE id = ?`, target, p.Partition)

@@ -79,9 +79,8 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
-		scanHead: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ?", quote(schemaplan.ColRowID),
-			quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
-			name, quote(schemaplan.ColPartition)),
+		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = ?", quote(schemaplan.ColRowID),
+			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
 	}
 }
 
@@ -197,11 +196,7 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	res, err := t.c.exec(ctx, ts.delete, t.locked.ID, rowID)
-	if err != nil {
-		return false, t.fail("delete row", table, err)
-	}
-	n, err := res.RowsAffected()
+	n, err := t.c.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)
 	}
@@ -274,15 +269,11 @@ func (t *tx) RowScan(ctx context.Context, p storage.ScanParams) ([]storage.Row, 
 		return nil, t.fail("scan rows", p.Table, err)
 	}
 	defer rows.Close()
-	out := make([]storage.Row, 0, min(p.Limit, 256))
-	var scopes []byte
+	out := make([]storage.Row, 0, min(p.Limit, 1024))
 	for rows.Next() {
 		var r storage.Row
-		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload); err != nil {
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &r.Payload); err != nil {
 			return nil, t.fail("scan rows", p.Table, err)
-		}
-		if r.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-			return nil, fmt.Errorf("scan rows: %w", err)
 		}
 		out = append(out, r)
 	}

@@ -97,7 +97,7 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 			}
 			continue
 		}
-		if _, err := c.c.ExecContext(ctx, createTableSQL(t.Name, wireColumns(t), defaultPK)); err != nil {
+		if err := c.execOnce(ctx, createTableSQL(t.Name, wireColumns(t), defaultPK)); err != nil {
 			return fmt.Errorf("ensure schema: create %s: %w", t.Name, err)
 		}
 	}
@@ -113,7 +113,7 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 		}
 		for _, col := range k.Added {
 			ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
-			if _, err := c.c.ExecContext(ctx, ddl); err != nil {
+			if err := c.execOnce(ctx, ddl); err != nil {
 				return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
 			}
 		}
@@ -135,7 +135,7 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
-	if _, err := c.c.ExecContext(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
+	if err := c.execOnce(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
 		VALUES (1, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET schema_version = excluded.schema_version,
 			layouts = excluded.layouts, updated_at_ms = excluded.updated_at_ms`,
@@ -148,7 +148,7 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 // catalog reads a table's columns from pragma_table_info; exists=false
 // when the table is absent.
 func catalog(ctx context.Context, c *conn, table string) (exists bool, cols []schemaplan.PhysicalColumn, err error) {
-	rows, err := c.c.QueryContext(ctx, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table)
+	rows, err := c.queryOnce(ctx, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table)
 	if err != nil {
 		return false, nil, fmt.Errorf("ensure schema: read catalog of %s: %w", table, err)
 	}
@@ -174,7 +174,7 @@ func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
 	for _, col := range schemaplan.ScopeColumns(t.Layout()) {
 		want[schemaplan.ScopeIndexName(t.Name, col)] = col
 	}
-	rows, err := c.c.QueryContext(ctx, `SELECT name FROM sqlite_schema
+	rows, err := c.queryOnce(ctx, `SELECT name FROM sqlite_schema
 		WHERE type = 'index' AND tbl_name = ? AND name LIKE 'sync\_scope\_%' ESCAPE '\'`, t.Name)
 	if err != nil {
 		return fmt.Errorf("ensure schema: list indexes of %s: %w", t.Name, err)
@@ -197,14 +197,14 @@ func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
 			delete(want, n)
 			continue
 		}
-		if _, err := c.c.ExecContext(ctx, "DROP INDEX "+quote(n)); err != nil {
+		if err := c.execOnce(ctx, "DROP INDEX "+quote(n)); err != nil {
 			return fmt.Errorf("ensure schema: drop index %s: %w", n, err)
 		}
 	}
 	for name, col := range want {
 		ddl := fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s, %s)", quote(name), quote(t.Name),
 			quote(schemaplan.ColPartition), quote(col), quote(schemaplan.ColRowID))
-		if _, err := c.c.ExecContext(ctx, ddl); err != nil {
+		if err := c.execOnce(ctx, ddl); err != nil {
 			return fmt.Errorf("ensure schema: create index %s: %w", name, err)
 		}
 	}
@@ -231,7 +231,7 @@ func rewriteRows(ctx context.Context, c *conn, k schemaplan.Kept) error {
 			q = fmt.Sprintf(sel, fmt.Sprintf("WHERE (%s, %s) > (?, ?)", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)))
 			args = []any{after.partition, after.rowID}
 		}
-		rows, err := c.c.QueryContext(ctx, q, args...)
+		rows, err := c.queryOnce(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
 		}
@@ -257,7 +257,7 @@ func rewriteRows(ctx context.Context, c *conn, k schemaplan.Kept) error {
 			if err != nil {
 				return err
 			}
-			if _, err := c.c.ExecContext(ctx, upd, payload, string(scopes), it.partition, it.rowID); err != nil {
+			if err := c.execOnce(ctx, upd, payload, string(scopes), it.partition, it.rowID); err != nil {
 				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
 			}
 		}

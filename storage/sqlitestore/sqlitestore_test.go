@@ -68,12 +68,12 @@ func TestPragmas(t *testing.T) {
 		}
 		check := func(c *conn) {
 			var mode string
-			if err := c.c.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if _, err := c.queryRow(ctx, "PRAGMA journal_mode", nil, &mode); err != nil || mode != "wal" {
 				t.Fatalf("journal_mode = %q, %v", mode, err)
 			}
 			for name, v := range want {
 				var got int64
-				if err := c.c.QueryRowContext(ctx, "PRAGMA "+name).Scan(&got); err != nil || got != v {
+				if _, err := c.queryRow(ctx, "PRAGMA "+name, nil, &got); err != nil || got != v {
 					t.Fatalf("%s = %d, %v; want %d", name, got, err, v)
 				}
 			}

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -27,8 +26,6 @@ var ErrClosed = errors.New("sqlitestore: store is closed")
 // Store is the SQLite implementation of storage.Store.
 type Store struct {
 	cfg        Config
-	writerDB   *sql.DB
-	readerDB   *sql.DB
 	requests   chan *writeReq // to the writer coordinator (writer.go)
 	writerDone chan struct{}  // closed when the coordinator has exited
 	writerConn *conn          // the writer connection, once the coordinator exited
@@ -42,75 +39,6 @@ type Store struct {
 }
 
 var _ storage.Store = (*Store)(nil)
-
-// conn is one pooled connection with its prepared-statement cache. A conn
-// is used by one goroutine at a time: whoever took it from its channel.
-type conn struct {
-	c     *sql.Conn
-	stmts map[string]*sql.Stmt
-}
-
-// Statements run under a context that is never cancelled: with a
-// cancellable one, the driver and database/sql each start a watcher
-// goroutine per statement, which costs more than most of our statements.
-// Cancellation is honoured between statements (and while waiting for a
-// connection) instead; every statement is short.
-var stmtCtx = context.Background()
-
-// stmt returns the prepared statement for q, preparing it on first use.
-func (c *conn) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if s, ok := c.stmts[q]; ok {
-		return s, nil
-	}
-	s, err := c.c.PrepareContext(stmtCtx, q)
-	if err != nil {
-		return nil, err
-	}
-	c.stmts[q] = s
-	return s, nil
-}
-
-func (c *conn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	s, err := c.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return s.ExecContext(stmtCtx, args...)
-}
-
-func (c *conn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	s, err := c.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return s.QueryContext(stmtCtx, args...)
-}
-
-// queryRow runs q and scans its first row into dest; ok=false when there
-// is no row.
-func (c *conn) queryRow(ctx context.Context, q string, args []any, dest ...any) (ok bool, err error) {
-	s, err := c.stmt(ctx, q)
-	if err != nil {
-		return false, err
-	}
-	err = s.QueryRowContext(stmtCtx, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-func (c *conn) close() error {
-	var errs []error
-	for _, s := range c.stmts {
-		errs = append(errs, s.Close())
-	}
-	errs = append(errs, c.c.Close())
-	return errors.Join(errs...)
-}
 
 // dsn builds the connection string. PRAGMAs go in the DSN so every
 // connection gets them; busy_timeout comes first so it covers the others.
@@ -163,36 +91,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 func (s *Store) open(ctx context.Context) error {
-	var err error
 	// The writer opens first so the WAL switch happens once, before any
 	// reader connects.
-	if s.writerDB, err = sql.Open("sqlite", dsn(s.cfg, false)); err != nil {
-		return fmt.Errorf("open sqlite: %w", err)
-	}
-	s.writerDB.SetMaxOpenConns(1)
-	w, err := s.writerDB.Conn(ctx)
+	wc, err := connect(ctx, dsn(s.cfg, false))
 	if err != nil {
 		return fmt.Errorf("open sqlite: %w", err)
 	}
-	wc := &conn{c: w, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx, wc); err != nil {
 		_ = wc.close()
 		return err
 	}
 	s.writerDone = make(chan struct{})
 	go s.runWriter(wc)
-
-	if s.readerDB, err = sql.Open("sqlite", dsn(s.cfg, true)); err != nil {
-		return fmt.Errorf("open sqlite readers: %w", err)
-	}
-	s.readerDB.SetMaxOpenConns(s.cfg.Readers)
-	s.readerDB.SetMaxIdleConns(s.cfg.Readers)
 	for range s.cfg.Readers {
-		r, err := s.readerDB.Conn(ctx)
+		rc, err := connect(ctx, dsn(s.cfg, true))
 		if err != nil {
-			return fmt.Errorf("open sqlite readers: %w", err)
+			return fmt.Errorf("open sqlite reader: %w", err)
 		}
-		s.readers <- &conn{c: r, stmts: map[string]*sql.Stmt{}}
+		s.readers <- rc
 		s.nReaders++
 	}
 	return nil
@@ -201,43 +117,49 @@ func (s *Store) open(ctx context.Context) error {
 // migrate applies the pending internal migrations in one IMMEDIATE
 // transaction, so two processes opening one file do not race.
 func (s *Store) migrate(ctx context.Context, c *conn) (err error) {
-	if _, err := c.c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if err := c.execOnce(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_, _ = c.c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			rollback(c)
 		}
 	}()
 	if err := applyMigrations(ctx, c, s.migrations); err != nil {
 		return err
 	}
-	if _, err := c.c.ExecContext(ctx, "COMMIT"); err != nil {
+	if err := c.execOnce(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	// Let the query planner know the data: analyze tables whose
+	// statistics are missing or stale (SQLite's advice for long-lived
+	// connections; Close runs it again).
+	if err := c.execOnce(ctx, "PRAGMA optimize=0x10002"); err != nil {
+		return fmt.Errorf("optimize: %w", err)
 	}
 	return nil
 }
 
 // applyMigrations runs inside a transaction the caller owns.
 func applyMigrations(ctx context.Context, c *conn, ms []migrate.Migration) error {
-	if _, err := c.c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS sync_migrations (
+	if err := c.execOnce(ctx, `CREATE TABLE IF NOT EXISTS sync_migrations (
 		version INTEGER NOT NULL PRIMARY KEY,
 		name    TEXT    NOT NULL
 	) STRICT`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	var current int
-	if err := c.c.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM sync_migrations").Scan(&current); err != nil {
+	if _, err := c.queryRow(ctx, "SELECT coalesce(max(version), 0) FROM sync_migrations", nil, &current); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, m := range ms {
 		if m.Version <= current {
 			continue
 		}
-		if _, err := c.c.ExecContext(ctx, m.SQL); err != nil {
+		if err := c.execOnce(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migrate %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := c.c.ExecContext(ctx, "INSERT INTO sync_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
+		if err := c.execOnce(ctx, "INSERT INTO sync_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
 			return fmt.Errorf("migrate %03d_%s: %w", m.Version, m.Name, err)
 		}
 	}
@@ -259,16 +181,10 @@ func (s *Store) Close() error {
 		var errs []error
 		if s.writerDone != nil {
 			<-s.writerDone
-			errs = append(errs, s.writerConn.close())
+			errs = append(errs, s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
 		}
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())
-		}
-		if s.readerDB != nil {
-			errs = append(errs, s.readerDB.Close())
-		}
-		if s.writerDB != nil {
-			errs = append(errs, s.writerDB.Close())
 		}
 		s.closeErr = errors.Join(errs...)
 	})

@@ -238,13 +238,14 @@ func testRowScanFilters(t *testing.T, e *env) {
 			t.Errorf("scan %s %v = %v, want %v", tc.table, tc.scopes, got, tc.want)
 		}
 	}
-	// Rows carry their stored scopes.
+	// Rows carry their version and payload.
 	check(t, s.ReadTx(ctx, func(tx storage.ReadTx) error {
 		rows, err := tx.RowScan(ctx, storage.ScanParams{Partition: p.ID, Table: "notes", Scopes: map[string][]string{"project": {"p2"}}, Limit: 10})
 		if err != nil {
 			return err
 		}
-		if len(rows) != 1 || !maps.Equal(rows[0].Scopes, map[string]string{"project": "p2", "archived": "true"}) || rows[0].ServerVersion != 1 {
+		want := rowWrite(t, notes, values{"id": 3, "project_id": "p2", "archived": true})
+		if len(rows) != 1 || rows[0].RowID != "3" || rows[0].ServerVersion != 1 || !bytes.Equal(rows[0].Payload, want.Payload) {
 			t.Fatalf("scan rows = %+v", rows)
 		}
 		return nil
