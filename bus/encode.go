@@ -67,20 +67,21 @@ func (e *encoder) appendCommit(dst []event, p Partition, logEpoch string, c stor
 	for _, table := range e.tables {
 		id := eventID(p.token, epoch, c.CommitSeq, table)
 		hid := []string{id}
-		h := nats.Header{
-			HeaderSpecVersion:     hvSpecVersion,
-			HeaderID:              hid,
-			HeaderType:            hvTypeCommit,
-			HeaderSource:          e.source,
-			HeaderTime:            hTime,
-			HeaderSubject:         {p.token + "/" + table},
-			HeaderContentType:     hvContentType,
-			HeaderPartition:       hTok,
-			HeaderLogEpoch:        hEpoch,
-			HeaderCommitSeq:       hSeq,
-			HeaderTable:           {table},
-			jetstream.MsgIDHeader: hid,
-		}
+		// Room for the relay's compare-and-set and batch headers too, so
+		// the map never grows.
+		h := make(nats.Header, 18)
+		h[HeaderSpecVersion] = hvSpecVersion
+		h[HeaderID] = hid
+		h[HeaderType] = hvTypeCommit
+		h[HeaderSource] = e.source
+		h[HeaderTime] = hTime
+		h[HeaderSubject] = []string{p.token + "/" + table}
+		h[HeaderContentType] = hvContentType
+		h[HeaderPartition] = hTok
+		h[HeaderLogEpoch] = hEpoch
+		h[HeaderCommitSeq] = hSeq
+		h[HeaderTable] = []string{table}
+		h[jetstream.MsgIDHeader] = hid
 		if p.Hashed() {
 			h[HeaderSyncPartition] = []string{p.escaped}
 		}

@@ -460,7 +460,10 @@ func (r *Relay) dispatch(ctx context.Context) {
 	var workers sync.WaitGroup
 	for range r.cfg.Workers {
 		workers.Go(func() {
-			w := &worker{enc: newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload)}
+			w := &worker{encs: [2]*encoder{
+				newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
+				newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
+			}}
 			for j := range jobs {
 				pos, err := r.relayPartition(ctx, w, j.st.id, j.pos)
 				results <- result{st: j.st, pos: pos, err: err}
@@ -599,10 +602,12 @@ func (h *retryHeap) Pop() any {
 	return st
 }
 
+// worker holds one relay goroutine's buffers: two encoders and event
+// buffers (the chunk being published and the one read ahead).
 type worker struct {
-	enc    *encoder
-	events []event
-	msgs   []*nats.Msg
+	encs [2]*encoder
+	bufs [2][]event
+	msgs []*nats.Msg
 }
 
 var (
@@ -616,8 +621,73 @@ var (
 	errUnregistered  = &ssp2.Error{Code: ssp2.CodeStoragePartitionUnregistered}
 )
 
+// chunk is one CommitRange read, encoded.
+type chunk struct {
+	after   int64
+	part    storage.Partition // read before the commits
+	again   storage.Partition // read after them
+	commits []storage.Commit
+	events  []event
+	err     error
+}
+
+// readChunk reads the commits after after and encodes them into events
+// (reusing its capacity). part, when non-nil, is the partition row already
+// read for this chunk. The events of commit after+1 up to and including
+// table skipThrough are left out (they are in the stream already).
+func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *storage.Partition, enc *encoder, events []event, skipThrough string) chunk {
+	ch := chunk{after: after, events: events[:0]}
+	if part != nil {
+		ch.part = *part
+	} else {
+		var err error
+		if ch.part, err = r.log.PartitionGet(ctx, p.id); err != nil {
+			ch.err = fmt.Errorf("read partition: %w", err)
+			return ch
+		}
+	}
+	commits, err := r.log.CommitRange(ctx, p.id, after, r.cfg.CommitsPerRead)
+	if err != nil {
+		ch.err = fmt.Errorf("read commits after %d: %w", after, err)
+		return ch
+	}
+	ch.commits = commits
+	if len(commits) == 0 {
+		return ch
+	}
+	// The commits belong to part.LogEpoch only if no rotation happened
+	// around the read.
+	if ch.again, err = r.log.PartitionGet(ctx, p.id); err != nil {
+		ch.err = fmt.Errorf("read partition: %w", err)
+		return ch
+	}
+	if ch.again.LogEpoch != ch.part.LogEpoch {
+		return ch
+	}
+	for _, c := range commits {
+		n := len(ch.events)
+		ch.events = enc.appendCommit(ch.events, p, ch.part.LogEpoch, c)
+		if c.CommitSeq == after+1 && skipThrough != "" {
+			// Drop the tables of a partly published commit that the
+			// stream already holds. (If the table is not in the commit
+			// at all, the stream holds something else for it: skip the
+			// whole commit.)
+			drop := len(ch.events)
+			for i := n; i < len(ch.events); i++ {
+				if tableOf(ch.events[i].msg) == skipThrough {
+					drop = i + 1
+					break
+				}
+			}
+			ch.events = append(ch.events[:n], ch.events[drop:]...)
+		}
+	}
+	return ch
+}
+
 // relayPartition publishes every commit of one partition that the stream
-// does not hold yet.
+// does not hold yet. With a backlog it reads and encodes the next chunk of
+// the log while the current one is being published.
 func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos position) (position, error) {
 	p, err := NewPartition(id)
 	if err != nil {
@@ -632,88 +702,95 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 	// duplicate; -1 when it was not.
 	dupTail := int64(-1)
 	noMsgID := false
+	// The read-ahead: at most one chunk in flight, in the other buffer.
+	var pending chan chunk
+	slot := 0
+	drain := func() {
+		if pending != nil {
+			<-pending
+			pending = nil
+		}
+	}
+	defer drain()
 	for {
 		if err := ctx.Err(); err != nil {
 			return pos, err
 		}
-		part, err := r.log.PartitionGet(ctx, id)
-		if errors.Is(err, errUnregistered) {
-			return pos, fmt.Errorf("%w: %w", errPermanent, err)
-		}
-		if err != nil {
-			return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
-		}
-		epoch := escapeEpoch(part.LogEpoch)
-		if !pos.synced {
-			if pos, err = r.readLast(ctx, filter); err != nil {
-				if errors.Is(err, errStreamMissing) {
-					err = r.recreateStreams(ctx, err)
-				}
-				return pos, err
+		var ch chunk
+		if pending != nil {
+			ch = <-pending
+			pending = nil
+			slot ^= 1
+			w.bufs[slot] = ch.events
+			usable := ch.err == nil && pos.synced && cursor == ch.after && len(ch.commits) > 0 &&
+				ch.again.LogEpoch == ch.part.LogEpoch && escapeEpoch(ch.part.LogEpoch) == pos.epoch
+			if !usable {
+				ch = chunk{}
 			}
-			if dupTail >= 0 && int64(pos.lastStreamSeq) == dupTail && !noMsgID {
-				// Refused as duplicates, yet the stream does not hold
-				// them: it was purged, and its deduplication window
-				// still remembers the ids. The compare-and-set alone
-				// keeps the republish exactly-once.
-				r.logger.Info("relay: stream purged within its duplicate window; republishing without Nats-Msg-Id", "partition", p.id)
-				noMsgID = true
+		}
+		if ch.commits == nil {
+			part, err := r.log.PartitionGet(ctx, id)
+			if errors.Is(err, errUnregistered) {
+				return pos, fmt.Errorf("%w: %w", errPermanent, err)
 			}
-			dupTail = -1
-		}
-		after, skipThrough := r.resumePoint(p, part, epoch, pos)
-		if cursor > after {
-			after, skipThrough = cursor, ""
-		}
-		if after >= part.MaxCommitSeq {
-			return pos, nil
-		}
-		commits, err := r.log.CommitRange(ctx, id, after, r.cfg.CommitsPerRead)
-		if err != nil {
-			return pos, fmt.Errorf("relay %s: read commits after %d: %w", p.token, after, err)
-		}
-		if len(commits) == 0 {
-			return pos, nil // pruned meanwhile; the next run starts at the horizon
-		}
-		// The commits belong to part.LogEpoch only if no rotation
-		// happened around the read.
-		again, err := r.log.PartitionGet(ctx, id)
-		if err != nil {
-			return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
-		}
-		if again.LogEpoch != part.LogEpoch {
-			cursor = -1
-			continue
-		}
-
-		w.events = w.events[:0]
-		for _, c := range commits {
-			n := len(w.events)
-			w.events = w.enc.appendCommit(w.events, p, part.LogEpoch, c)
-			if c.CommitSeq == after+1 && skipThrough != "" {
-				// Drop the tables of a partly published commit that the
-				// stream already holds.
-				// (If the table is not in the commit at all, the stream
-				// holds something else for it: skip the whole commit.)
-				drop := len(w.events)
-				for i := n; i < len(w.events); i++ {
-					if tableOf(w.events[i].msg) == skipThrough {
-						drop = i + 1
-						break
+			if err != nil {
+				return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
+			}
+			if !pos.synced {
+				if pos, err = r.readLast(ctx, filter); err != nil {
+					if errors.Is(err, errStreamMissing) {
+						err = r.recreateStreams(ctx, err)
 					}
+					return pos, err
 				}
-				w.events = append(w.events[:n], w.events[drop:]...)
+				if dupTail >= 0 && int64(pos.lastStreamSeq) == dupTail && !noMsgID {
+					// Refused as duplicates, yet the stream does not
+					// hold them: it was purged, and its deduplication
+					// window still remembers the ids. The
+					// compare-and-set alone keeps the republish
+					// exactly-once.
+					r.logger.Info("relay: stream purged within its duplicate window; republishing without Nats-Msg-Id", "partition", p.id)
+					noMsgID = true
+				}
+				dupTail = -1
 			}
+			after, skipThrough := r.resumePoint(p, part, escapeEpoch(part.LogEpoch), pos)
+			if cursor > after {
+				after, skipThrough = cursor, ""
+			}
+			if after >= part.MaxCommitSeq {
+				return pos, nil
+			}
+			ch = r.readChunk(ctx, p, after, &part, w.encs[slot], w.bufs[slot], skipThrough)
+			w.bufs[slot] = ch.events
+			if ch.err != nil {
+				return pos, fmt.Errorf("relay %s: %w", p.token, ch.err)
+			}
+			if len(ch.commits) == 0 {
+				return pos, nil // pruned meanwhile; the next run starts at the horizon
+			}
+			if ch.again.LogEpoch != ch.part.LogEpoch {
+				cursor = -1
+				continue
+			}
+		}
+		last := ch.commits[len(ch.commits)-1].CommitSeq
+		if len(ch.commits) == r.cfg.CommitsPerRead && last < ch.again.MaxCommitSeq {
+			next := make(chan chunk, 1)
+			enc, buf := w.encs[slot^1], w.bufs[slot^1]
+			go func() { next <- r.readChunk(ctx, p, last, nil, enc, buf, "") }()
+			pending = next
 		}
 		if noMsgID {
-			for _, ev := range w.events {
+			for _, ev := range ch.events {
 				ev.msg.Header.Del(jetstream.MsgIDHeader)
 			}
 		}
 		tail := pos.lastStreamSeq
-		pos, err = r.publish(ctx, w, filter, epoch, pos)
+		pos, err = r.publish(ctx, w, ch.events, filter, escapeEpoch(ch.part.LogEpoch), pos)
 		switch {
 		case errors.Is(err, errConflict):
+			drain()
 			if errors.Is(err, errDuplicate) {
 				dupTail = int64(tail)
 			}
@@ -733,8 +810,8 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 		case err != nil:
 			return pos, fmt.Errorf("relay %s: %w", p.token, err)
 		}
-		cursor = commits[len(commits)-1].CommitSeq
-		if cursor >= again.MaxCommitSeq {
+		cursor = last
+		if cursor >= ch.again.MaxCommitSeq && pending == nil {
 			// Caught up with what the log held when read; commits after
 			// that come with their own notification.
 			return pos, nil
@@ -776,8 +853,7 @@ func (r *Relay) resumePoint(p Partition, part storage.Partition, epoch string, p
 // publish sends w.events in atomic batches (whole commits, at most
 // BatchMessages messages each) or one by one, each batch compare-and-set
 // on the partition's last stream sequence.
-func (r *Relay) publish(ctx context.Context, w *worker, filter, epoch string, pos position) (position, error) {
-	events := w.events
+func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, epoch string, pos position) (position, error) {
 	for len(events) > 0 {
 		n := 1
 		if !r.single.Load() && r.cfg.BatchMessages > 1 {
