@@ -36,18 +36,29 @@ var notesMeta = []string{
 
 // notesValues returns n realistic rows of the notes table: NULLs in every
 // nullable column now and then, mixed ASCII and non-ASCII text, small JSON
-// documents, short binary blobs.
+// documents, short binary blobs. Values and their bytes sit in two
+// contiguous arenas, as rows read from a page or a response would.
 func notesValues(n int) [][]Value {
+	type span struct{ off, end int }
+	var arena []byte
+	add := func(b []byte) span {
+		off := len(arena)
+		arena = append(arena, b...)
+		return span{off, len(arena)}
+	}
+	spans := make([][8]span, n)
+	vals := make([]Value, n*len(notesColumns))
 	rows := make([][]Value, n)
 	for i := range rows {
-		r := make([]Value, len(notesColumns))
-		r[0] = Value{Bytes: []byte("n-" + strconv.Itoa(100000+i))}
+		r := vals[i*len(notesColumns) : (i+1)*len(notesColumns) : (i+1)*len(notesColumns)]
+		sp := &spans[i]
+		sp[0] = add([]byte("n-" + strconv.Itoa(100000+i)))
 		if i%7 == 3 {
 			r[1] = Value{Null: true}
 		} else {
-			r[1] = Value{Bytes: []byte(fmt.Sprintf("Note %d — weekly planning", i))}
+			sp[1] = add(fmt.Appendf(nil, "Note %d — weekly planning", i))
 		}
-		r[2] = Value{Bytes: []byte(notesBodies[i%len(notesBodies)])}
+		sp[2] = add([]byte(notesBodies[i%len(notesBodies)]))
 		if i%5 == 0 {
 			r[3] = Value{Null: true}
 		} else {
@@ -58,29 +69,47 @@ func notesValues(n int) [][]Value {
 		if i%3 == 0 {
 			r[6] = Value{Null: true}
 		} else {
-			r[6] = Value{Bytes: []byte(notesMeta[i%len(notesMeta)])}
+			sp[6] = add([]byte(notesMeta[i%len(notesMeta)]))
 		}
 		if i%4 == 0 {
-			r[7] = Value{Bytes: []byte{byte(i), 1, 2, 3, 0xfe, 0xff, byte(i >> 8), 42, 7, 9, 11, 13, 17, 19, 23, 29}}
+			sp[7] = add([]byte{byte(i), 1, 2, 3, 0xfe, 0xff, byte(i >> 8), 42, 7, 9, 11, 13, 17, 19, 23, 29})
 		} else {
 			r[7] = Value{Null: true}
 		}
 		rows[i] = r
 	}
+	for i, r := range rows {
+		for _, c := range []int{0, 1, 2, 6, 7} {
+			if !r[c].Null {
+				sp := spans[i][c]
+				r[c] = Value{Bytes: arena[sp.off:sp.end:sp.end]}
+			}
+		}
+	}
 	return rows
 }
 
+// notesRows encodes notesValues(n) into one contiguous buffer and returns
+// each row as a slice of it.
 func notesRows(tb testing.TB, n int) (*RowCodec, [][]byte) {
 	tb.Helper()
 	codec, err := NewRowCodec(notesColumns)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rows := make([][]byte, n)
+	var buf []byte
+	ends := make([]int, n)
 	for i, v := range notesValues(n) {
-		if rows[i], err = codec.AppendRow(nil, v); err != nil {
+		if buf, err = codec.AppendRow(buf, v); err != nil {
 			tb.Fatal(err)
 		}
+		ends[i] = len(buf)
+	}
+	rows := make([][]byte, n)
+	start := 0
+	for i, end := range ends {
+		rows[i] = buf[start:end:end]
+		start = end
 	}
 	return codec, rows
 }
@@ -165,9 +194,12 @@ func BenchmarkSegmentEncode(b *testing.B) {
 			b.SetBytes(int64(len(notesSegment(b, n))))
 			b.ReportAllocs()
 			b.ResetTimer()
+			w, err := NewSegmentWriter(io.Discard, h)
+			if err != nil {
+				b.Fatal(err)
+			}
 			for range b.N {
-				w, err := NewSegmentWriter(io.Discard, h)
-				if err != nil {
+				if err := w.Reset(io.Discard, h); err != nil {
 					b.Fatal(err)
 				}
 				for i, v := range vals {
@@ -193,15 +225,16 @@ func BenchmarkSegmentDecode(b *testing.B) {
 			b.SetBytes(int64(len(seg)))
 			b.ReportAllocs()
 			b.ResetTimer()
+			r := &SegmentReader{}
 			for range b.N {
 				rd.Reset(seg)
-				r, err := NewSegmentReader(&rd)
-				if err != nil {
+				if err := r.Reset(&rd); err != nil {
 					b.Fatal(err)
 				}
 				rows := 0
 				for r.NextBlock() {
 					for r.Next() {
+						var err error
 						if vals, err = r.Values(vals); err != nil {
 							b.Fatal(err)
 						}

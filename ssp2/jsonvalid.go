@@ -31,38 +31,59 @@ func skipJSONSpace(b []byte, i int) int {
 
 // scanJSONValue scans one value starting at b[i] (no leading whitespace) and
 // returns the index just past it, or -1. It is one flat state machine (the
-// labels are its states) with nesting kept on an explicit bit stack, 1 for
-// an object, so hostile depth costs neither stack nor time beyond one pass.
+// labels are its states, string scanning included, so the hot path makes
+// no calls). Nesting lives on a bit stack, 1 for an object: a register for
+// the first 64 levels and a slice beyond, so hostile depth costs neither
+// call stack nor more than one pass.
 func scanJSONValue(b []byte, i int) int {
-	var small [4]uint64
-	stack := small[:]
-	depth := 0
-	var c byte
-	var inObject bool
+	var (
+		stack uint64   // levels 1–64
+		deep  []uint64 // levels 65 and up
+		depth int
+		c     byte
+		isKey bool
+	)
 
 value: // a value starts at b[i]
 	if i >= len(b) {
 		return -1
 	}
-	switch c = b[i]; c {
-	case '"':
-		if i = scanJSONString(b, i); i < 0 {
-			return -1
+	c = b[i]
+	switch jsonValueStart[c] {
+	case vsString:
+		isKey = false
+		goto str
+	case vsDigit:
+		// Integers are the common number: scan them here and leave
+		// fractions and exponents to scanJSONNumber.
+		if c != '0' {
+			start := i
+			for i++; i < len(b) && b[i]-'0' <= 9; i++ {
+			}
+			if i >= len(b) || (b[i] != '.' && b[i]|0x20 != 'e') {
+				goto after
+			}
+			i = start
 		}
-	case '{', '[':
+		i = scanJSONNumber(b, i)
+	case vsContainer:
 		depth++
 		if depth > maxJSONDepth {
 			return -1
 		}
-		if w := (depth - 1) >> 6; w >= len(stack) {
-			stack = append(stack, 0)
-		}
-		if c == '{' {
-			stack[(depth-1)>>6] |= 1 << ((depth - 1) & 63)
+		if depth <= 64 {
+			stack = stack&^(1<<(depth-1)) | uint64(c&^'[')>>5<<(depth-1) // '{'&^'[' == 0x20
 		} else {
-			stack[(depth-1)>>6] &^= 1 << ((depth - 1) & 63)
+			d := depth - 65
+			if d>>6 >= len(deep) {
+				deep = append(deep, 0)
+			}
+			deep[d>>6] = deep[d>>6]&^(1<<(d&63)) | uint64(c&^'[')>>5<<(d&63)
 		}
-		i = skipJSONSpace(b, i+1)
+		i++
+		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+			i++
+		}
 		if i < len(b) && b[i] == c+2 { // '{'+2 == '}', '['+2 == ']'
 			i++
 			depth--
@@ -72,52 +93,53 @@ value: // a value starts at b[i]
 			goto key
 		}
 		goto value
-	case 't':
-		if i = scanJSONLiteral(b, i, "true"); i < 0 {
-			return -1
-		}
-	case 'f':
-		if i = scanJSONLiteral(b, i, "false"); i < 0 {
-			return -1
-		}
-	case 'n':
-		if i = scanJSONLiteral(b, i, "null"); i < 0 {
-			return -1
-		}
+	case vsTrue:
+		i = scanJSONLiteral(b, i, "true")
+	case vsFalse:
+		i = scanJSONLiteral(b, i, "false")
+	case vsNull:
+		i = scanJSONLiteral(b, i, "null")
+	case vsMinus:
+		i = scanJSONNumber(b, i)
 	default:
-		if i = scanJSONNumber(b, i); i < 0 {
-			return -1
-		}
+		return -1
+	}
+	if i < 0 {
+		return -1
 	}
 
 after: // a value ended at b[i]
 	if depth == 0 {
 		return i
 	}
-	i = skipJSONSpace(b, i)
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
 	if i >= len(b) {
 		return -1
 	}
-	inObject = stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
-	switch b[i] {
+	c = b[i]
+	i++
+	switch c {
 	case ',':
-		i = skipJSONSpace(b, i+1)
-		if inObject {
+		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+			i++
+		}
+		if inObject(stack, deep, depth) {
 			goto key
 		}
 		goto value
 	case '}':
-		if !inObject {
+		if !inObject(stack, deep, depth) {
 			return -1
 		}
 	case ']':
-		if inObject {
+		if inObject(stack, deep, depth) {
 			return -1
 		}
 	default:
 		return -1
 	}
-	i++
 	depth--
 	goto after
 
@@ -125,15 +147,108 @@ key: // a member name starts at b[i]
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	if i = scanJSONString(b, i); i < 0 {
-		return -1
+	isKey = true
+
+str: // a string token starts at b[i] == '"'
+	i++
+	for {
+		// Eight bytes at a time; the lowest flagged lane is a true stop.
+		// Near the end the last eight bytes are loaded and shifted so lane
+		// 0 is b[i]; the lanes shifted in are zero, which flags them as
+		// controls, so a string without its closing quote lands on
+		// len(b) and fails below.
+		if i+8 <= len(b) {
+			m := stringStops(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else if len(b) >= 8 {
+			x := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (uint(i-(len(b)-8)) * 8)
+			i += bits.TrailingZeros64(stringStops(x)) >> 3
+		}
+		if i >= len(b) {
+			return -1
+		}
+		c = b[i]
+		if c == '"' {
+			i++
+			break
+		}
+		switch {
+		case c == '\\':
+			if i+1 >= len(b) {
+				return -1
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return -1
+				}
+				i += 6
+			default:
+				return -1
+			}
+		case c < 0x20:
+			return -1
+		case c < utf8.RuneSelf: // a false-positive lane
+			i++
+		default:
+			n := utf8Seq(b, i)
+			if n == 0 {
+				return -1
+			}
+			i += n
+		}
 	}
-	i = skipJSONSpace(b, i)
+	if !isKey {
+		goto after
+	}
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
 	if i >= len(b) || b[i] != ':' {
 		return -1
 	}
-	i = skipJSONSpace(b, i+1)
+	i++
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
 	goto value
+}
+
+// Value-start classes, indexed by the first byte of a value.
+const (
+	vsInvalid = iota
+	vsString
+	vsDigit
+	vsContainer
+	vsTrue
+	vsFalse
+	vsNull
+	vsMinus
+)
+
+var jsonValueStart = func() (t [256]uint8) {
+	t['"'] = vsString
+	for c := '0'; c <= '9'; c++ {
+		t[c] = vsDigit
+	}
+	t['{'], t['['] = vsContainer, vsContainer
+	t['t'], t['f'], t['n'], t['-'] = vsTrue, vsFalse, vsNull, vsMinus
+	return t
+}()
+
+// inObject reports whether nesting level depth (≥ 1) is an object.
+func inObject(stack uint64, deep []uint64, depth int) bool {
+	if depth <= 64 {
+		return stack>>(depth-1)&1 != 0
+	}
+	d := depth - 65
+	return deep[d>>6]>>(d&63)&1 != 0
 }
 
 // Word-at-a-time helpers (SWAR): a uint64 holds eight input bytes and
@@ -209,33 +324,45 @@ func scanJSONString(b []byte, i int) int {
 // checked in place, returning to the fast path after each one (utf8.Valid
 // goes bytewise for the rest of the input after its first one).
 func validUTF8(b []byte) bool {
-	i := 0
-	for i < len(b) {
-		for i+16 <= len(b) && (binary.LittleEndian.Uint64(b[i:])|binary.LittleEndian.Uint64(b[i+8:]))&msbs == 0 {
-			i += 16
+	p := b
+	for {
+		// Written over a shrinking slice rather than an index so the
+		// compiler can drop the bounds checks of the word loads.
+		for len(p) >= 16 && (binary.LittleEndian.Uint64(p)|binary.LittleEndian.Uint64(p[8:]))&msbs == 0 {
+			p = p[16:]
 		}
-		if i+8 <= len(b) {
-			m := binary.LittleEndian.Uint64(b[i:]) & msbs
+		if len(p) >= 8 {
+			m := binary.LittleEndian.Uint64(p) & msbs
 			if m == 0 {
-				i += 8
+				p = p[8:]
 				continue
 			}
-			i += bits.TrailingZeros64(m) >> 3
+			p = p[bits.TrailingZeros64(m)>>3:]
 		} else {
-			for i < len(b) && b[i] < utf8.RuneSelf {
-				i++
+			// Fewer than eight bytes left: test the last eight of b
+			// (overlapping bytes already checked) in one step if it has them.
+			if len(b) >= 8 {
+				m := binary.LittleEndian.Uint64(b[len(b)-8:]) & msbs
+				if m == 0 {
+					return true
+				}
+				if j := bits.TrailingZeros64(m)>>3 - (8 - len(p)); j > 0 {
+					p = p[j:]
+				}
 			}
-			if i == len(b) {
+			for len(p) > 0 && p[0] < utf8.RuneSelf {
+				p = p[1:]
+			}
+			if len(p) == 0 {
 				return true
 			}
 		}
-		n := utf8Seq(b, i)
+		n := utf8Seq(p, 0)
 		if n == 0 {
 			return false
 		}
-		i += n
+		p = p[n:]
 	}
-	return true
 }
 
 // utf8Seq returns the length of the well-formed multi-byte UTF-8 sequence

@@ -346,3 +346,38 @@ func TestControlMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestValidJSONDepth(t *testing.T) {
+	nest := func(depth int, mixed bool) []byte {
+		var open, close strings.Builder
+		for i := range depth {
+			if mixed && i%3 == 1 {
+				open.WriteString(`{"k":`)
+				close.WriteString(`}`)
+			} else {
+				open.WriteString(`[`)
+				close.WriteString(`]`)
+			}
+		}
+		s := open.String() + "1"
+		c := []byte(close.String())
+		slices.Reverse(c)
+		return append([]byte(s), c...)
+	}
+	for _, d := range []int{1, 63, 64, 65, 66, 127, 128, 129, 500, 9999, 10000, 10001, 12000} {
+		for _, mixed := range []bool{false, true} {
+			b := nest(d, mixed)
+			if got, want := validJSON(b), json.Valid(b); got != want {
+				t.Errorf("depth %d mixed %v: validJSON %v, encoding/json %v", d, mixed, got, want)
+			}
+			// A wrong closer deep inside must be caught.
+			bad := bytes.Clone(b)
+			if k := bytes.LastIndexAny(bad, "]}"); k > 0 && d > 1 {
+				bad[k-d/2] ^= '[' ^ '{' // swap ] and } somewhere in the closing run
+				if got, want := validJSON(bad), json.Valid(bad); got != want {
+					t.Errorf("depth %d mixed %v corrupted: validJSON %v, encoding/json %v", d, mixed, got, want)
+				}
+			}
+		}
+	}
+}

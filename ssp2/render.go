@@ -273,7 +273,7 @@ func RenderSegment(b []byte) ([]byte, error) {
 		if len(vals) < len(h.Columns) {
 			vals = make([]Value, len(h.Columns))
 		}
-		codec.scan(row, vals, 0, false)
+		codec.decodeTrusted(row, vals)
 		j.open('{')
 		j.key("serverVersion")
 		j.int(sv)

@@ -79,51 +79,60 @@ func (c *RowCodec) AppendRow(dst []byte, row []Value) ([]byte, error) {
 }
 
 func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
-	if len(row) != len(c.cols) {
-		return dst, encodeError(opRow, "row has %d values for %d columns", len(row), len(c.cols))
+	if len(row) != len(c.types) {
+		return dst, encodeError(opRow, "row has %d values for %d columns", len(row), len(c.types))
 	}
 	start := len(dst)
 	dst = append(dst, make([]byte, c.bitmapLen)...)
 	bitmap := dst[start:]
 	for i := range row {
 		if row[i].Null {
-			if !c.cols[i].Nullable {
-				return dst[:start], encodeError(opRow, "column %q is not nullable", c.cols[i].Name)
-			}
 			bitmap[i>>3] |= 1 << (i & 7)
 		}
 	}
-	for i := range row {
+	for i := range bitmap {
+		if bitmap[i]&^c.nullMask[i] != 0 {
+			col := i<<3 + trailingZeros8(bitmap[i]&^c.nullMask[i])
+			return dst[:start], encodeError(opRow, "column %q is not nullable", c.cols[col].Name)
+		}
+	}
+	for i, t := range c.types {
 		v := &row[i]
 		if v.Null {
 			continue
 		}
-		switch c.cols[i].Type {
+		switch t {
 		case TypeInteger:
 			if !safeInt(v.Int) {
 				return dst[:start], encodeError(opRow, "column %q: integer %d outside ±(2^53−1)", c.cols[i].Name, v.Int)
 			}
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Int))
+			continue
 		case TypeFloat:
 			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float))
+			continue
 		case TypeBoolean:
 			dst = appendBool(dst, v.Bool)
-		case TypeBytes, TypeCrdt:
-			if uint64(len(v.Bytes)) > math.MaxUint32 {
-				return dst[:start], encodeError(opRow, "column %q: %d bytes exceed the u32 length", c.cols[i].Name, len(v.Bytes))
+			continue
+		case TypeString:
+			if !validUTF8(v.Bytes) {
+				return dst[:start], encodeError(opRow, "column %q: not valid UTF-8", c.cols[i].Name)
 			}
-			dst = appendU32(dst, uint32(len(v.Bytes)))
-			dst = append(dst, v.Bytes...)
-		default: // string, json, blob_ref
-			if msg := checkText(c.cols[i].Type, v.Bytes); msg != "" {
+		case TypeJSON:
+			if !validJSON(v.Bytes) {
+				return dst[:start], encodeError(opRow, "column %q: json value is not a JSON document", c.cols[i].Name)
+			}
+		case TypeBlobRef:
+			if msg := checkText(t, v.Bytes); msg != "" {
 				return dst[:start], encodeError(opRow, "column %q: %s", c.cols[i].Name, msg)
 			}
-			if uint64(len(v.Bytes)) > math.MaxUint32 {
-				return dst[:start], encodeError(opRow, "column %q: %d bytes exceed the u32 length", c.cols[i].Name, len(v.Bytes))
-			}
-			dst = appendU32(dst, uint32(len(v.Bytes)))
-			dst = append(dst, v.Bytes...)
 		}
+		// Length-prefixed kinds: string, json, blob_ref, bytes, crdt.
+		if uint64(len(v.Bytes)) > math.MaxUint32 {
+			return dst[:start], encodeError(opRow, "column %q: %d bytes exceed the u32 length", c.cols[i].Name, len(v.Bytes))
+		}
+		dst = appendU32(dst, uint32(len(v.Bytes)))
+		dst = append(dst, v.Bytes...)
 	}
 	return dst, nil
 }
@@ -152,13 +161,13 @@ func checkText(t ColumnType, b []byte) string {
 // so with enough capacity in dst the call does not allocate. Failures are
 // *Error with code sync.invalid_request.
 func (c *RowCodec) DecodeRow(src []byte, dst []Value) ([]Value, error) {
-	if cap(dst) < len(c.cols) {
-		dst = make([]Value, len(c.cols))
+	if cap(dst) < len(c.types) {
+		dst = make([]Value, len(c.types))
 	}
-	dst = dst[:len(c.cols)]
-	n, err := c.scan(src, dst, 0, true)
-	if err != nil {
-		return dst[:0], err
+	dst = dst[:len(c.types)]
+	n, f := c.decode(src, dst)
+	if f.kind != faultNone {
+		return dst[:0], c.faultError(f, src, 0)
 	}
 	if n != len(src) {
 		return dst[:0], decodeError(opRow, n, "%d trailing bytes after the row", len(src)-n)
@@ -168,103 +177,202 @@ func (c *RowCodec) DecodeRow(src []byte, dst []Value) ([]Value, error) {
 
 // ValidateRow checks that src is exactly one valid row.
 func (c *RowCodec) ValidateRow(src []byte) error {
-	n, err := c.scan(src, nil, 0, true)
-	if err != nil {
-		return err
+	var small [16]Value
+	scratch := small[:]
+	if len(c.types) > len(small) {
+		scratch = make([]Value, len(c.types))
 	}
-	if n != len(src) {
-		return decodeError(opRow, n, "%d trailing bytes after the row", len(src)-n)
+	if err := c.validateRow(src, scratch, 0); err != nil {
+		return err
 	}
 	return nil
 }
 
-// scan reads one row at the start of src and returns its length. With
-// vals non-nil it fills one Value per column; with validate false it skips
-// the content checks (UTF-8, JSON, BlobRef, safe integers, bool bytes) of a
-// row already validated, but never the bounds checks. base is the absolute
-// offset of src[0], for error messages.
-func (c *RowCodec) scan(src []byte, vals []Value, base int, validate bool) (int, *Error) {
-	if len(src) < c.bitmapLen {
-		return 0, decodeError(opRow, base, "truncated row: null bitmap needs %d bytes, have %d", c.bitmapLen, len(src))
+// validateRow is ValidateRow with caller-provided scratch values and the
+// absolute offset of src for messages.
+func (c *RowCodec) validateRow(src []byte, scratch []Value, base int) *Error {
+	n, f := c.decode(src, scratch)
+	if f.kind != faultNone {
+		return c.faultError(f, src, base)
 	}
-	bitmap := src[:c.bitmapLen]
-	for i, b := range bitmap {
-		if bad := b &^ c.nullMask[i]; bad != 0 {
-			if i == c.bitmapLen-1 && bad&c.padMask != 0 {
-				return 0, decodeError(opRow, base+i, "null bitmap padding bit set (0x%02x)", b)
-			}
-			col := i<<3 + trailingZeros8(bad)
-			return 0, decodeError(opRow, base+i, "null bit set for non-nullable column %q", c.cols[col].Name)
+	if n != len(src) {
+		return decodeError(opRow, base+n, "%d trailing bytes after the row", len(src)-n)
+	}
+	return nil
+}
+
+// rowFault says why decode stopped: a fault kind, the column (or bitmap
+// byte) and the offset within the row. Faults become messages only in
+// faultError, which keeps the decode loop small enough to stay in
+// registers.
+type rowFault struct{ kind, col, off int }
+
+const (
+	faultNone = iota
+	faultTruncated
+	faultBitmap
+	faultInteger
+	faultBool
+	faultLength
+	faultText
+)
+
+// decode validates one row at the start of src and decodes it into vals,
+// which must hold at least one Value per column (a caller that only
+// validates passes scratch). It returns the row's length.
+func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
+	types := c.types
+	vals = vals[:len(types)]
+	if len(src) < c.bitmapLen {
+		return 0, rowFault{faultTruncated, -1, 0}
+	}
+	for i, b := range src[:c.bitmapLen] {
+		if b&^c.nullMask[i] != 0 {
+			return 0, rowFault{faultBitmap, i, i}
 		}
 	}
-	off := c.bitmapLen
-	for i, t := range c.types {
-		if bitmap[i>>3]&(1<<(i&7)) != 0 {
-			if vals != nil {
-				vals[i] = Value{Null: true}
-			}
+	p := src[c.bitmapLen:]
+	var nulls uint64
+	for i, t := range types {
+		if i&63 == 0 {
+			nulls = loadBits(src[i>>3 : c.bitmapLen])
+		}
+		null := nulls&1 != 0
+		nulls >>= 1
+		if null {
+			vals[i] = Value{Null: true}
 			continue
 		}
 		switch t {
 		case TypeInteger:
-			if len(src)-off < 8 {
-				return 0, truncatedValue(c.cols[i], base+off, 8, len(src)-off)
+			if len(p) < 8 {
+				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
 			}
-			v := int64(binary.LittleEndian.Uint64(src[off:]))
-			if validate && !safeInt(v) {
-				return 0, decodeError(opRow, base+off, "column %q: integer %d outside ±(2^53−1)", c.cols[i].Name, v)
+			v := int64(binary.LittleEndian.Uint64(p))
+			if !safeInt(v) {
+				return 0, rowFault{faultInteger, i, len(src) - len(p)}
 			}
-			if vals != nil {
-				vals[i] = Value{Int: v}
-			}
-			off += 8
+			vals[i] = Value{Int: v}
+			p = p[8:]
 		case TypeFloat:
-			if len(src)-off < 8 {
-				return 0, truncatedValue(c.cols[i], base+off, 8, len(src)-off)
+			if len(p) < 8 {
+				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
 			}
-			if vals != nil {
-				vals[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(src[off:]))}
-			}
-			off += 8
+			vals[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(p))}
+			p = p[8:]
 		case TypeBoolean:
-			if len(src)-off < 1 {
-				return 0, truncatedValue(c.cols[i], base+off, 1, 0)
+			if len(p) < 1 {
+				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
 			}
-			b := src[off]
-			if validate && b > 1 {
-				return 0, decodeError(opRow, base+off, "column %q: bool byte 0x%02x is not 0x00 or 0x01", c.cols[i].Name, b)
+			if p[0] > 1 {
+				return 0, rowFault{faultBool, i, len(src) - len(p)}
 			}
-			if vals != nil {
-				vals[i] = Value{Bool: b == 1}
-			}
-			off++
+			vals[i] = Value{Bool: p[0] == 1}
+			p = p[1:]
 		default: // length-prefixed: string, json, bytes, blob_ref, crdt
-			if len(src)-off < 4 {
-				return 0, truncatedValue(c.cols[i], base+off, 4, len(src)-off)
+			if len(p) < 4 {
+				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
 			}
-			n := binary.LittleEndian.Uint32(src[off:])
-			off += 4
-			if uint64(n) > uint64(len(src)-off) {
-				return 0, decodeError(opRow, base+off-4, "column %q: length %d exceeds the remaining %d bytes", c.cols[i].Name, n, len(src)-off)
+			n := uint64(binary.LittleEndian.Uint32(p))
+			if n > uint64(len(p)-4) {
+				return 0, rowFault{faultLength, i, len(src) - len(p)}
 			}
-			end := off + int(n)
-			v := src[off:end:end]
-			if validate && t != TypeBytes && t != TypeCrdt {
-				if msg := checkText(t, v); msg != "" {
-					return 0, decodeError(opRow, base+off, "column %q: %s", c.cols[i].Name, msg)
+			v := p[4 : 4+n : 4+n]
+			switch t {
+			case TypeString:
+				if !validUTF8(v) {
+					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
+				}
+			case TypeJSON:
+				if !validJSON(v) {
+					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
+				}
+			case TypeBlobRef:
+				if checkText(t, v) != "" {
+					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
 				}
 			}
-			if vals != nil {
-				vals[i] = Value{Bytes: v}
-			}
-			off = end
+			vals[i] = Value{Bytes: v}
+			p = p[4+n:]
 		}
 	}
-	return off, nil
+	return len(src) - len(p), rowFault{}
 }
 
-func truncatedValue(col Column, off, need, have int) *Error {
-	return decodeError(opRow, off, "truncated row: column %q needs %d bytes, have %d", col.Name, need, have)
+// decodeTrusted extracts the values of a row that decode already accepted
+// (a validated segment block), skipping every content check.
+func (c *RowCodec) decodeTrusted(src []byte, vals []Value) int {
+	types := c.types
+	vals = vals[:len(types)]
+	p := src[c.bitmapLen:]
+	var nulls uint64
+	for i, t := range types {
+		if i&63 == 0 {
+			nulls = loadBits(src[i>>3 : c.bitmapLen])
+		}
+		null := nulls&1 != 0
+		nulls >>= 1
+		if null {
+			vals[i] = Value{Null: true}
+			continue
+		}
+		switch t {
+		case TypeInteger:
+			vals[i] = Value{Int: int64(binary.LittleEndian.Uint64(p))}
+			p = p[8:]
+		case TypeFloat:
+			vals[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(p))}
+			p = p[8:]
+		case TypeBoolean:
+			vals[i] = Value{Bool: p[0] == 1}
+			p = p[1:]
+		default:
+			n := uint64(binary.LittleEndian.Uint32(p))
+			vals[i] = Value{Bytes: p[4 : 4+n : 4+n]}
+			p = p[4+n:]
+		}
+	}
+	return len(src) - len(p)
+}
+
+// loadBits reads up to eight bitmap bytes as a little-endian word.
+func loadBits(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.LittleEndian.Uint64(b)
+	}
+	var x uint64
+	for k := len(b) - 1; k >= 0; k-- {
+		x = x<<8 | uint64(b[k])
+	}
+	return x
+}
+
+// faultError turns a decode fault into its *Error; base is the absolute
+// offset of src[0].
+func (c *RowCodec) faultError(f rowFault, src []byte, base int) *Error {
+	i, off := f.col, f.off
+	switch f.kind {
+	case faultBitmap:
+		bad := src[i] &^ c.nullMask[i]
+		if i == c.bitmapLen-1 && bad&c.padMask != 0 {
+			return decodeError(opRow, base+i, "null bitmap padding bit set (0x%02x)", src[i])
+		}
+		return decodeError(opRow, base+i, "null bit set for non-nullable column %q", c.cols[i<<3+trailingZeros8(bad)].Name)
+	case faultInteger:
+		return decodeError(opRow, base+off, "column %q: integer %d outside ±(2^53−1)", c.cols[i].Name, int64(binary.LittleEndian.Uint64(src[off:])))
+	case faultBool:
+		return decodeError(opRow, base+off, "column %q: bool byte 0x%02x is not 0x00 or 0x01", c.cols[i].Name, src[off])
+	case faultLength:
+		return decodeError(opRow, base+off, "column %q: length %d exceeds the remaining %d bytes", c.cols[i].Name, binary.LittleEndian.Uint32(src[off:]), len(src)-off-4)
+	case faultText:
+		v := src[off:]
+		v = v[:min(len(v), int(binary.LittleEndian.Uint32(src[off-4:])))]
+		return decodeError(opRow, base+off, "column %q: %s", c.cols[i].Name, checkText(c.cols[i].Type, v))
+	}
+	if i < 0 {
+		return decodeError(opRow, base, "truncated row: null bitmap needs %d bytes, have %d", c.bitmapLen, len(src))
+	}
+	return decodeError(opRow, base+off, "truncated row: column %q needs %d bytes, have %d", c.cols[i].Name, minValueLen(c.cols[i].Type), len(src)-off)
 }
 
 func trailingZeros8(b byte) int {

@@ -89,7 +89,7 @@ func checkSegmentPrefix(p []byte, base int, op string) *Error {
 
 // scanBlock validates the rows of one block (rowCount records filling
 // exactly len(rows) bytes) and records where each record ends.
-func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op string, ends []int) ([]int, *Error) {
+func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op string, ends []int, scratch []Value) ([]int, *Error) {
 	if uint64(rowCount)*uint64(8+codec.minLen) > uint64(len(rows)) {
 		return ends, decodeError(op, base-blockHeaderSize, "block of %d rows cannot fit in %d bytes", rowCount, len(rows))
 	}
@@ -104,8 +104,9 @@ func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op strin
 			return ends, decodeError(op, base+off, "row serverVersion %d outside 1…2^53−1", sv)
 		}
 		off += 8
-		n, err := codec.scan(rows[off:], nil, base+off, true)
-		if err != nil {
+		n, f := codec.decode(rows[off:], scratch)
+		if f.kind != faultNone {
+			err := codec.faultError(f, rows[off:], base+off)
 			err.Op = op
 			return ends, err
 		}
@@ -138,6 +139,7 @@ func walkSegment(b []byte, base int, op string, visit func(h *SegmentHeader, cod
 		return h, decodeError(op, r.pos(), "%v", err)
 	}
 	var ends []int
+	scratch := make([]Value, len(h.Columns))
 	for block := 0; ; block++ {
 		if r.remaining() == 0 {
 			return h, decodeError(op, r.pos(), "truncated segment: missing end marker")
@@ -158,7 +160,7 @@ func walkSegment(b []byte, base int, op string, visit func(h *SegmentHeader, cod
 		}
 		rowsAt := r.pos() - len(rows)
 		var err *Error
-		if ends, err = scanBlock(codec, rows, rowCount, rowsAt, op, ends); err != nil {
+		if ends, err = scanBlock(codec, rows, rowCount, rowsAt, op, ends, scratch); err != nil {
 			return h, err
 		}
 		if visit != nil {
@@ -233,7 +235,8 @@ type SegmentWriter struct {
 	// buf holds [unwritten segment header] + block header placeholder +
 	// the block's row records.
 	buf        []byte
-	rec        []byte // scratch for a record moved into a new block
+	rec        []byte  // scratch for a record moved into a new block
+	scratch    []Value // for validating rows given encoded
 	blockStart int
 	blockRows  int
 	rows       int64
@@ -245,25 +248,37 @@ type SegmentWriter struct {
 // NewSegmentWriter starts a segment with header h. Nothing is written
 // until the first block fills or Close.
 func NewSegmentWriter(w io.Writer, h SegmentHeader) (*SegmentWriter, error) {
-	codec, err := NewRowCodec(h.Columns)
-	if err != nil {
-		return nil, encodeError(opEncodeSegment, "%v", err)
+	s := &SegmentWriter{MaxBlockRows: DefaultBlockRows, MaxBlockBytes: DefaultBlockBytes}
+	if err := s.Reset(w, h); err != nil {
+		return nil, err
 	}
-	hw := writer{op: opEncodeSegment}
+	return s, nil
+}
+
+// Reset starts a new segment on w with header h, keeping the writer's
+// buffers (and its row codec when the columns are unchanged), so a pooled
+// writer encodes without allocating. The block limits are kept.
+func (s *SegmentWriter) Reset(w io.Writer, h SegmentHeader) error {
+	if s.codec == nil || !slices.Equal(s.codec.cols, h.Columns) {
+		codec, err := NewRowCodec(h.Columns)
+		if err != nil {
+			return encodeError(opEncodeSegment, "%v", err)
+		}
+		s.codec = codec
+		s.scratch = make([]Value, len(h.Columns))
+	}
+	hw := writer{b: s.buf[:0], op: opEncodeSegment}
 	appendSegmentHeader(&hw, h)
 	if hw.err != nil {
-		return nil, hw.err
+		return hw.err
 	}
-	s := &SegmentWriter{
-		MaxBlockRows:  DefaultBlockRows,
-		MaxBlockBytes: DefaultBlockBytes,
-		w:             w,
-		codec:         codec,
-		buf:           hw.b,
-	}
+	s.w = w
+	s.buf = hw.b
 	s.blockStart = len(s.buf)
 	s.buf = append(s.buf, make([]byte, blockHeaderSize)...)
-	return s, nil
+	s.blockRows, s.rows, s.written = 0, 0, 0
+	s.err, s.closed = nil, false
+	return nil
 }
 
 // Codec returns the row codec of the segment's column table.
@@ -275,11 +290,7 @@ func (s *SegmentWriter) WriteRow(serverVersion int64, row []byte) error {
 	if err := s.ready(serverVersion); err != nil {
 		return err
 	}
-	n, err := s.codec.scan(row, nil, 0, true)
-	if err == nil && n != len(row) {
-		err = decodeError(opRow, n, "%d trailing bytes after the row", len(row)-n)
-	}
-	if err != nil {
+	if err := s.codec.validateRow(row, s.scratch, 0); err != nil {
 		return encodeError(opEncodeSegment, "row is not valid for the segment columns: %s", err.Message)
 	}
 	start := len(s.buf)
@@ -410,27 +421,38 @@ func (s *SegmentWriter) BytesWritten() int64 { return s.written }
 // fully validates the next block before any of its rows is handed out, so
 // a caller applying one block per transaction never applies a bad block.
 type SegmentReader struct {
-	r      io.Reader
-	header SegmentHeader
-	codec  *RowCodec
-	off    int // absolute offset of the next unread byte
-	block  []byte
-	ends   []int
-	row    int // index of the current row in the block; -1 before Next
-	err    error
-	done   bool
-	tmp    []byte
+	r       io.Reader
+	header  SegmentHeader
+	codec   *RowCodec
+	off     int // absolute offset of the next unread byte
+	block   []byte
+	ends    []int
+	row     int // index of the current row in the block; -1 before Next
+	err     error
+	done    bool
+	tmp     []byte
+	scratch []Value // for validating blocks
 }
 
 // NewSegmentReader reads and validates the segment header from r.
 func NewSegmentReader(r io.Reader) (*SegmentReader, error) {
-	s := &SegmentReader{r: r, row: -1}
-	prefix, err := s.read(8, "segment header")
-	if err != nil {
+	s := &SegmentReader{}
+	if err := s.Reset(r); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// Reset starts reading a new segment from r, keeping the reader's buffers
+// (and its row codec when the columns are unchanged).
+func (s *SegmentReader) Reset(r io.Reader) error {
+	*s = SegmentReader{r: r, row: -1, codec: s.codec, block: s.block[:0], ends: s.ends[:0], tmp: s.tmp[:0], scratch: s.scratch}
+	prefix, err := s.read(8, "segment header")
+	if err != nil {
+		return err
+	}
 	if err := checkSegmentPrefix(prefix, 0, opDecodeSegment); err != nil {
-		return nil, err
+		return err
 	}
 	// The rest of the header is read field by field: string lengths are
 	// untrusted, so bytes are fetched only as they are needed.
@@ -449,18 +471,18 @@ func NewSegmentReader(r io.Reader) (*SegmentReader, error) {
 		return err
 	}
 	if err := str("segment table"); err != nil {
-		return nil, err
+		return err
 	}
 	b, err := field(6, "segment schemaVersion and column count")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for n := int(binary.LittleEndian.Uint16(b[4:])); n > 0; n-- {
 		if err := str("column name"); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := field(2, "column type and flags"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	hr := newReader(hdr, 0, opDecodeSegment)
@@ -468,12 +490,15 @@ func NewSegmentReader(r io.Reader) (*SegmentReader, error) {
 	s.header = readSegmentHeader(&hr)
 	hr.done("segment header")
 	if hr.err != nil {
-		return nil, hr.err
+		return hr.err
 	}
-	if s.codec, err = NewRowCodec(s.header.Columns); err != nil {
-		return nil, decodeError(opDecodeSegment, s.off, "%v", err)
+	if s.codec == nil || !slices.Equal(s.codec.cols, s.header.Columns) {
+		if s.codec, err = NewRowCodec(s.header.Columns); err != nil {
+			return decodeError(opDecodeSegment, s.off, "%v", err)
+		}
+		s.scratch = make([]Value, len(s.header.Columns))
 	}
-	return s, nil
+	return nil
 }
 
 // read returns the next n bytes of the stream. The buffer grows with the
@@ -551,7 +576,7 @@ func (s *SegmentReader) NextBlock() bool {
 		return false
 	}
 	var derr *Error
-	if s.ends, derr = scanBlock(s.codec, rows, rowCount, rowsAt, opDecodeSegment, s.ends); derr != nil {
+	if s.ends, derr = scanBlock(s.codec, rows, rowCount, rowsAt, opDecodeSegment, s.ends, s.scratch); derr != nil {
 		s.err = derr
 		return false
 	}
@@ -601,9 +626,11 @@ func (s *SegmentReader) Values(dst []Value) ([]Value, error) {
 		dst = make([]Value, len(s.header.Columns))
 	}
 	dst = dst[:len(s.header.Columns)]
-	if _, err := s.codec.scan(s.Row(), dst, 0, false); err != nil {
-		return dst[:0], err
+	row := s.Row()
+	if row == nil {
+		return dst[:0], encodeError(opDecodeSegment, "Values called without a current row")
 	}
+	s.codec.decodeTrusted(row, dst)
 	return dst, nil
 }
 
