@@ -1,0 +1,338 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+)
+
+// qAppendCommit inserts a commit, its changes and its scope-index entries
+// in one statement of fixed shape: the changes and entries travel as
+// arrays, so any commit size is one prepared statement and one round trip.
+const qAppendCommit = `WITH c AS (
+		INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+	), ch AS (
+		INSERT INTO sync_changes (partition, seq, idx, tbl, row_id, op, row_version, scopes, row)
+		SELECT $1, $2, x.idx, x.tbl, x.row_id, x.op, x.row_version, x.scopes, x.row
+		FROM unnest($8::int[], $9::text[], $10::text[], $11::smallint[], $12::bigint[], $13::text[], $14::bytea[])
+			AS x(idx, tbl, row_id, op, row_version, scopes, row)
+	)
+	INSERT INTO sync_scope_index (partition, tbl, variable, value, seq)
+	SELECT $1, y.tbl, y.variable, y.value, $2
+	FROM unnest($15::text[], $16::text[], $17::text[]) AS y(tbl, variable, value)`
+
+// CommitAppend implements storage.Tx. The seq comes from the locked
+// partition plus this transaction's earlier appends, and nothing is read
+// back, so the statement is queued for the next round trip.
+func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if err := commitlog.CheckCommit(&c); err != nil {
+		return 0, err
+	}
+	seq := t.maxSeq + 1
+	// The arguments are encoded when the queue is sent, so they must not
+	// alias the caller's memory: row bytes are copied into one buffer.
+	n := len(c.Changes)
+	var (
+		idx      = make([]int32, n)
+		tbl      = make([]string, n)
+		rowID    = make([]string, n)
+		op       = make([]int16, n)
+		versions = make([]int64, n)
+		version  = make([]*int64, n)
+		scopes   = make([]string, n)
+		row      = make([][]byte, n)
+		scopeBuf []byte
+		size     int
+	)
+	for i := range c.Changes {
+		size += len(c.Changes[i].Row)
+	}
+	rowBuf := make([]byte, 0, size)
+	for i := range c.Changes {
+		ch := &c.Changes[i]
+		idx[i], tbl[i], rowID[i], op[i] = int32(i), ch.Table, ch.RowID, int16(ch.Op)
+		if ch.Op == storage.OpUpsert {
+			versions[i] = ch.RowVersion
+			version[i] = &versions[i]
+			start := len(rowBuf)
+			rowBuf = append(rowBuf, ch.Row...)
+			row[i] = rowBuf[start:len(rowBuf):len(rowBuf)]
+		}
+		scopeBuf = commitlog.AppendScopesJSON(scopeBuf[:0], ch.Scopes)
+		scopes[i] = string(scopeBuf)
+	}
+	entries := commitlog.IndexEntries(nil, c.Changes)
+	eTbl, eVar, eVal := make([]string, len(entries)), make([]string, len(entries)), make([]string, len(entries))
+	for i, e := range entries {
+		eTbl[i], eVar[i], eVal[i] = e.Table, e.Variable, e.Value
+	}
+	t.queue(qAppendCommit, t.locked.ID, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion,
+		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal)
+	t.maxSeq = seq
+	return seq, nil
+}
+
+// candidatesSQL finds the next commits that may match a window: the first
+// variable drives an ordered walk of the scope index, every other
+// variable must have an index entry for the same commit. The exact match
+// is then made on each change's stored scopes. args[cursorArg] is the
+// exclusive lower bound to set before each run.
+func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
+	var b strings.Builder
+	args = []any{p.Partition, p.Table}
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	cond := func(alias, v string) {
+		vals := p.Scopes[v]
+		fmt.Fprintf(&b, "%[1]s.partition = $1 AND %[1]s.tbl = $2 AND %[1]s.variable = %[2]s ", alias, param(v))
+		if len(vals) == 1 {
+			fmt.Fprintf(&b, "AND %s.value = %s ", alias, param(vals[0]))
+		} else {
+			fmt.Fprintf(&b, "AND %s.value = ANY(%s) ", alias, param(vals))
+		}
+	}
+	distinct := ""
+	if len(p.Scopes[vars[0]]) > 1 {
+		distinct = "DISTINCT "
+	}
+	b.WriteString("SELECT " + distinct + "s.seq FROM sync_scope_index s WHERE ")
+	cond("s", vars[0])
+	cursorArg = len(args)
+	fmt.Fprintf(&b, "AND s.seq > %s AND s.seq <= %s ", param(int64(0)), param(maxSeq))
+	for i, v := range vars[1:] {
+		alias := "x" + strconv.Itoa(i)
+		b.WriteString("AND EXISTS (SELECT 1 FROM sync_scope_index " + alias + " WHERE ")
+		cond(alias, v)
+		b.WriteString("AND " + alias + ".seq = s.seq) ")
+	}
+	b.WriteString("ORDER BY s.seq LIMIT " + param(limit))
+	return b.String(), args, cursorArg
+}
+
+const (
+	qWindowChanges = `SELECT seq, row_id, op, row_version, scopes, row FROM sync_changes
+		WHERE partition = $1 AND seq = ANY($2) AND tbl = $3 ORDER BY seq, idx`
+	qCommitHeaders = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version FROM sync_commits
+		WHERE partition = $1 AND seq = ANY($2) ORDER BY seq`
+)
+
+// CommitWindow implements storage.ReadTx: the partition row, the
+// candidates, the changes and the commit headers are all read in this
+// transaction's snapshot (or under its lock).
+func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.Window, error) {
+	if err := t.check(); err != nil {
+		return storage.Window{}, err
+	}
+	if err := commitlog.CheckWindow(&p); err != nil {
+		return storage.Window{}, err
+	}
+	part, ok, err := t.readPartition(ctx, p.Partition)
+	if err != nil {
+		return storage.Window{}, t.fail("commit window", "", err)
+	}
+	if !ok {
+		return storage.Window{}, unregistered("commit window", p.Partition)
+	}
+	w := commitlog.NewWindow(&p)
+	vars, empty := commitlog.Variables(p.Scopes)
+	if empty || p.AfterSeq >= part.MaxCommitSeq {
+		w.Exhausted()
+		return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+	}
+	// Every matching commit holds at least one matching change, so
+	// limit+1 candidates are enough to fill the window and see past it.
+	batch := p.Limit + 1
+	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
+	cursor := p.AfterSeq
+	for {
+		args[cursorArg] = cursor
+		var seqs []int64
+		err := t.query(ctx, candQ, args, func(rows pgx.Rows) (err error) {
+			seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
+		if err != nil {
+			return storage.Window{}, t.fail("commit window", "", err)
+		}
+		if len(seqs) == 0 {
+			w.Exhausted()
+			break
+		}
+		open, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs)
+		if err != nil {
+			return storage.Window{}, err
+		}
+		if !open {
+			break
+		}
+		if len(seqs) < batch {
+			w.Exhausted()
+			break
+		}
+		cursor = seqs[len(seqs)-1]
+	}
+	if err := t.fillHeaders(ctx, p.Partition, w.Commits()); err != nil {
+		return storage.Window{}, err
+	}
+	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+}
+
+// offerChanges streams the table's changes of the candidate commits into
+// w, commit by commit, and reports whether w is still open.
+func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (bool, error) {
+	open := true
+	err := t.query(ctx, qWindowChanges, []any{partition, seqs, table}, func(rows pgx.Rows) error {
+		var cur storage.Commit
+		for rows.Next() {
+			var (
+				seq    int64
+				ch     storage.Change
+				op     int16
+				ver    *int64
+				scopes string
+			)
+			if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+				return err
+			}
+			if seq != cur.CommitSeq && cur.CommitSeq != 0 {
+				if open = w.Offer(cur); !open {
+					return nil
+				}
+				cur = storage.Commit{}
+			}
+			cur.CommitSeq = seq
+			ch.Table, ch.Op = table, storage.Op(op)
+			if ver != nil {
+				ch.RowVersion = *ver
+			}
+			var err error
+			if ch.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+				return err
+			}
+			cur.Changes = append(cur.Changes, ch)
+		}
+		if cur.CommitSeq != 0 {
+			open = w.Offer(cur)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, t.fail("commit window", "", err)
+	}
+	return open, nil
+}
+
+// fillHeaders completes the delivered commits with their metadata.
+func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storage.Commit) error {
+	if len(commits) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(commits))
+	for i, c := range commits {
+		seqs[i] = c.CommitSeq
+	}
+	i := 0
+	err := t.query(ctx, qCommitHeaders, []any{partition, seqs}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			if i == len(commits) {
+				return fmt.Errorf("more commit headers than commits")
+			}
+			c := &commits[i]
+			if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
+				return err
+			}
+			i++
+		}
+		return nil
+	})
+	if err != nil {
+		return t.fail("commit window", "", err)
+	}
+	if i != len(commits) {
+		return fmt.Errorf("commit window: %d of %d commit headers found", i, len(commits))
+	}
+	return nil
+}
+
+// CommitRange implements storage.Store, reading commits and changes in one
+// snapshot.
+func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
+	if err := commitlog.CheckRange(limit); err != nil {
+		return nil, err
+	}
+	var out []storage.Commit
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+		t := rtx.(*tx)
+		err := t.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
+			FROM sync_commits WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3`, []any{partition, afterSeq, limit},
+			func(rows pgx.Rows) error {
+				for rows.Next() {
+					var c storage.Commit
+					if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
+						return err
+					}
+					out = append(out, c)
+				}
+				return nil
+			})
+		if err != nil || len(out) == 0 {
+			return err
+		}
+		i := 0
+		return t.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
+			WHERE partition = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq, idx`,
+			[]any{partition, out[0].CommitSeq, out[len(out)-1].CommitSeq}, func(rows pgx.Rows) error {
+				for rows.Next() {
+					var (
+						seq    int64
+						ch     storage.Change
+						op     int16
+						ver    *int64
+						scopes string
+					)
+					if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+						return err
+					}
+					ch.Op = storage.Op(op)
+					if ver != nil {
+						ch.RowVersion = *ver
+					}
+					var err error
+					if ch.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+						return err
+					}
+					for out[i].CommitSeq != seq {
+						i++
+					}
+					out[i].Changes = append(out[i].Changes, ch)
+				}
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("commit range: %w", err)
+	}
+	return out, nil
+}
+
+// CommitMaxSeq implements storage.Store.
+func (s *Store) CommitMaxSeq(ctx context.Context, partition string) (int64, error) {
+	var seq int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM sync_commits WHERE partition = $1`, partition).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("commit max seq: %w", err)
+	}
+	return seq, nil
+}

@@ -1,0 +1,248 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
+)
+
+// installed is the schema EnsureSchema last installed, with the SQL of
+// each application table built once.
+type installed struct {
+	schema *schema.Schema
+	tables map[string]*tableSQL
+}
+
+type tableSQL struct {
+	t      *schema.Table
+	upsert string
+	get    string
+	delete string
+	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
+	scanHead string
+}
+
+func newInstalled(sc *schema.Schema) *installed {
+	in := &installed{schema: sc, tables: make(map[string]*tableSQL, len(sc.Tables))}
+	for _, t := range sc.Tables {
+		in.tables[t.Name] = buildTableSQL(t)
+	}
+	return in
+}
+
+// buildTableSQL builds a table's statements. PostgreSQL updates a row
+// whose indexed values are unchanged without touching its indexes (a HOT
+// update), so one upsert serves unchanged and changed scope columns.
+func buildTableSQL(t *schema.Table) *tableSQL {
+	name := quote(t.Name)
+	cols := []string{quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion),
+		quote(schemaplan.ColScopes), quote(schemaplan.ColPayload)}
+	vals := []string{"$1", "$2", "1", "$3", "$4"}
+	sets := []string{
+		fmt.Sprintf("%[1]s = %[2]s.%[1]s + 1", quote(schemaplan.ColServerVersion), name),
+		fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", quote(schemaplan.ColScopes)),
+		fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", quote(schemaplan.ColPayload)),
+	}
+	for i, c := range t.Columns {
+		cols = append(cols, quote(c.Name))
+		vals = append(vals, "$"+strconv.Itoa(i+5))
+		sets = append(sets, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", quote(c.Name)))
+	}
+	key := fmt.Sprintf("%s = $1 AND %s = $2", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
+	return &tableSQL{
+		t: t,
+		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s RETURNING %s",
+			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
+			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
+			quote(schemaplan.ColServerVersion)),
+		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
+			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
+		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
+			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
+	}
+}
+
+var errNoSchema = errors.New("no schema installed: call EnsureSchema first")
+
+// table resolves an application table of the installed schema.
+func (t *tx) table(op, name string) (*tableSQL, error) {
+	if t.inst == nil {
+		return nil, fmt.Errorf("%s: %w", op, errNoSchema)
+	}
+	ts, ok := t.inst.tables[name]
+	if !ok {
+		e := ssp2.Errorf(ssp2.CodeUnknownTable, "table %q is not in the installed schema", name)
+		e.Op = op
+		return nil, e
+	}
+	return ts, nil
+}
+
+// RowGet implements storage.ReadTx.
+func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storage.Row, bool, error) {
+	if err := t.check(); err != nil {
+		return storage.Row{}, false, err
+	}
+	ts, err := t.table("get row", table)
+	if err != nil {
+		return storage.Row{}, false, err
+	}
+	r := storage.Row{RowID: rowID}
+	var scopes string
+	ok, err := t.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload)
+	if err != nil {
+		return r, false, t.fail("get row", table, err)
+	}
+	if !ok {
+		return storage.Row{}, false, nil
+	}
+	if r.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+		return r, false, fmt.Errorf("get row: %w", err)
+	}
+	return r, true, nil
+}
+
+// bindValue converts a typed column value to the Go type pgx encodes
+// into the column's type.
+func bindValue(typ ssp2.ColumnType, v ssp2.Value) any {
+	if v.Null {
+		return nil
+	}
+	switch typ {
+	case ssp2.TypeInteger:
+		return v.Int
+	case ssp2.TypeFloat:
+		return v.Float
+	case ssp2.TypeBoolean:
+		return v.Bool
+	case ssp2.TypeBytes, ssp2.TypeCrdt:
+		if v.Bytes == nil {
+			return []byte{}
+		}
+		return v.Bytes
+	default:
+		return string(v.Bytes)
+	}
+}
+
+// RowUpsert implements storage.Tx.
+func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	ts, err := t.table("upsert row", table)
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Values) != len(ts.t.Columns) {
+		return 0, fmt.Errorf("upsert row: %d values for %d columns of table %s", len(r.Values), len(ts.t.Columns), table)
+	}
+	payload := r.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	args := make([]any, 0, 4+len(r.Values))
+	args = append(args, t.locked.ID, r.RowID, string(commitlog.AppendScopesJSON(nil, r.Scopes)), payload)
+	for i, c := range ts.t.Columns {
+		args = append(args, bindValue(c.Type, r.Values[i]))
+	}
+	var version int64
+	if _, err := t.queryRow(ctx, ts.upsert, args, &version); err != nil {
+		return 0, t.fail("upsert row", table, err)
+	}
+	return version, nil
+}
+
+// RowDelete implements storage.Tx.
+func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
+	if err := t.check(); err != nil {
+		return false, err
+	}
+	ts, err := t.table("delete row", table)
+	if err != nil {
+		return false, err
+	}
+	tag, err := t.exec(ctx, ts.delete, t.locked.ID, rowID)
+	if err != nil {
+		return false, t.fail("delete row", table, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// RowScan implements storage.ReadTx. Each filter runs on the typed scope
+// column: one value is an equality the column's scope index serves in row
+// id order; several are = ANY of an array parameter.
+func (t *tx) RowScan(ctx context.Context, p storage.ScanParams) ([]storage.Row, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	ts, err := t.table("scan rows", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	filters, none, err := schemaplan.ScanFilters(ts.t, &p)
+	if err != nil || none {
+		return nil, err
+	}
+	var q strings.Builder
+	q.WriteString(ts.scanHead)
+	args := []any{p.Partition}
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	for i := range filters {
+		f := &filters[i]
+		var list any = f.Strings
+		switch {
+		case f.Ints != nil:
+			list = f.Ints
+		case f.Bools != nil:
+			list = f.Bools
+		}
+		if f.Len() == 1 {
+			switch {
+			case f.Ints != nil:
+				list = f.Ints[0]
+			case f.Bools != nil:
+				list = f.Bools[0]
+			default:
+				list = f.Strings[0]
+			}
+			q.WriteString(" AND " + quote(f.Column) + " = " + param(list))
+			continue
+		}
+		q.WriteString(" AND " + quote(f.Column) + " = ANY(" + param(list) + ")")
+	}
+	if p.AfterRowID != "" {
+		q.WriteString(" AND " + quote(schemaplan.ColRowID) + " > " + param(p.AfterRowID))
+	}
+	q.WriteString(" ORDER BY " + quote(schemaplan.ColRowID) + " LIMIT " + param(p.Limit))
+
+	out := make([]storage.Row, 0, min(p.Limit, 1024))
+	err = t.query(ctx, q.String(), args, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r storage.Row
+			if err := rows.Scan(&r.RowID, &r.ServerVersion, &r.Payload); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, t.fail("scan rows", p.Table, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,344 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// tx implements storage.Tx and storage.ReadTx on one pooled connection.
+//
+// Round trips dominate a push on PostgreSQL, so statements whose result
+// the caller does not need (BEGIN, SAVEPOINT, RELEASE, a commit append, a
+// push result the locked re-check proved absent) are queued and sent in
+// one pipeline with the next statement that returns something, or with
+// COMMIT. An error of a queued statement therefore surfaces from the call
+// that sent it; the transaction is aborted either way.
+type tx struct {
+	s      *Store
+	c      *pgxpool.Conn
+	inst   *installed
+	locked storage.Partition
+	// maxSeq is the partition's max commitSeq including this
+	// transaction's appends.
+	maxSeq     int64
+	aborted    bool
+	pending    *pgx.Batch
+	savepoints []*savepoint
+	// absent holds the idempotency keys the locked re-check found absent;
+	// put the records this transaction stored.
+	absent map[idemKey]bool
+	put    map[idemKey]storage.PushRecord
+}
+
+type idemKey struct{ clientID, clientCommitID string }
+
+var (
+	_ storage.Tx     = (*tx)(nil)
+	_ storage.ReadTx = (*tx)(nil)
+)
+
+func (t *tx) queue(sql string, args ...any) {
+	if t.pending == nil {
+		t.pending = &pgx.Batch{}
+	}
+	t.pending.Queue(sql, args...)
+}
+
+// send sends the queued statements in one pipeline. last, when not nil,
+// reads the result of the last queued statement; the others are plain
+// executions.
+func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) error {
+	b := t.pending
+	t.pending = nil
+	if b == nil || b.Len() == 0 {
+		return nil
+	}
+	br := t.c.SendBatch(ctx, b)
+	n := b.Len()
+	if last != nil {
+		n--
+	}
+	var err error
+	for range n {
+		if _, e := br.Exec(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if err == nil && last != nil {
+		err = last(br)
+	}
+	if e := br.Close(); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
+// exec runs sql after the queued statements, in one round trip.
+func (t *tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.pending == nil {
+		return t.c.Exec(ctx, sql, args...)
+	}
+	t.queue(sql, args...)
+	var tag pgconn.CommandTag
+	err := t.send(ctx, func(br pgx.BatchResults) (err error) {
+		tag, err = br.Exec()
+		return err
+	})
+	return tag, err
+}
+
+// query runs sql after the queued statements, in one round trip, and
+// hands its rows to fn.
+func (t *tx) query(ctx context.Context, sql string, args []any, fn func(rows pgx.Rows) error) error {
+	read := func(rows pgx.Rows) error {
+		defer rows.Close()
+		if err := fn(rows); err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	if t.pending == nil {
+		rows, err := t.c.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		return read(rows)
+	}
+	t.queue(sql, args...)
+	return t.send(ctx, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		return read(rows)
+	})
+}
+
+// queryRow runs sql and scans its only row into dest; ok=false when there
+// is none.
+func (t *tx) queryRow(ctx context.Context, sql string, args []any, dest ...any) (ok bool, err error) {
+	err = t.query(ctx, sql, args, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		ok = true
+		return rows.Scan(dest...)
+	})
+	return ok, err
+}
+
+func (t *tx) check() error {
+	if t.aborted {
+		return storage.ErrTxAborted
+	}
+	return nil
+}
+
+// fail marks the transaction aborted after a database error (PostgreSQL
+// has aborted it) and returns the error, translated for table and wrapped
+// with op.
+func (t *tx) fail(op, table string, err error) error {
+	t.aborted = true
+	return fmt.Errorf("%s: %w", op, translate(err, table))
+}
+
+// rollback ends the transaction, dropping anything queued. A connection
+// that cannot roll back is not in the idle state, and the pool closes it
+// on release.
+func (t *tx) rollback(ctx context.Context) {
+	t.pending = nil
+	_, _ = t.c.Exec(context.WithoutCancel(ctx), "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
+}
+
+const (
+	partitionCols = `p.id, p.log_epoch, p.epoch_required, p.created_at_ms, p.last_seen_ms,
+	coalesce((SELECT c.seq FROM sync_commits c WHERE c.partition = p.id ORDER BY c.seq DESC LIMIT 1), p.horizon_seq),
+	p.horizon_seq`
+	qPartition     = `SELECT ` + partitionCols + ` FROM sync_partitions p WHERE p.id = $1`
+	qLockPartition = `SELECT 1 FROM sync_partitions WHERE id = $1 FOR UPDATE`
+)
+
+func scanPartition(rows pgx.Rows, p *storage.Partition) error {
+	return rows.Scan(&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq)
+}
+
+func (t *tx) readPartition(ctx context.Context, partition string) (p storage.Partition, ok bool, err error) {
+	err = t.query(ctx, qPartition, []any{partition}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		ok = true
+		return scanPartition(rows, &p)
+	})
+	return p, ok, err
+}
+
+// WriteTx implements storage.Store. BEGIN, the row lock and the read of
+// the locked partition go in one pipeline; the read is a statement of its
+// own so that, in READ COMMITTED, its snapshot is taken after the lock is
+// granted and sees the commits of the transaction that held it.
+func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
+	return s.writeTx(ctx, partition, func(t *tx) error { return fn(t) })
+}
+
+func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) error) (err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("write transaction: %w", err)
+	}
+	defer c.Release()
+	t := &tx{s: s, c: c, inst: s.schema.Load()}
+	done := false
+	defer func() {
+		if !done {
+			t.rollback(ctx)
+		}
+	}()
+	t.queue("BEGIN")
+	t.queue(qLockPartition, partition)
+	p, ok, err := t.readPartition(ctx, partition)
+	if err != nil {
+		return fmt.Errorf("write transaction: lock partition: %w", err)
+	}
+	if !ok {
+		return unregistered("write transaction", partition)
+	}
+	t.locked, t.maxSeq = p, p.MaxCommitSeq
+	if err := fn(t); err != nil {
+		return err
+	}
+	if t.aborted {
+		return storage.ErrTxAborted
+	}
+	t.queue("COMMIT")
+	if err := t.send(ctx, nil); err != nil {
+		return fmt.Errorf("commit: %w", translate(err, ""))
+	}
+	done = true
+	return nil
+}
+
+// ReadTx implements storage.Store: a REPEATABLE READ READ ONLY
+// transaction, whose snapshot is taken by its first statement. BEGIN goes
+// in one pipeline with that statement.
+func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("read transaction: %w", err)
+	}
+	defer c.Release()
+	t := &tx{s: s, c: c, inst: s.schema.Load()}
+	t.queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	done := false
+	defer func() {
+		if !done {
+			t.rollback(ctx)
+		}
+	}()
+	if err := fn(t); err != nil {
+		return err
+	}
+	if t.aborted {
+		return storage.ErrTxAborted
+	}
+	if t.pending != nil {
+		// fn ran no statement: nothing began.
+		done = true
+		return nil
+	}
+	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("read transaction: %w", err)
+	}
+	done = true
+	return nil
+}
+
+func unregistered(op, partition string) error {
+	e := ssp2.Errorf(ssp2.CodeStoragePartitionUnregistered, "partition %q is not registered", partition)
+	e.Op = op
+	return e
+}
+
+// Locked implements storage.Tx.
+func (t *tx) Locked() storage.Partition { return t.locked }
+
+// Partition implements storage.ReadTx.
+func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition, error) {
+	if err := t.check(); err != nil {
+		return storage.Partition{}, err
+	}
+	p, ok, err := t.readPartition(ctx, partition)
+	if err != nil {
+		return p, t.fail("read partition", "", err)
+	}
+	if !ok {
+		return p, unregistered("read partition", partition)
+	}
+	return p, nil
+}
+
+type savepoint struct {
+	t      *tx
+	name   string
+	maxSeq int64
+	done   bool
+}
+
+// Savepoint implements storage.Tx; the SAVEPOINT is queued.
+func (t *tx) Savepoint(ctx context.Context) (storage.Savepoint, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	sp := &savepoint{t: t, name: "sp" + strconv.Itoa(len(t.savepoints)+1), maxSeq: t.maxSeq}
+	t.queue("SAVEPOINT " + sp.name)
+	t.savepoints = append(t.savepoints, sp)
+	return sp, nil
+}
+
+func (sp *savepoint) end(ctx context.Context, rollback bool) error {
+	t := sp.t
+	if sp.done {
+		return errors.New("savepoint: already released or rolled back")
+	}
+	if n := len(t.savepoints); n == 0 || t.savepoints[n-1] != sp {
+		return errors.New("savepoint: not the innermost open savepoint")
+	}
+	if rollback {
+		// The queue is sent first so that the SAVEPOINT itself exists
+		// (anything queued after it is undone anyway, and an error there
+		// is what the rollback is for). ROLLBACK TO goes by the simple
+		// protocol: an aborted transaction refuses to prepare statements.
+		_ = t.send(ctx, nil)
+		if _, err := t.c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.aborted = true
+			return fmt.Errorf("savepoint rollback: %w", err)
+		}
+		t.queue("RELEASE SAVEPOINT " + sp.name)
+		t.aborted = false
+		t.maxSeq = sp.maxSeq
+		// Records put since the savepoint are gone; forget what the
+		// re-check saw, too.
+		t.absent, t.put = nil, nil
+	} else {
+		if t.aborted {
+			return storage.ErrTxAborted
+		}
+		t.queue("RELEASE SAVEPOINT " + sp.name)
+	}
+	t.savepoints = t.savepoints[:len(t.savepoints)-1]
+	sp.done = true
+	return nil
+}
+
+func (sp *savepoint) Rollback(ctx context.Context) error { return sp.end(ctx, true) }
+func (sp *savepoint) Release(ctx context.Context) error  { return sp.end(ctx, false) }
