@@ -32,7 +32,7 @@ type tableSQL struct {
 	upsert  string
 	rescope string
 	get     string
-	delete string
+	delete  string
 	// scanHead is the SELECT … WHERE _sync_partition = ? prefix of scans.
 	scanHead string
 }
