@@ -87,7 +87,9 @@ func (e *encoder) appendCommit(dst []event, p Partition, logEpoch string, c stor
 		}
 		subject := commitSubject(p.token, table)
 		body := e.body(p, logEpoch, c, table, bodyFull)
-		if e.maxPayload > 0 {
+		// Headers are well under 4 KiB unless the partition is hashed
+		// (its escaped id rides along): only near the limit count them.
+		if e.maxPayload > 0 && len(body)+4096+len(p.escaped) > e.maxPayload {
 			hsize := headerSize(h) + len(subject) + 256 // batch and CAS headers
 			if hsize+len(body) > e.maxPayload {
 				body = e.body(p, logEpoch, c, table, bodyNoRows)
