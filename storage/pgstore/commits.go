@@ -122,10 +122,13 @@ func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit i
 }
 
 const (
+	// The seq range makes the plan an ordered primary-key range scan
+	// whatever the planner's statistics say (no sort); ANY keeps only the
+	// candidates.
 	qWindowChanges = `SELECT seq, row_id, op, row_version, scopes, row FROM sync_changes
-		WHERE partition = $1 AND seq = ANY($2) AND tbl = $3 ORDER BY seq, idx`
+		WHERE partition = $1 AND seq >= $4 AND seq <= $5 AND seq = ANY($2) AND tbl = $3 ORDER BY seq, idx`
 	qCommitHeaders = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version FROM sync_commits
-		WHERE partition = $1 AND seq = ANY($2) ORDER BY seq`
+		WHERE partition = $1 AND seq >= $3 AND seq <= $4 AND seq = ANY($2) ORDER BY seq`
 )
 
 // CommitWindow implements storage.ReadTx: the partition row, the
@@ -170,7 +173,7 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 			w.Exhausted()
 			break
 		}
-		open, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs)
+		open, err := t.offerCandidates(ctx, w, &p, seqs)
 		if err != nil {
 			return storage.Window{}, err
 		}
@@ -189,11 +192,32 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
 
+// offerCandidates offers the candidate commits to w in chunks sized from
+// the changes per commit seen so far, so that a full window reads little
+// more than it delivers (the server sends a statement's whole result), and
+// reports whether w is still open.
+func (t *tx) offerCandidates(ctx context.Context, w *commitlog.Window, p *storage.WindowParams, seqs []int64) (bool, error) {
+	chunk, commits, changes := 16, 0, 0
+	for len(seqs) > 0 {
+		n := min(chunk, len(seqs))
+		open, read, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs[:n])
+		if err != nil || !open {
+			return open, err
+		}
+		seqs = seqs[n:]
+		commits, changes = commits+n, changes+read
+		perCommit := max(1, changes/commits)
+		chunk = max(16, (p.Limit-w.Changes())/perCommit+1)
+	}
+	return true, nil
+}
+
 // offerChanges streams the table's changes of the candidate commits into
-// w, commit by commit, and reports whether w is still open.
-func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (bool, error) {
-	open := true
-	err := t.query(ctx, qWindowChanges, []any{partition, seqs, table}, func(rows pgx.Rows) error {
+// w, commit by commit; it reports whether w is still open and how many
+// changes it read.
+func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (open bool, read int, err error) {
+	open = true
+	err = t.query(ctx, qWindowChanges, []any{partition, seqs, table, seqs[0], seqs[len(seqs)-1]}, func(rows pgx.Rows) error {
 		var cur storage.Commit
 		for rows.Next() {
 			var (
@@ -222,6 +246,7 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 				return err
 			}
 			cur.Changes = append(cur.Changes, ch)
+			read++
 		}
 		if cur.CommitSeq != 0 {
 			open = w.Offer(cur)
@@ -229,9 +254,9 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 		return nil
 	})
 	if err != nil {
-		return false, t.fail("commit window", "", err)
+		return false, read, t.fail("commit window", "", err)
 	}
-	return open, nil
+	return open, read, nil
 }
 
 // fillHeaders completes the delivered commits with their metadata.
@@ -244,7 +269,7 @@ func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storag
 		seqs[i] = c.CommitSeq
 	}
 	i := 0
-	err := t.query(ctx, qCommitHeaders, []any{partition, seqs}, func(rows pgx.Rows) error {
+	err := t.query(ctx, qCommitHeaders, []any{partition, seqs, seqs[0], seqs[len(seqs)-1]}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			if i == len(commits) {
 				return fmt.Errorf("more commit headers than commits")

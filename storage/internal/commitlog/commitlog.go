@@ -177,6 +177,9 @@ func (w *Window) Offer(c storage.Commit) bool {
 	return true
 }
 
+// Changes returns the number of changes taken so far.
+func (w *Window) Changes() int { return w.total }
+
 // Commits returns the commits taken so far, for the caller to complete
 // (their headers, say) in place.
 func (w *Window) Commits() []storage.Commit { return w.commits }
