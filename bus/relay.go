@@ -154,6 +154,9 @@ func (c RelayConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ErrRelayNotRunning is returned by Flush before Start and after Stop.
+var ErrRelayNotRunning = errors.New("relay not running")
+
 // RelayStats are cumulative counters.
 type RelayStats struct {
 	Events    int64 // events stored in the stream by this relay
@@ -249,7 +252,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	if r.state != 0 {
 		r.mu.Unlock()
-		return errors.New("relay: already started")
+		return errors.New("relay start: a relay starts once")
 	}
 	r.state = 1
 	r.mu.Unlock()
@@ -306,6 +309,11 @@ func (r *Relay) Stop(ctx context.Context) error {
 // notifications of one partition coalesce.
 func (r *Relay) Notify(partition string) {
 	r.mu.Lock()
+	if r.state == 2 {
+		// Stopped: the log keeps the commit for the next start.
+		r.mu.Unlock()
+		return
+	}
 	r.notified[partition] = struct{}{}
 	r.markBusyLocked()
 	r.mu.Unlock()
@@ -320,11 +328,16 @@ func (r *Relay) Notify(partition string) {
 func (r *Relay) Flush(ctx context.Context) error {
 	for {
 		r.mu.Lock()
-		idle, lastErr := r.idle, r.lastErr
+		idle, lastErr, state := r.idle, r.lastErr, r.state
 		r.mu.Unlock()
+		if state != 1 {
+			return ErrRelayNotRunning
+		}
 		select {
 		case <-idle:
 			return nil
+		case <-r.stopCh:
+			return ErrRelayNotRunning
 		case <-ctx.Done():
 			if lastErr != nil {
 				return fmt.Errorf("relay flush: %w (last relay error: %v)", ctx.Err(), lastErr)
