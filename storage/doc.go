@@ -17,6 +17,17 @@
 // so two overlapping deliveries of one commit run exactly one pipeline
 // (SPEC.md §6.3).
 //
+// # Transactions
+//
+// A database error inside a transaction aborts it, as PostgreSQL does
+// natively; both stores then answer ErrTxAborted until a Savepoint taken
+// before the error is rolled back, so the push path takes a savepoint per
+// commit, rolls a rejected commit back to it and persists the rejection
+// under the same lock. Constraint violations are recognized positively
+// from the engine's structured codes and returned as *ConstraintError.
+// Behaviour that legitimately differs between the stores is declared in
+// Capabilities.
+//
 // # Tables
 //
 // Internal tables are prefixed sync_. Each schema table becomes one real
@@ -24,5 +35,10 @@
 // internal columns _sync_partition, _sync_row_id, _sync_server_version,
 // _sync_scopes (JSON, variable → value) and _sync_payload (the row in SSP2
 // row-codec encoding, served as-is to pulls and segments), primary key
-// (_sync_partition, _sync_row_id).
+// (_sync_partition, _sync_row_id), and an index on (_sync_partition,
+// column, _sync_row_id) per scope column. The commit log is sync_commits
+// and sync_changes; sync_scope_index holds one row per commit and distinct
+// (table, variable, value), so a pull window finds its candidate commits
+// without scanning the log (SPEC.md §3.1). A partition's max commitSeq is
+// that of its newest commit: pruning always keeps at least one.
 package storage

@@ -54,7 +54,9 @@ type Store interface {
 	// return commits. The partition must be registered
 	// (CodeStoragePartitionUnregistered). If a database error inside fn was
 	// not undone by rolling back a Savepoint, a nil return from fn rolls
-	// back too and WriteTx returns ErrTxAborted.
+	// back too and WriteTx returns ErrTxAborted. WriteTx returns after the
+	// commit is durable. fn must use only tx: calling a writing Store
+	// method from inside fn deadlocks where the store has one writer.
 	WriteTx(ctx context.Context, partition string, fn func(tx Tx) error) error
 
 	// ReadTx runs fn in a read-only transaction with a consistent snapshot.

@@ -83,6 +83,9 @@ func (s *Store) HookConstrain(ctx context.Context, table, column string, kind st
 		return s.rawExec(ctx, "ALTER TABLE "+t+" ALTER COLUMN "+q+" SET NOT NULL")
 	case storage.ConstraintCheck:
 		return s.rawExec(ctx, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT hook_check CHECK (%s <> '%s')", t, q, storagetest.CheckForbiddenValue))
+	case storage.ConstraintForeignKey:
+		return s.rawExec(ctx, "CREATE TABLE hook_parent (id text PRIMARY KEY)",
+			fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT hook_fk FOREIGN KEY (%s) REFERENCES hook_parent (id)", t, q))
 	}
 	return fmt.Errorf("unsupported constraint kind %q", kind)
 }

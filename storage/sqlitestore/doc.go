@@ -10,19 +10,33 @@
 // synchronous, foreign_keys=ON; readers add query_only=ON. Each connection
 // keeps its prepared statements for the life of the Store.
 //
-// The writer connection is the partition write lock: Store.WriteTx takes
-// it (queueing behind any running write transaction, of any partition)
-// and starts with BEGIN IMMEDIATE, so SQLite's database write lock is held
-// from the first statement and no transaction fails to upgrade later. Other
-// writes (partition creation and touch, client records) also go through
-// the writer, in autocommit mode. Readers run in WAL snapshots and never
-// wait for the writer.
+// The writer connection is the partition write lock. One coordinator
+// goroutine drives it, and every write — a Store.WriteTx callback, a
+// client record update, a schema installation — runs as a member of a
+// group transaction: members run one at a time on their own goroutines,
+// queueing behind any running member of any partition. A group begins with
+// BEGIN IMMEDIATE, so SQLite's database write lock is held from the first
+// statement and no transaction fails to upgrade later. When a member
+// finishes and others are already waiting, the next one runs in the same
+// transaction (inside a savepoint, so its failure undoes only its own
+// writes); when nobody waits, the group commits once and every member's
+// call returns. One fsync thus covers all the pushes that arrived during
+// the previous one, and nothing is acknowledged before its COMMIT. Readers
+// run in WAL snapshots and never wait for the writer.
+//
+// Connections are used at the driver level, without database/sql: the
+// store owns them for life, and the per-statement bookkeeping of
+// database/sql (and the watcher goroutine a cancellable context costs the
+// driver) is as expensive as a short statement. Cancellation is honoured
+// between statements.
 //
 // # Durability
 //
-// WAL mode with synchronous=FULL (the default) fsyncs the WAL before every
+// WAL mode with synchronous=FULL (the default) syncs the WAL before every
 // COMMIT returns, so an acknowledged commit survives a power loss or OS
-// crash. synchronous=NORMAL fsyncs only when the WAL is checkpointed into
+// crash. The sync is fdatasync(2) (Open switches modernc.org/sqlite to it,
+// process-wide): the WAL's data and size reach the disk without the inode
+// timestamp update that makes fsync(2) wait for an ext4 journal commit. synchronous=NORMAL fsyncs only when the WAL is checkpointed into
 // the database: a process crash still loses nothing (the WAL is in the OS
 // page cache), but a power loss or OS crash may drop the most recent
 // transactions — all of each, never part of one — while the database stays

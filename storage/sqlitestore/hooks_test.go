@@ -87,6 +87,10 @@ func (s *Store) HookConstrain(ctx context.Context, table, column string, kind st
 	case storage.ConstraintCheck:
 		return s.rawExec(ctx, "ALTER TABLE "+t+" DROP COLUMN "+q,
 			fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s TEXT CHECK (%s <> '%s')", t, q, q, storagetest.CheckForbiddenValue))
+	case storage.ConstraintForeignKey:
+		return s.rawExec(ctx, "CREATE TABLE hook_parent (id TEXT PRIMARY KEY)",
+			"ALTER TABLE "+t+" DROP COLUMN "+q,
+			"ALTER TABLE "+t+" ADD COLUMN "+q+" TEXT REFERENCES hook_parent (id)")
 	}
 	return fmt.Errorf("unsupported constraint kind %q", kind)
 }

@@ -16,6 +16,16 @@ var partitionTests = []test{
 	{"RotateEpoch", testPartitionRotate},
 }
 
+var storeTests = []test{
+	{"CloseIdempotent", testCloseIdempotent},
+}
+
+func testCloseIdempotent(t *testing.T, e *env) {
+	s := e.fresh()
+	check(t, s.Close())
+	check(t, s.Close())
+}
+
 var epochRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func testPartitionTouch(t *testing.T, e *env) {

@@ -215,7 +215,7 @@ func testClientAck(t *testing.T, e *env) {
 }
 
 func testConstraintClassified(t *testing.T, e *env) {
-	for _, kind := range []storage.ConstraintKind{storage.ConstraintNotNull, storage.ConstraintCheck, storage.ConstraintUnique} {
+	for _, kind := range []storage.ConstraintKind{storage.ConstraintNotNull, storage.ConstraintCheck, storage.ConstraintUnique, storage.ConstraintForeignKey} {
 		t.Run(string(kind), func(t *testing.T) {
 			s, sc := (&env{t: t, open: e.open}).store()
 			p := partition(t, s)
@@ -227,6 +227,8 @@ func testConstraintClassified(t *testing.T, e *env) {
 				title = CheckForbiddenValue
 			case storage.ConstraintUnique:
 				title = "dup"
+			case storage.ConstraintForeignKey:
+				title = "no-such-parent"
 			}
 			writeTx(t, s, p.ID, func(tx storage.Tx) error {
 				if kind == storage.ConstraintUnique {

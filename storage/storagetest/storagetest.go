@@ -35,7 +35,8 @@ type Hooks interface {
 	// HookConstrain adds a constraint of kind to table.column (a nullable
 	// string column): ConstraintNotNull makes it NOT NULL,
 	// ConstraintCheck forbids the value CheckForbiddenValue,
-	// ConstraintUnique makes it unique.
+	// ConstraintUnique makes it unique, ConstraintForeignKey makes it
+	// reference an empty table.
 	HookConstrain(ctx context.Context, table, column string, kind storage.ConstraintKind) error
 	// HookCatalog returns a canonical description of every table, column
 	// and index, to prove that a refused call changed nothing.
@@ -108,6 +109,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Client", clientTests},
 		{"Prune", pruneTests},
 		{"Constraint", constraintTests},
+		{"Store", storeTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

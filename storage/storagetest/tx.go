@@ -126,6 +126,17 @@ func testTxLockHeld(t *testing.T, e *env) {
 			if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, "first")); err != nil {
 				return err
 			}
+			// Rolling back a savepoint keeps the lock.
+			sp, err := tx.Savepoint(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t2", "p1", 1, "undone")); err != nil {
+				return err
+			}
+			if err := sp.Rollback(ctx); err != nil {
+				return err
+			}
 			close(inside)
 			<-release
 			return nil
