@@ -1,0 +1,55 @@
+// Package client is a Go SSP2 client (wire version 2): it pushes an
+// outbox of commits, pulls subscriptions into a local replica, bootstraps
+// them from segments delivered inline or downloaded by reference, and
+// survives restarts through a small persistence interface. Tests,
+// benchmarks, load generators, the `syncnode client` commands and an edge
+// node's upstream sync use it.
+//
+// # Rounds
+//
+// Sync runs one round: one POST /sync carrying REQ_HEADER (the client id,
+// the schema version and the accepted log epoch), the head of the outbox
+// as PUSH_COMMIT frames, PULL_HEADER, and every registered subscription
+// with its cursor and resume token. The response is decoded and applied
+// as it streams in (SPEC.md §1.4):
+//
+//   - PUSH_RESULT: applied and cached commits leave the outbox; rejected
+//     ones leave it and are reported as *Rejection (conflict records
+//     decoded); a retryable sync.idempotency_cache_miss stays queued.
+//     Commits without an answer (a lost response, a transport failure)
+//     stay queued and are pushed again under the same clientCommitId, so
+//     a replay is answered cached and never applies twice.
+//   - Each COMMIT frame and each segment block is applied to the replica
+//     as one unit. A subscription's cursor, resume token and effective
+//     scopes are persisted only at its SUB_END; an ERROR frame, a decode
+//     error or a truncated stream abandons the open subscription without
+//     persisting anything of it (§1.4 rule 5), and the next round re-pulls
+//     the same window.
+//   - A fresh bootstrap (cursor -1, no token) clears the subscription's
+//     rows in scope before its first page (§5.6). SEGMENT_REF pages are
+//     fetched from GET /segments/{id} with the requested scopes in
+//     X-Syncular-Scopes, verified against their content address and
+//     applied like inline ones; any failure abandons the subscription.
+//   - revoked purges the rows matching the last effective scopes and
+//     drops queued commits that write into them (§3.3); reset
+//     (sync.cursor_expired) restarts the subscription from -1.
+//   - resetRequired adopts the new log epoch and discards rows, cursors
+//     and tokens, keeping the client id and the outbox (§2.1); a client
+//     without an epoch acquires one first. requiredSchemaVersion stops the
+//     client with a *SchemaUnsupportedError.
+//
+// SyncUntilIdle repeats rounds until one delivers no commits while the
+// outbox is empty and no subscription is bootstrapping.
+//
+// # Replica and persistence
+//
+// The replica holds, per table, rowId → serverVersion and the row's codec
+// bytes, and decodes rows by column name on read (Rows, Row). It holds
+// server state only: queued commits are not overlaid on it. The outbox,
+// the epoch and the subscriptions' progress go through a Store: a
+// MemoryStore, or a FileStore (one JSON file, rows included, replaced
+// atomically with fsync) for processes that restart.
+//
+// Errors the server answers are *Error (code, HTTP status, category);
+// match them with errors.Is(err, &client.Error{Code: ssp2.CodeForbidden}).
+package client
