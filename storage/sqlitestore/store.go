@@ -51,6 +51,9 @@ func dsn(cfg Config, reader bool) string {
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Add("_pragma", "cache_size(-32000)")
+	// Reads come from a memory map rather than through the page cache:
+	// scans and log windows spend much less per page.
+	q.Add("_pragma", "mmap_size(268435456)")
 	if reader {
 		q.Add("_pragma", "query_only(ON)")
 	}
