@@ -3,11 +3,13 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/storagetest"
 )
 
@@ -100,5 +102,26 @@ func TestCloseIdempotent(t *testing.T) {
 	}
 	if _, err := s.PartitionTouch(t.Context(), "p", 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("call after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestMigrationsMatchPostgres: both dialects carry the same numbered
+// migrations, so a version means the same change on both.
+func TestMigrationsMatchPostgres(t *testing.T) {
+	lite, err := migrate.Load(os.DirFS("migrations"), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := migrate.Load(os.DirFS(filepath.Join("..", "pgstore", "migrations")), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lite) != len(pg) {
+		t.Fatalf("%d SQLite migrations, %d PostgreSQL migrations", len(lite), len(pg))
+	}
+	for i := range lite {
+		if lite[i].Version != pg[i].Version || lite[i].Name != pg[i].Name {
+			t.Fatalf("migration %d: SQLite %03d_%s, PostgreSQL %03d_%s", i, lite[i].Version, lite[i].Name, pg[i].Version, pg[i].Name)
+		}
 	}
 }

@@ -93,7 +93,8 @@ func ParseScopesJSON(b []byte) (map[string]string, error) {
 	return m, nil
 }
 
-// parseSimple handles {"k":"v",...} with no whitespace and no escapes.
+// parseSimple handles {"k":"v",...} with no whitespace, no escapes and
+// valid UTF-8; anything else goes to encoding/json.
 func parseSimple(b []byte) (map[string]string, bool) {
 	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
 		return nil, false
@@ -131,6 +132,9 @@ func simpleString(b []byte, i int) (string, int, bool) {
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
+			if !utf8.Valid(b[i+1 : j]) {
+				return "", 0, false
+			}
 			return string(b[i+1 : j]), j + 1, true
 		case c == '\\' || c < 0x20:
 			return "", 0, false
