@@ -23,13 +23,15 @@ import (
 )
 
 // LogReader is what the relay reads of the commit log. storage.Store
-// satisfies it.
+// satisfies it. (The partition row carries the max commitSeq, so
+// CommitMaxSeq is not needed.)
 type LogReader interface {
 	Partitions(ctx context.Context) ([]storage.Partition, error)
 	PartitionGet(ctx context.Context, partition string) (storage.Partition, error)
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error)
-	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
 }
+
+var _ LogReader = storage.Store(nil)
 
 // Clock is the relay's time source; tests may replace it.
 type Clock interface {
@@ -162,7 +164,7 @@ type RelayStats struct {
 	Events    int64 // events stored in the stream by this relay
 	Batches   int64 // publish round trips (atomic batches or single events)
 	Conflicts int64 // compare-and-set rejections that led to a resync
-	Failures  int64 // failed partition runs (retried with backoff)
+	Failures  int64 // failed partition runs (retried with backoff, except bad partition ids)
 }
 
 // Relay publishes the commit log to SYNC_COMMITS. The log is the outbox:
@@ -189,8 +191,6 @@ type Relay struct {
 	idle       chan struct{} // closed while nothing is pending
 	idleClosed bool
 	lastErr    error
-	// set by the dispatcher under mu so Flush can tell idle from busy
-	dispatcherBusy bool
 
 	wake       chan struct{}
 	single     atomic.Bool // atomic batches unavailable on this stream
