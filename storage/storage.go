@@ -156,6 +156,12 @@ type ReadTx interface {
 // back. Both stores behave this way so callers cannot come to rely on
 // SQLite's statement-level rollback. Argument errors that never reach the
 // database (an unknown table, a bad limit) do not abort.
+//
+// A store may send a write whose result it already knows (CommitAppend's
+// seq, a push result the locked re-check proved absent) together with the
+// next statement, to save a round trip; an error of that write then
+// surfaces from a later call or from WriteTx, and aborts the transaction
+// all the same.
 type Tx interface {
 	ReadTx
 

@@ -51,8 +51,6 @@ func createTableSQL(name string, cols []ssp2.Column, pk []string) string {
 	return b.String()
 }
 
-func wireColumns(t *schema.Table) []ssp2.Column { return t.WireColumns() }
-
 var defaultPK = []string{schemaplan.ColPartition, schemaplan.ColRowID}
 
 // EnsureSchema implements storage.Store. Everything runs in one write
@@ -97,7 +95,7 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 			}
 			continue
 		}
-		if err := c.execOnce(ctx, createTableSQL(t.Name, wireColumns(t), defaultPK)); err != nil {
+		if err := c.execOnce(ctx, createTableSQL(t.Name, t.WireColumns(), defaultPK)); err != nil {
 			return fmt.Errorf("ensure schema: create %s: %w", t.Name, err)
 		}
 	}

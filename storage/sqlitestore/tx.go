@@ -16,7 +16,6 @@ type tx struct {
 	s      *Store
 	c      *conn
 	inst   *installed
-	write  bool
 	locked storage.Partition
 	// maxSeq is the partition's max commitSeq including this
 	// transaction's appends.
@@ -53,7 +52,7 @@ func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storag
 		if !ok {
 			return unregistered("write transaction", partition)
 		}
-		t := &tx{s: s, c: c, inst: s.schema.Load(), write: true, locked: p, maxSeq: p.MaxCommitSeq}
+		t := &tx{s: s, c: c, inst: s.schema.Load(), locked: p, maxSeq: p.MaxCommitSeq}
 		if err := fn(t); err != nil {
 			return err
 		}
