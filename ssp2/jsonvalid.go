@@ -16,8 +16,224 @@ const maxJSONDepth = 10000
 // surrounding whitespace: encoding/json.Valid(b) && utf8.Valid(b) in one
 // pass. It does not allocate for nesting up to 256 levels.
 func validJSON(b []byte) bool {
-	i := scanJSONValue(b, skipJSONSpace(b, 0))
+	start := skipJSONSpace(b, 0)
+	i := scanJSONShallow(b, start)
+	if i == tooDeep {
+		i = scanJSONValue(b, start)
+	}
 	return i >= 0 && skipJSONSpace(b, i) == len(b)
+}
+
+// tooDeep is scanJSONShallow's answer for nesting beyond 64 levels.
+const tooDeep = -2
+
+// scanJSONShallow is scanJSONValue for documents nested at most 64 deep,
+// which is nearly all of them: the nesting stack is one register (push
+// shifts left, bit 0 is the innermost level, 1 for an object), keys and
+// values scan their strings in separate copies of the loop, and escapes
+// and non-ASCII leave the loop through stringSpecial. Fewer live values
+// keep the hot path in registers. Deeper documents return tooDeep and are
+// scanned again by scanJSONValue.
+func scanJSONShallow(b []byte, i int) int {
+	var stack uint64
+	depth := 0
+	var c byte
+
+	// Whitespace is skipped lazily where the next byte is read: every
+	// whitespace byte is ≤ ' ', so compact JSON pays one comparison.
+value: // a value starts at b[i], maybe after whitespace
+	if i >= len(b) {
+		return -1
+	}
+	c = b[i]
+	if c <= ' ' {
+		if i = skipJSONSpace(b, i); i >= len(b) {
+			return -1
+		}
+		c = b[i]
+	}
+	switch jsonValueStart[c] {
+	case vsString:
+		i++
+		for {
+			if i+8 <= len(b) {
+				m := stringStops(binary.LittleEndian.Uint64(b[i:]))
+				if m == 0 {
+					i += 8
+					continue
+				}
+				i += bits.TrailingZeros64(m) >> 3
+			} else if len(b) >= 8 {
+				x := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (uint(i-(len(b)-8)) * 8)
+				i += bits.TrailingZeros64(stringStops(x)) >> 3
+			}
+			if i >= len(b) {
+				return -1
+			}
+			if b[i] == '"' {
+				i++
+				break
+			}
+			if i = stringSpecial(b, i); i < 0 {
+				return -1
+			}
+		}
+		goto after
+	case vsDigit:
+		if c != '0' {
+			start := i
+			for i++; i < len(b) && b[i]-'0' <= 9; i++ {
+			}
+			if i >= len(b) || (b[i] != '.' && b[i]|0x20 != 'e') {
+				goto after
+			}
+			i = start
+		}
+		i = scanJSONNumber(b, i)
+	case vsContainer:
+		if depth == 64 {
+			return tooDeep
+		}
+		depth++
+		stack = stack<<1 | uint64(c>>5&1) // bit 5: 1 in '{', 0 in '['
+		i++
+		if i < len(b) && b[i] <= ' ' {
+			i = skipJSONSpace(b, i)
+		}
+		if i < len(b) && b[i] == c+2 { // '{'+2 == '}', '['+2 == ']'
+			i++
+			depth--
+			stack >>= 1
+			goto after
+		}
+		if c == '{' {
+			goto key
+		}
+		goto value
+	case vsTrue:
+		i = scanJSONLiteral(b, i, "true")
+	case vsFalse:
+		i = scanJSONLiteral(b, i, "false")
+	case vsNull:
+		i = scanJSONLiteral(b, i, "null")
+	case vsMinus:
+		i = scanJSONNumber(b, i)
+	default:
+		return -1
+	}
+	if i < 0 {
+		return -1
+	}
+
+after: // a value ended at b[i]
+	if depth == 0 {
+		return i
+	}
+	if i >= len(b) {
+		return -1
+	}
+	c = b[i]
+	if c <= ' ' {
+		if i = skipJSONSpace(b, i); i >= len(b) {
+			return -1
+		}
+		c = b[i]
+	}
+	i++
+	switch c {
+	case ',':
+		if stack&1 != 0 {
+			goto key
+		}
+		goto value
+	case '}':
+		if stack&1 == 0 {
+			return -1
+		}
+	case ']':
+		if stack&1 != 0 {
+			return -1
+		}
+	default:
+		return -1
+	}
+	depth--
+	stack >>= 1
+	goto after
+
+key: // a member name starts at b[i], maybe after whitespace
+	if i >= len(b) {
+		return -1
+	}
+	if b[i] <= ' ' {
+		i = skipJSONSpace(b, i)
+	}
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	i++
+	for {
+		if i+8 <= len(b) {
+			m := stringStops(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else if len(b) >= 8 {
+			x := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (uint(i-(len(b)-8)) * 8)
+			i += bits.TrailingZeros64(stringStops(x)) >> 3
+		}
+		if i >= len(b) {
+			return -1
+		}
+		if b[i] == '"' {
+			i++
+			break
+		}
+		if i = stringSpecial(b, i); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipJSONSpace(b, i)
+	}
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	i++
+	goto value
+}
+
+// stringSpecial handles the string byte at b[i] that stopped the word scan
+// and is not the closing quote: an escape, a control character (invalid),
+// a non-ASCII sequence, or an ASCII byte flagged by a borrow. It returns
+// the index after it, or -1.
+func stringSpecial(b []byte, i int) int {
+	switch c := b[i]; {
+	case c == '\\':
+		if i+1 >= len(b) {
+			return -1
+		}
+		switch b[i+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			return i + 2
+		case 'u':
+			if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+				return -1
+			}
+			return i + 6
+		}
+		return -1
+	case c < 0x20:
+		return -1
+	case c < utf8.RuneSelf:
+		return i + 1
+	}
+	if n := utf8Seq(b, i); n > 0 {
+		return i + n
+	}
+	return -1
 }
 
 // skipJSONSpace skips JSON whitespace. Every whitespace byte is ≤ ' ', so
@@ -265,9 +481,12 @@ const (
 // checking). x-0x20 borrows into the high bit exactly for lanes below 0x20
 // among ASCII lanes; non-ASCII lanes are flagged by x itself.
 func stringStops(x uint64) uint64 {
+	// A lane of q or bs is zero exactly at a quote or a backslash; q-1
+	// borrows into the high bit there. Lanes ≥ 0x80 may light up in any
+	// term, but they are flagged by x anyway.
 	q := x ^ (lsbs * '"')
 	bs := x ^ (lsbs * '\\')
-	return ((x - lsbs*0x20) | (q-lsbs)&^q | (bs-lsbs)&^bs | x) & msbs
+	return ((x - lsbs*0x20) | (q - lsbs) | (bs - lsbs) | x) & msbs
 }
 
 // scanJSONString scans a string token at b[i] == '"', checking that its

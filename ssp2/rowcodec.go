@@ -21,6 +21,11 @@ type RowCodec struct {
 	// minLen is the smallest encoding of any row: the bitmap plus the
 	// fixed or length-prefix bytes of every non-nullable column.
 	minLen int
+	// textCols lists the string, json and blob_ref columns, whose content
+	// decode checks in a second pass.
+	textCols []int
+	// firstMask keeps the bitmap bytes of an eight-byte load from a row.
+	firstMask uint64
 }
 
 const opRow = "row codec"
@@ -37,6 +42,10 @@ func NewRowCodec(cols []Column) (*RowCodec, error) {
 	c.minLen = c.bitmapLen
 	for i, col := range cols {
 		c.types[i] = col.Type
+		switch col.Type {
+		case TypeString, TypeJSON, TypeBlobRef:
+			c.textCols = append(c.textCols, i)
+		}
 		if !col.Type.Valid() {
 			return nil, Errorf(CodeInvalidRequest, "column %d (%q): unknown type tag %d", i, col.Name, uint8(col.Type))
 		}
@@ -48,6 +57,10 @@ func NewRowCodec(cols []Column) (*RowCodec, error) {
 	}
 	if r := len(cols) & 7; r != 0 {
 		c.padMask = ^byte(0) << r
+	}
+	c.firstMask = ^uint64(0)
+	if c.bitmapLen < 8 {
+		c.firstMask = 1<<(8*c.bitmapLen) - 1
 	}
 	return c, nil
 }
@@ -220,7 +233,39 @@ const (
 // decode validates one row at the start of src and decodes it into vals,
 // which must hold at least one Value per column (a caller that only
 // validates passes scratch). It returns the row's length.
+//
+// It runs in two passes: the first walks the layout and fills vals without
+// calling anything, so its loop stays in registers; the second checks the
+// content of the text columns (UTF-8, JSON, BlobRef).
 func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
+	n, f := c.decodeLayout(src, vals)
+	if f.kind != faultNone {
+		return 0, f
+	}
+	for _, i := range c.textCols {
+		v := &vals[i]
+		if v.Null {
+			continue
+		}
+		var ok bool
+		switch c.types[i] {
+		case TypeString:
+			ok = validUTF8(v.Bytes)
+		case TypeJSON:
+			ok = validJSON(v.Bytes)
+		default:
+			ok = checkText(TypeBlobRef, v.Bytes) == ""
+		}
+		if !ok {
+			return 0, rowFault{faultText, i, c.valueOffset(src, i)}
+		}
+	}
+	return n, rowFault{}
+}
+
+// decodeLayout is decode's first pass: bitmap, bounds, integer range and
+// bool bytes, with every value stored in vals.
+func (c *RowCodec) decodeLayout(src []byte, vals []Value) (int, rowFault) {
 	types := c.types
 	vals = vals[:len(types)]
 	if len(src) < c.bitmapLen {
@@ -232,15 +277,15 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 		}
 	}
 	p := src[c.bitmapLen:]
-	var nulls uint64
+	nulls := c.firstBits(src)
 	for i, t := range types {
-		if i&63 == 0 {
+		if i&63 == 0 && i > 0 {
 			nulls = loadBits(src[i>>3 : c.bitmapLen])
 		}
 		null := nulls&1 != 0
 		nulls >>= 1
 		if null {
-			vals[i] = Value{Null: true}
+			vals[i].set(true, 0, 0, false, nil)
 			continue
 		}
 		switch t {
@@ -252,13 +297,13 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 			if !safeInt(v) {
 				return 0, rowFault{faultInteger, i, len(src) - len(p)}
 			}
-			vals[i] = Value{Int: v}
+			vals[i].set(false, v, 0, false, nil)
 			p = p[8:]
 		case TypeFloat:
 			if len(p) < 8 {
 				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
 			}
-			vals[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(p))}
+			vals[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
 			p = p[8:]
 		case TypeBoolean:
 			if len(p) < 1 {
@@ -267,7 +312,7 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 			if p[0] > 1 {
 				return 0, rowFault{faultBool, i, len(src) - len(p)}
 			}
-			vals[i] = Value{Bool: p[0] == 1}
+			vals[i].set(false, 0, 0, p[0] == 1, nil)
 			p = p[1:]
 		default: // length-prefixed: string, json, bytes, blob_ref, crdt
 			if len(p) < 4 {
@@ -277,26 +322,39 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 			if n > uint64(len(p)-4) {
 				return 0, rowFault{faultLength, i, len(src) - len(p)}
 			}
-			v := p[4 : 4+n : 4+n]
-			switch t {
-			case TypeString:
-				if !validUTF8(v) {
-					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
-				}
-			case TypeJSON:
-				if !validJSON(v) {
-					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
-				}
-			case TypeBlobRef:
-				if checkText(t, v) != "" {
-					return 0, rowFault{faultText, i, len(src) - len(p) + 4}
-				}
-			}
-			vals[i] = Value{Bytes: v}
+			vals[i].set(false, 0, 0, false, p[4:4+n:4+n])
 			p = p[4+n:]
 		}
 	}
 	return len(src) - len(p), rowFault{}
+}
+
+// set overwrites every field of v. Assigning field by field (rather than
+// a whole Value) keeps the compiler on its register-preserving pointer
+// write barrier, so decode loops are not spilled to the stack around a
+// call to the general one.
+func (v *Value) set(null bool, i int64, f float64, b bool, bytes []byte) {
+	v.Null, v.Int, v.Float, v.Bool, v.Bytes = null, i, f, b, bytes
+}
+
+// valueOffset finds where column col's value starts in a row whose layout
+// decodeLayout accepted; it serves error messages only.
+func (c *RowCodec) valueOffset(src []byte, col int) int {
+	off := c.bitmapLen
+	for i, t := range c.types[:col] {
+		if src[i>>3]&(1<<(i&7)) != 0 {
+			continue
+		}
+		switch t {
+		case TypeInteger, TypeFloat:
+			off += 8
+		case TypeBoolean:
+			off++
+		default:
+			off += 4 + int(binary.LittleEndian.Uint32(src[off:]))
+		}
+	}
+	return off + 4
 }
 
 // decodeTrusted extracts the values of a row that decode already accepted
@@ -305,9 +363,9 @@ func (c *RowCodec) decodeTrusted(src []byte, vals []Value) int {
 	types := c.types
 	vals = vals[:len(types)]
 	p := src[c.bitmapLen:]
-	var nulls uint64
+	nulls := c.firstBits(src)
 	for i, t := range types {
-		if i&63 == 0 {
+		if i&63 == 0 && i > 0 {
 			nulls = loadBits(src[i>>3 : c.bitmapLen])
 		}
 		null := nulls&1 != 0
@@ -333,6 +391,15 @@ func (c *RowCodec) decodeTrusted(src []byte, vals []Value) int {
 		}
 	}
 	return len(src) - len(p)
+}
+
+// firstBits returns the null bits of columns 0–63. Rows are nearly always
+// at least eight bytes long, so one word load masked to the bitmap does it.
+func (c *RowCodec) firstBits(src []byte) uint64 {
+	if len(src) >= 8 {
+		return binary.LittleEndian.Uint64(src) & c.firstMask
+	}
+	return loadBits(src[:min(c.bitmapLen, 8)])
 }
 
 // loadBits reads up to eight bitmap bytes as a little-endian word.
