@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -234,9 +235,18 @@ type roundState struct {
 	sec    *section
 	dirty  bool // state changed since the last save
 	fails  []error
-	// scratch reused across blocks
-	vals  []ssp2.Value
-	batch []pendingRow
+	// scratch reused across frames and blocks
+	vals    []ssp2.Value
+	batch   []pendingRow
+	segRows []segRow
+	idBuf   []byte
+}
+
+// segRow is one segment row gathered from a block before it is applied.
+type segRow struct {
+	row            []byte // aliases the segment reader's block
+	version        int64
+	idStart, idEnd int // the rendered rowId in the id buffer
 }
 
 // section is the open subscription section.
@@ -552,25 +562,47 @@ func (r *roundState) segment(data []byte, first bool) error {
 	pk, pkType := t.PKIndex, t.Columns[t.PKIndex].Type
 	tr := r.c.rep.tables[t.Name]
 	for sr.NextBlock() {
-		batch := r.batch[:0]
+		// Two passes per block: gather the rows (aliasing the reader's
+		// block buffer) and their rendered ids, then copy all row bytes
+		// into one arena and all ids into one string. A block costs two
+		// allocations instead of two per row; the price is that an arena
+		// lives until the last of its rows is replaced or deleted.
+		rows, ids := r.segRows[:0], r.idBuf[:0]
+		size := 0
 		for sr.Next() {
 			if r.vals, err = sr.Values(r.vals); err != nil {
 				return err
 			}
-			id, ok := schema.RenderValue(pkType, r.vals[pk])
-			if !ok {
+			v := r.vals[pk]
+			if v.Null {
 				return errors.New("segment row without a primary key")
 			}
-			batch = append(batch, pendingRow{id: id, e: rowEntry{version: sr.ServerVersion(), data: bytes.Clone(sr.Row())}})
+			start := len(ids)
+			switch pkType {
+			case ssp2.TypeString, ssp2.TypeJSON:
+				ids = append(ids, v.Bytes...)
+			case ssp2.TypeInteger:
+				ids = strconv.AppendInt(ids, v.Int, 10)
+			case ssp2.TypeBoolean:
+				ids = strconv.AppendBool(ids, v.Bool)
+			default:
+				return fmt.Errorf("primary key type %s has no rowId form", pkType)
+			}
+			row := sr.Row()
+			size += len(row)
+			rows = append(rows, segRow{row: row, version: sr.ServerVersion(), idStart: start, idEnd: len(ids)})
 		}
+		arena, idStr := make([]byte, 0, size), string(ids)
 		r.c.rep.mu.Lock()
-		for i := range batch {
-			tr.rows[batch[i].id] = batch[i].e
+		for i := range rows {
+			a := len(arena)
+			arena = append(arena, rows[i].row...)
+			tr.rows[idStr[rows[i].idStart:rows[i].idEnd]] = rowEntry{version: rows[i].version, data: arena[a:len(arena):len(arena)]}
 		}
 		r.c.rep.mu.Unlock()
-		r.res.SegmentRows += int64(len(batch))
-		clear(batch) // drop references to row bytes held by the scratch
-		r.batch = batch[:0]
+		r.res.SegmentRows += int64(len(rows))
+		clear(rows) // drop references into the reader's buffer
+		r.segRows, r.idBuf = rows[:0], ids[:0]
 	}
 	if err := sr.Err(); err != nil {
 		return err

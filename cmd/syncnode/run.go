@@ -27,6 +27,7 @@ const usage = `syncnode — an SSP2 sync server with an embedded NATS server
 
 Usage:
   syncnode serve [flags]     run a node (the default command)
+  syncnode client CMD ...    mint a token, push a row, pull a table (see "syncnode client help")
   syncnode version           print the version
   syncnode help              show this help
 
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch cmd {
 	case "serve":
 		return runServe(ctx, args, stdout, stderr)
+	case "client":
+		return runClient(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "syncnode", buildVersion())
 		return nil

@@ -1,0 +1,133 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkBootstrap100k bootstraps a 100 000-row subscription over
+// loopback HTTP into a fresh client per iteration: the server builds every
+// page from SQLite and streams it inline; the client decodes and applies
+// it block by block. rows/s counts rows landed in the replica.
+func BenchmarkBootstrap100k(b *testing.B) {
+	const n = 100_000
+	srv := newServer(b, allowSeeding)
+	seed(b, srv, n, "p1")
+	for _, bc := range []struct {
+		name     string
+		pull     PullOptions
+		encoding string
+	}{
+		// The server's default page size: 1000-row pages, 4 per round.
+		{"pages=1000x4/zstd", PullOptions{}, ""},
+		// Bulk pages: 10 000-row pages, 10 per round (one round).
+		{"pages=10000x10/zstd", PullOptions{LimitSnapshotRows: 10_000, MaxSnapshotPages: 10}, ""},
+		{"pages=10000x10/identity", PullOptions{LimitSnapshotRows: 10_000, MaxSnapshotPages: 10}, "identity"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			var rounds int
+			for b.Loop() {
+				c := srv.client("alice", []string{"p1"}, func(cfg *Config) { cfg.Pull, cfg.AcceptEncoding = bc.pull, bc.encoding })
+				res, err := c.SyncUntilIdle(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if c.Count("tasks") != n {
+					b.Fatalf("replica holds %d rows", c.Count("tasks"))
+				}
+				rounds += res.Rounds
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(rounds)/float64(b.N), "rounds/op")
+		})
+	}
+}
+
+// BenchmarkPushPull20Clients runs 20 concurrent clients, each in its own
+// project, each round pushing one small commit and pulling its
+// subscription in the same request (SPEC.md §7.2: push and pull ride one
+// round). One op is one round of one client; rounds/s is the aggregate,
+// p50 and p95 the round latency (queueing the commit included). The
+// sub-benchmarks differ in the Accept-Encoding the clients send: the
+// default zstd, gzip, or identity.
+func BenchmarkPushPull20Clients(b *testing.B) {
+	for _, enc := range []struct{ name, accept string }{{"zstd", ""}, {"identity", "identity"}} {
+		b.Run(enc.name, func(b *testing.B) { benchPushPull(b, 20, enc.accept) })
+	}
+}
+
+func benchPushPull(b *testing.B, clients int, acceptEncoding string) {
+	srv := newServer(b, nil)
+	ctx := context.Background()
+	cs := make([]*Client, clients)
+	for i := range cs {
+		cs[i] = srv.client(fmt.Sprintf("user%d", i), []string{fmt.Sprintf("p%d", i)}, func(cfg *Config) { cfg.AcceptEncoding = acceptEncoding })
+		if _, err := cs[i].SyncUntilIdle(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			project := fmt.Sprintf("p%d", i)
+			for {
+				k := next.Add(1)
+				if k > int64(b.N) {
+					return
+				}
+				row := task(fmt.Sprintf("%s-t%d", project, k%100), project, "a small edit")
+				row["updated_at_ms"] = k
+				start := time.Now()
+				if _, err := c.Upsert(ctx, "tasks", row); err != nil {
+					b.Error(err)
+					return
+				}
+				res, err := c.Sync(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = append(lat[i], time.Since(start))
+				if len(res.Pushed) != 1 || res.Commits != 1 {
+					b.Errorf("round pushed %d and pulled %d commits", len(res.Pushed), res.Commits)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(float64(len(all))/b.Elapsed().Seconds(), "rounds/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	// Process CPU (clients and server together) per round: steadier than
+	// wall-clock rates on a shared machine.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(len(all)), "cpu-µs/round")
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

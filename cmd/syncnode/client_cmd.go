@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+)
+
+const clientUsage = `Usage:
+  syncnode client token --actor A --partition P --scope VAR=V1[,V2] [--ttl 24h] [--secret S | --data DIR]
+      print a development JWT (HS256) for actor A in partition P
+  syncnode client push --url U --token T --table T (--json ROW | --delete ROWID) [--base-version N] [--state FILE] [--schema FILE]
+      queue one write and push it; with --state, unsent writes survive and are replayed next time
+  syncnode client pull --url U --token T --table T --scope VAR=V1[,V2] [--state FILE] [--schema FILE]
+      pull a table and print its rows as JSON lines {"rowId","version","values"}
+
+--url and --token default to $SYNCNODE_URL and $SYNCNODE_TOKEN; --schema to
+the bundled example schema (tables tasks and notes).
+`
+
+// runClient dispatches the client subcommands.
+func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, clientUsage)
+		return errors.New("client: missing subcommand (token, push or pull)")
+	}
+	switch args[0] {
+	case "token":
+		return runClientToken(args[1:], stdout, stderr)
+	case "push":
+		return runClientPush(ctx, args[1:], stdout, stderr)
+	case "pull":
+		return runClientPull(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, clientUsage)
+		return nil
+	default:
+		fmt.Fprint(stderr, clientUsage)
+		return fmt.Errorf("client: unknown subcommand %q", args[0])
+	}
+}
+
+// scopeFlag collects repeated --scope VAR=V1,V2 flags.
+type scopeFlag map[string][]string
+
+func (s scopeFlag) String() string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strings.Join(s[k], ",")
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s scopeFlag) Set(v string) error {
+	name, vals, ok := strings.Cut(v, "=")
+	if !ok || name == "" || vals == "" {
+		return fmt.Errorf("want VAR=V1[,V2], got %q", v)
+	}
+	for _, x := range strings.Split(vals, ",") {
+		if x == "" {
+			return fmt.Errorf("empty value in %q", v)
+		}
+		s[name] = append(s[name], x)
+	}
+	return nil
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("client "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of syncnode client %s:\n", name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and refuses positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+func runClientToken(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("token", stderr)
+	actor := fs.String("actor", "", "actor id (the token's sub)")
+	part := fs.String("partition", "default", "partition")
+	scopes := scopeFlag{}
+	fs.Var(scopes, "scope", "allowed scope values VAR=V1[,V2] (repeatable; * allows any value)")
+	ttl := fs.Duration("ttl", 24*time.Hour, "token lifetime")
+	secret := fs.String("secret", "", "HS256 signing secret (at least 32 bytes)")
+	dataDir := fs.String("data", "", "read the development secret from DIR/dev-jwt-secret (the node's data dir)")
+	if err := parseFlags(fs, args); err != nil {
+		return clientFlagErr(err)
+	}
+	if *actor == "" || *part == "" {
+		return errors.New("client token: --actor and --partition are required")
+	}
+	if *ttl <= 0 {
+		return errors.New("client token: --ttl must be positive")
+	}
+	key := []byte(*secret)
+	switch {
+	case *secret != "" && *dataDir != "":
+		return errors.New("client token: give --secret or --data, not both")
+	case *dataDir != "":
+		b, err := os.ReadFile(filepath.Join(*dataDir, "dev-jwt-secret"))
+		if err != nil {
+			return fmt.Errorf("client token: read development secret: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+	case *secret == "":
+		if s := os.Getenv("SYNCNODE_JWT_SECRET"); s != "" {
+			key = []byte(s)
+		} else {
+			return errors.New("client token: give --secret, --data or $SYNCNODE_JWT_SECRET")
+		}
+	}
+	if len(key) < 32 {
+		return errors.New("client token: the secret must be at least 32 bytes")
+	}
+	tok, err := auth.Mint(key, auth.Principal{ActorID: *actor, Partition: *part, Scopes: scopes}, *ttl, time.Now())
+	if err != nil {
+		return fmt.Errorf("client token: %w", err)
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
+
+// connFlags are the flags every networked client command takes.
+type connFlags struct {
+	url, token, state, schema *string
+}
+
+func addConnFlags(fs *flag.FlagSet) connFlags {
+	return connFlags{
+		url:    fs.String("url", os.Getenv("SYNCNODE_URL"), "node URL, e.g. http://127.0.0.1:8080"),
+		token:  fs.String("token", os.Getenv("SYNCNODE_TOKEN"), "bearer token (see: syncnode client token)"),
+		state:  fs.String("state", "", "state file: client id, outbox, cursors and rows survive between runs"),
+		schema: fs.String("schema", "", "schema IR file (default: the bundled example schema)"),
+	}
+}
+
+// open builds the client the flags describe.
+func (f connFlags) open() (*client.Client, *schema.Schema, error) {
+	if *f.url == "" || *f.token == "" {
+		return nil, nil, errors.New("--url and --token are required (or $SYNCNODE_URL and $SYNCNODE_TOKEN)")
+	}
+	s, err := loadSchema(*f.schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := client.Config{BaseURL: *f.url, Token: *f.token, Schema: s}
+	if *f.state != "" {
+		cfg.Store = &client.FileStore{Path: *f.state}
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// pushOutcome is one line of `client push` output.
+type pushOutcome struct {
+	ClientCommitID string          `json:"clientCommitId"`
+	Status         string          `json:"status"`
+	CommitSeq      int64           `json:"commitSeq,omitempty"`
+	Code           string          `json:"code,omitempty"`
+	Message        string          `json:"message,omitempty"`
+	OpIndex        *int32          `json:"opIndex,omitempty"`
+	ServerVersion  *int64          `json:"serverVersion,omitempty"`
+	ServerRow      map[string]any  `json:"serverRow,omitempty"`
+	Details        json.RawMessage `json:"details,omitempty"`
+}
+
+func runClientPush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("push", stderr)
+	conn := addConnFlags(fs)
+	table := fs.String("table", "", "table to write")
+	rowJSON := fs.String("json", "", "the full row to upsert, as a JSON object")
+	del := fs.String("delete", "", "rowId to delete")
+	base := fs.Int64("base-version", -1, "baseVersion: fail unless the row is at this version (0: must not exist)")
+	if err := parseFlags(fs, args); err != nil {
+		return clientFlagErr(err)
+	}
+	c, _, err := conn.open()
+	if err != nil {
+		return fmt.Errorf("client push: %w", err)
+	}
+	if *rowJSON != "" || *del != "" {
+		op, err := pushOp(*table, *rowJSON, *del, *base)
+		if err != nil {
+			return fmt.Errorf("client push: %w", err)
+		}
+		if _, err := c.Commit(ctx, op); err != nil {
+			return fmt.Errorf("client push: %w", err)
+		}
+	} else if *conn.state == "" {
+		return errors.New("client push: give --json or --delete (or --state to replay a saved outbox)")
+	}
+	res, err := c.SyncUntilIdle(ctx)
+	enc := json.NewEncoder(stdout)
+	rejected := map[string]*client.Rejection{}
+	for _, r := range res.Rejected {
+		rejected[r.ClientCommitID] = r
+	}
+	for _, p := range res.Pushed {
+		if p.Retry {
+			continue
+		}
+		out := pushOutcome{ClientCommitID: p.ClientCommitID, Status: p.Status.String(), CommitSeq: p.CommitSeq}
+		if r := rejected[p.ClientCommitID]; r != nil {
+			fillRejection(&out, r)
+		}
+		_ = enc.Encode(out)
+	}
+	for _, r := range res.Rejected {
+		if r.Dropped {
+			out := pushOutcome{ClientCommitID: r.ClientCommitID, Status: "dropped"}
+			fillRejection(&out, r)
+			_ = enc.Encode(out)
+		}
+	}
+	if err != nil {
+		if n := len(c.Pending()); n > 0 && *conn.state != "" {
+			fmt.Fprintf(stderr, "syncnode: %d commit(s) stay queued in %s and are pushed by the next run\n", n, *conn.state)
+		}
+		return fmt.Errorf("client push: %w", err)
+	}
+	if len(res.Rejected) > 0 {
+		return fmt.Errorf("client push: %w", res.Rejected[0])
+	}
+	return nil
+}
+
+func fillRejection(out *pushOutcome, r *client.Rejection) {
+	op := r.OpIndex
+	out.Code, out.Message, out.OpIndex, out.Details = string(r.Code), r.Message, &op, r.Details
+	if r.Conflict != nil {
+		v := r.Conflict.ServerVersion
+		out.ServerVersion, out.ServerRow = &v, r.Conflict.ServerRow
+	}
+}
+
+// pushOp builds the operation of `client push`.
+func pushOp(table, rowJSON, del string, base int64) (client.Op, error) {
+	if table == "" {
+		return client.Op{}, errors.New("--table is required")
+	}
+	if (rowJSON == "") == (del == "") {
+		return client.Op{}, errors.New("give exactly one of --json and --delete")
+	}
+	var op client.Op
+	if del != "" {
+		op = client.Delete(table, del)
+	} else {
+		dec := json.NewDecoder(strings.NewReader(rowJSON))
+		dec.UseNumber()
+		var row map[string]any
+		if err := dec.Decode(&row); err != nil || row == nil {
+			return client.Op{}, fmt.Errorf("--json must be a JSON object: %v", err)
+		}
+		if dec.More() {
+			return client.Op{}, errors.New("--json holds more than one value")
+		}
+		op = client.Upsert(table, row)
+	}
+	if base >= 0 {
+		op = op.WithBaseVersion(base)
+	}
+	return op, nil
+}
+
+func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("pull", stderr)
+	conn := addConnFlags(fs)
+	table := fs.String("table", "", "table to pull")
+	scopes := scopeFlag{}
+	fs.Var(scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	if err := parseFlags(fs, args); err != nil {
+		return clientFlagErr(err)
+	}
+	if *table == "" || len(scopes) == 0 {
+		return errors.New("client pull: --table and at least one --scope are required")
+	}
+	c, s, err := conn.open()
+	if err != nil {
+		return fmt.Errorf("client pull: %w", err)
+	}
+	t, ok := s.Table(*table)
+	if !ok {
+		return fmt.Errorf("client pull: unknown table %q", *table)
+	}
+	// One subscription per (table, scopes), named after them, so a state
+	// file resumes the same subscription on the next run.
+	sum := sha256.Sum256(append([]byte(*table+"\x00"), ssp2.CanonicalScopes(scopes)...))
+	if err := c.Subscribe("cli:"+*table+":"+hex.EncodeToString(sum[:8]), *table, scopes); err != nil {
+		return fmt.Errorf("client pull: %w", err)
+	}
+	if _, err := c.SyncUntilIdle(ctx); err != nil {
+		return fmt.Errorf("client pull: %w", err)
+	}
+	enc := json.NewEncoder(stdout)
+	for _, r := range c.Rows(*table) {
+		if rowInScopes(t, r, scopes) {
+			if err := enc.Encode(r); err != nil {
+				return fmt.Errorf("client pull: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// rowInScopes reports whether a row's scope columns hold requested
+// values: the rows this pull asked for, not others the state file holds.
+func rowInScopes(t *schema.Table, r client.Row, scopes map[string][]string) bool {
+	for v, vals := range scopes {
+		sc, ok := t.Scope(v)
+		if !ok {
+			return false
+		}
+		got := fmt.Sprint(r.Values[sc.Column])
+		found := false
+		for _, x := range vals {
+			found = found || x == got
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// clientFlagErr turns -h into a clean exit.
+func clientFlagErr(err error) error {
+	if isHelp(err) {
+		return nil
+	}
+	return err
+}
