@@ -134,8 +134,24 @@ func (c *Client) download(ctx context.Context, ref *ssp2.SegmentRef, requested m
 // rows stays far below it).
 const maxSegmentBytes = 1 << 30
 
-// decodedBody undoes the response's Content-Encoding.
+// maxDrain bounds how much of an unread body Close reads so the
+// connection can be reused; past it the connection is dropped instead.
+const maxDrain = 64 << 10
+
+// drainingBody reads what is left of a body (the end of a compressed
+// stream, the last chunk) before closing it, so the HTTP client can reuse
+// the connection.
+type drainingBody struct{ io.ReadCloser }
+
+func (b drainingBody) Close() error {
+	_, _ = io.CopyN(io.Discard, b.ReadCloser, maxDrain)
+	return b.ReadCloser.Close()
+}
+
+// decodedBody undoes the response's Content-Encoding. Closing the result
+// drains and closes the response body.
 func decodedBody(resp *http.Response) (io.ReadCloser, error) {
+	resp.Body = drainingBody{resp.Body}
 	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 		return resp.Body, nil

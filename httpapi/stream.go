@@ -75,13 +75,22 @@ var (
 	}}
 )
 
-// streamWriter is the /sync response body: it sends the 200 headers on
-// the first write, compresses as negotiated, and flushes on demand so a
-// streamed response reaches the client section by section.
+// minCompressBytes: a response that flushes or ends before this many
+// bytes goes out uncompressed. Compressing a few hundred bytes (a
+// push-pull round, an empty pull) costs both ends more CPU than it saves
+// on any link; a response that grows past it is compressed as negotiated.
+const minCompressBytes = 1 << 10
+
+// streamWriter is the /sync response body: it sends the 200 headers once
+// the encoding is decided (at minCompressBytes, the first flush or the
+// end), compresses as negotiated, and flushes on demand so a streamed
+// response reaches the client section by section.
 type streamWriter struct {
 	w       http.ResponseWriter
 	enc     encoding
-	started bool
+	started bool   // something was written (perhaps still held in pending)
+	decided bool   // headers sent, body set
+	pending []byte // bytes held until the encoding is decided
 	gz      *gzip.Writer
 	zs      *zstd.Encoder
 	body    io.Writer
@@ -91,8 +100,21 @@ func newStreamWriter(w http.ResponseWriter, enc encoding) *streamWriter {
 	return &streamWriter{w: w, enc: enc}
 }
 
+// decide sends the headers for enc and writes what was held back.
+func (s *streamWriter) decide(enc encoding) error {
+	s.enc = enc
+	s.start()
+	p := s.pending
+	s.pending = nil
+	if len(p) == 0 {
+		return nil
+	}
+	_, err := s.body.Write(p)
+	return err
+}
+
 func (s *streamWriter) start() {
-	s.started = true
+	s.decided = true
 	hdr := s.w.Header()
 	hdr.Set("Content-Type", ContentType)
 	hdr.Set("Cache-Control", "no-store")
@@ -115,16 +137,29 @@ func (s *streamWriter) start() {
 }
 
 func (s *streamWriter) Write(p []byte) (int, error) {
-	if !s.started {
-		s.start()
+	s.started = true
+	if !s.decided {
+		if s.enc != encIdentity && len(s.pending)+len(p) < minCompressBytes {
+			s.pending = append(s.pending, p...)
+			return len(p), nil
+		}
+		if err := s.decide(s.enc); err != nil {
+			return 0, err
+		}
 	}
 	return s.body.Write(p)
 }
 
-// Flush pushes compressed bytes and the HTTP buffer to the client.
+// Flush pushes compressed bytes and the HTTP buffer to the client. A
+// response still below minCompressBytes is sent uncompressed.
 func (s *streamWriter) Flush() error {
 	if !s.started {
 		return nil
+	}
+	if !s.decided {
+		if err := s.decide(encIdentity); err != nil {
+			return err
+		}
 	}
 	var err error
 	switch {
@@ -139,8 +174,15 @@ func (s *streamWriter) Flush() error {
 	return err
 }
 
-// Close finishes the compressed stream and returns encoders to their pools.
+// Close finishes the response: a small one goes out uncompressed with
+// its length; a compressed stream is finished and its encoder pooled.
 func (s *streamWriter) Close() error {
+	if s.started && !s.decided {
+		s.w.Header().Set("Content-Length", strconv.Itoa(len(s.pending)))
+		if err := s.decide(encIdentity); err != nil {
+			return err
+		}
+	}
 	var err error
 	if s.gz != nil {
 		err = s.gz.Close()
