@@ -1,12 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/syncnode/syncnode/ssp2"
@@ -100,37 +102,71 @@ type MemoryStore struct {
 	Rows bool
 
 	mu sync.Mutex
-	st []byte // JSON of the last saved state: a deep copy by construction
+	st *State // a private deep copy
 }
 
-// Load returns the last saved state.
+// Load returns a copy of the last saved state.
 func (m *MemoryStore) Load(context.Context) (*State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.st == nil {
 		return nil, nil
 	}
-	var st State
-	if err := json.Unmarshal(m.st, &st); err != nil {
-		return nil, fmt.Errorf("load state: %w", err)
-	}
-	return &st, nil
+	return m.st.clone(), nil
 }
 
 // Save keeps a copy of st.
 func (m *MemoryStore) Save(_ context.Context, st *State) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("save state: %w", err)
-	}
+	cp := st.clone()
 	m.mu.Lock()
-	m.st = b
+	m.st = cp
 	m.mu.Unlock()
 	return nil
 }
 
 // KeepsRows reports m.Rows.
 func (m *MemoryStore) KeepsRows() bool { return m.Rows }
+
+// clone deep-copies the state (row bytes are immutable and shared).
+func (st *State) clone() *State {
+	cp := *st
+	cp.Subscriptions = make([]SubscriptionState, len(st.Subscriptions))
+	for i, s := range st.Subscriptions {
+		s.Scopes, s.Effective = cloneScopes(s.Scopes), cloneScopes(s.Effective)
+		s.BootstrapState = bytes.Clone(s.BootstrapState)
+		cp.Subscriptions[i] = s
+	}
+	cp.Outbox = make([]PendingCommit, len(st.Outbox))
+	for i, pc := range st.Outbox {
+		ops := make([]PendingOperation, len(pc.Operations))
+		for j, o := range pc.Operations {
+			if o.BaseVersion != nil {
+				v := *o.BaseVersion
+				o.BaseVersion = &v
+			}
+			ops[j] = o
+		}
+		cp.Outbox[i] = PendingCommit{ClientCommitID: pc.ClientCommitID, Operations: ops}
+	}
+	if st.Rows != nil {
+		cp.Rows = make(map[string][]StoredRow, len(st.Rows))
+		for t, rows := range st.Rows {
+			cp.Rows[t] = slices.Clone(rows)
+		}
+	}
+	return &cp
+}
+
+func cloneScopes(m map[string][]string) map[string][]string {
+	if m == nil {
+		return nil
+	}
+	cp := make(map[string][]string, len(m))
+	for k, v := range m {
+		cp[k] = slices.Clone(v)
+	}
+	return cp
+}
 
 // FileStore keeps the state, rows included, in one JSON file. Save writes
 // a temporary file beside it, fsyncs it, renames it over the old one and
