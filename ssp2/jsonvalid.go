@@ -547,7 +547,11 @@ func validUTF8(b []byte) bool {
 	for {
 		// Written over a shrinking slice rather than an index so the
 		// compiler can drop the bounds checks of the word loads.
-		for len(p) >= 16 && (binary.LittleEndian.Uint64(p)|binary.LittleEndian.Uint64(p[8:]))&msbs == 0 {
+		for len(p) >= 32 && (binary.LittleEndian.Uint64(p)|binary.LittleEndian.Uint64(p[8:])|
+			binary.LittleEndian.Uint64(p[16:])|binary.LittleEndian.Uint64(p[24:]))&msbs == 0 {
+			p = p[32:]
+		}
+		if len(p) >= 16 && (binary.LittleEndian.Uint64(p)|binary.LittleEndian.Uint64(p[8:]))&msbs == 0 {
 			p = p[16:]
 		}
 		if len(p) >= 8 {
@@ -576,11 +580,26 @@ func validUTF8(b []byte) bool {
 				return true
 			}
 		}
-		n := utf8Seq(p, 0)
-		if n == 0 {
-			return false
+		// p[0] is non-ASCII. Two- and three-byte forms, the common ones in
+		// text, are checked here; the rest in utf8Seq.
+		switch c := p[0]; {
+		case c >= 0xC2 && c < 0xE0:
+			if len(p) < 2 || p[1]&0xC0 != 0x80 {
+				return false
+			}
+			p = p[2:]
+		case c > 0xE0 && c < 0xF0 && c != 0xED:
+			if len(p) < 3 || p[1]&0xC0 != 0x80 || p[2]&0xC0 != 0x80 {
+				return false
+			}
+			p = p[3:]
+		default:
+			n := utf8Seq(p, 0)
+			if n == 0 {
+				return false
+			}
+			p = p[n:]
 		}
-		p = p[n:]
 	}
 }
 

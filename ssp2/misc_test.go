@@ -381,3 +381,54 @@ func TestValidJSONDepth(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentReaderValues checks both ways Values serves a row: from the
+// values kept while validating an ordinary block, and by decoding again
+// for a block too big to keep.
+func TestSegmentReaderValues(t *testing.T) {
+	for _, rowsPerBlock := range []int{1000, 9000} {
+		vals := notesValues(9000)
+		var buf bytes.Buffer
+		w, err := NewSegmentWriter(&buf, SegmentHeader{Table: "notes", SchemaVersion: 1, Columns: notesColumns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.MaxBlockRows, w.MaxBlockBytes = rowsPerBlock, 64<<20
+		for i, v := range vals {
+			if err := w.WriteValues(int64(i+1), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewSegmentReader(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Value
+		n := 0
+		for r.NextBlock() {
+			if want := rowsPerBlock*len(notesColumns) <= maxKeptValues; r.kept != want {
+				t.Fatalf("block of %d rows: kept %v, want %v", r.BlockRows(), r.kept, want)
+			}
+			for r.Next() {
+				if got, err = r.Values(got); err != nil {
+					t.Fatal(err)
+				}
+				for c, col := range notesColumns {
+					if !sameValue(col, got[c], vals[n][c]) {
+						t.Fatalf("row %d column %s: got %+v, want %+v", n, col.Name, got[c], vals[n][c])
+					}
+				}
+				if r.ServerVersion() != int64(n+1) {
+					t.Fatalf("row %d serverVersion %d", n, r.ServerVersion())
+				}
+				n++
+			}
+		}
+		if r.Err() != nil || n != len(vals) {
+			t.Fatalf("read %d rows: %v", n, r.Err())
+		}
+	}
+}

@@ -371,22 +371,22 @@ func (c *RowCodec) decodeTrusted(src []byte, vals []Value) int {
 		null := nulls&1 != 0
 		nulls >>= 1
 		if null {
-			vals[i] = Value{Null: true}
+			vals[i].set(true, 0, 0, false, nil)
 			continue
 		}
 		switch t {
 		case TypeInteger:
-			vals[i] = Value{Int: int64(binary.LittleEndian.Uint64(p))}
+			vals[i].set(false, int64(binary.LittleEndian.Uint64(p)), 0, false, nil)
 			p = p[8:]
 		case TypeFloat:
-			vals[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(p))}
+			vals[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
 			p = p[8:]
 		case TypeBoolean:
-			vals[i] = Value{Bool: p[0] == 1}
+			vals[i].set(false, 0, 0, p[0] == 1, nil)
 			p = p[1:]
 		default:
 			n := uint64(binary.LittleEndian.Uint32(p))
-			vals[i] = Value{Bytes: p[4 : 4+n : 4+n]}
+			vals[i].set(false, 0, 0, false, p[4:4+n:4+n])
 			p = p[4+n:]
 		}
 	}

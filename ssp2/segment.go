@@ -89,7 +89,9 @@ func checkSegmentPrefix(p []byte, base int, op string) *Error {
 
 // scanBlock validates the rows of one block (rowCount records filling
 // exactly len(rows) bytes) and records where each record ends.
-func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op string, ends []int, scratch []Value) ([]int, *Error) {
+// vals receives the decoded values: one row's worth reused for every row,
+// or, with keep, rowCount rows' worth, row k at vals[k*columns:].
+func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op string, ends []int, vals []Value, keep bool) ([]int, *Error) {
 	if uint64(rowCount)*uint64(8+codec.minLen) > uint64(len(rows)) {
 		return ends, decodeError(op, base-blockHeaderSize, "block of %d rows cannot fit in %d bytes", rowCount, len(rows))
 	}
@@ -104,7 +106,11 @@ func scanBlock(codec *RowCodec, rows []byte, rowCount uint32, base int, op strin
 			return ends, decodeError(op, base+off, "row serverVersion %d outside 1…2^53−1", sv)
 		}
 		off += 8
-		n, f := codec.decode(rows[off:], scratch)
+		rowVals := vals
+		if keep {
+			rowVals = vals[int(k)*len(codec.types):]
+		}
+		n, f := codec.decode(rows[off:], rowVals)
 		if f.kind != faultNone {
 			err := codec.faultError(f, rows[off:], base+off)
 			err.Op = op
@@ -160,7 +166,7 @@ func walkSegment(b []byte, base int, op string, visit func(h *SegmentHeader, cod
 		}
 		rowsAt := r.pos() - len(rows)
 		var err *Error
-		if ends, err = scanBlock(codec, rows, rowCount, rowsAt, op, ends, scratch); err != nil {
+		if ends, err = scanBlock(codec, rows, rowCount, rowsAt, op, ends, scratch, false); err != nil {
 			return h, err
 		}
 		if visit != nil {
@@ -421,18 +427,23 @@ func (s *SegmentWriter) BytesWritten() int64 { return s.written }
 // fully validates the next block before any of its rows is handed out, so
 // a caller applying one block per transaction never applies a bad block.
 type SegmentReader struct {
-	r       io.Reader
-	header  SegmentHeader
-	codec   *RowCodec
-	off     int // absolute offset of the next unread byte
-	block   []byte
-	ends    []int
-	row     int // index of the current row in the block; -1 before Next
-	err     error
-	done    bool
-	tmp     []byte
-	scratch []Value // for validating blocks
+	r      io.Reader
+	header SegmentHeader
+	codec  *RowCodec
+	off    int // absolute offset of the next unread byte
+	block  []byte
+	ends   []int
+	row    int // index of the current row in the block; -1 before Next
+	err    error
+	done   bool
+	tmp    []byte
+	vals   []Value // the current block's decoded values, if kept
+	kept   bool
 }
+
+// maxKeptValues caps the values a SegmentReader keeps for one block
+// (64 Ki values, 3.5 MiB); bigger blocks are decoded again row by row.
+const maxKeptValues = 1 << 16
 
 // NewSegmentReader reads and validates the segment header from r.
 func NewSegmentReader(r io.Reader) (*SegmentReader, error) {
@@ -446,7 +457,7 @@ func NewSegmentReader(r io.Reader) (*SegmentReader, error) {
 // Reset starts reading a new segment from r, keeping the reader's buffers
 // (and its row codec when the columns are unchanged).
 func (s *SegmentReader) Reset(r io.Reader) error {
-	*s = SegmentReader{r: r, row: -1, codec: s.codec, block: s.block[:0], ends: s.ends[:0], tmp: s.tmp[:0], scratch: s.scratch}
+	*s = SegmentReader{r: r, row: -1, codec: s.codec, block: s.block[:0], ends: s.ends[:0], tmp: s.tmp[:0], vals: s.vals[:0]}
 	prefix, err := s.read(8, "segment header")
 	if err != nil {
 		return err
@@ -496,7 +507,6 @@ func (s *SegmentReader) Reset(r io.Reader) error {
 		if s.codec, err = NewRowCodec(s.header.Columns); err != nil {
 			return decodeError(opDecodeSegment, s.off, "%v", err)
 		}
-		s.scratch = make([]Value, len(s.header.Columns))
 	}
 	return nil
 }
@@ -575,8 +585,21 @@ func (s *SegmentReader) NextBlock() bool {
 		s.err = err
 		return false
 	}
+	// Validation decodes every row anyway; a block of ordinary size keeps
+	// those values so Values need not decode again. (rowCount is bounded
+	// by the bytes actually read, and the cap bounds the memory.)
+	cols := len(s.header.Columns)
+	s.kept = uint64(rowCount)*uint64(cols) <= maxKeptValues
+	need := cols
+	if s.kept {
+		need = int(rowCount) * cols
+	}
+	if cap(s.vals) < need {
+		s.vals = make([]Value, need)
+	}
+	s.vals = s.vals[:need]
 	var derr *Error
-	if s.ends, derr = scanBlock(s.codec, rows, rowCount, rowsAt, opDecodeSegment, s.ends, s.scratch); derr != nil {
+	if s.ends, derr = scanBlock(s.codec, rows, rowCount, rowsAt, opDecodeSegment, s.ends, s.vals, s.kept); derr != nil {
 		s.err = derr
 		return false
 	}
@@ -630,7 +653,12 @@ func (s *SegmentReader) Values(dst []Value) ([]Value, error) {
 	if row == nil {
 		return dst[:0], encodeError(opDecodeSegment, "Values called without a current row")
 	}
-	s.codec.decodeTrusted(row, dst)
+	if s.kept {
+		cols := len(dst)
+		copy(dst, s.vals[s.row*cols:(s.row+1)*cols])
+	} else {
+		s.codec.decodeTrusted(row, dst)
+	}
 	return dst, nil
 }
 
