@@ -79,6 +79,9 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	t.queue(qAppendCommit, t.locked.ID, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion,
 		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal)
 	t.maxSeq = seq
+	t.s.analyzer.wrote("sync_commits", 1)
+	t.s.analyzer.wrote("sync_changes", n)
+	t.s.analyzer.wrote("sync_scope_index", len(entries))
 	return seq, nil
 }
 

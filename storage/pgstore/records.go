@@ -45,6 +45,7 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 			VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING`, partition, commitlog.NewEpoch(), nowMs); err != nil {
 			return p, fmt.Errorf("touch partition: %w", err)
 		}
+		s.analyzer.wrote("sync_partitions", 1)
 	}
 	if _, err := s.pool.Exec(ctx, `UPDATE sync_partitions SET last_seen_ms = $2
 		WHERE id = (SELECT id FROM sync_partitions WHERE id = $1 AND last_seen_ms < $3 FOR UPDATE SKIP LOCKED)`,
@@ -227,6 +228,7 @@ func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.
 		}
 		r = stored
 	}
+	t.s.analyzer.wrote("sync_idempotency", 1)
 	delete(t.absent, key)
 	if t.put == nil {
 		t.put = map[idemKey]storage.PushRecord{}
@@ -274,6 +276,7 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
+	s.analyzer.wrote("sync_clients", 1)
 	return nil
 }
 

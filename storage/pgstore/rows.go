@@ -161,6 +161,7 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	if _, err := t.queryRow(ctx, ts.upsert, args, &version); err != nil {
 		return 0, t.fail("upsert row", table, err)
 	}
+	t.s.analyzer.wrote(table, 1)
 	return version, nil
 }
 

@@ -25,6 +25,7 @@ type Store struct {
 	pool       *pgxpool.Pool
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	analyzer   *analyzer
 	closeOnce  sync.Once
 }
 
@@ -58,6 +59,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
+	s.analyzer = newAnalyzer(s)
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
@@ -115,10 +117,13 @@ func (s *Store) Capabilities() storage.Capabilities {
 	return storage.Capabilities{ConcurrentPartitionWriters: true}
 }
 
-// Close closes the pool, waiting for acquired connections to be released.
-// It is idempotent.
+// Close waits for background statistics runs, then closes the pool,
+// waiting for acquired connections to be released. It is idempotent.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		s.analyzer.close()
+		s.pool.Close()
+	})
 	return nil
 }
 
