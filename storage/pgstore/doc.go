@@ -36,4 +36,13 @@
 //
 // Text keys (partition, row id, scope values) use COLLATE "C", so row ids
 // order bytewise as in SQLite.
+//
+// # Plans
+//
+// Prepared statements run on cached generic plans, which PostgreSQL only
+// re-plans when a table's statistics change. The store therefore analyzes
+// a table in the background each time its writes grow fourfold (see
+// analyzer), so a plan made on an empty table — a scope index walked for a
+// key lookup, say — does not outlive the table's growth even where
+// autovacuum is off.
 package pgstore
