@@ -615,6 +615,7 @@ func decodePushResultDetails(r *reader) *PushResultDetails {
 		r.failAt(at, "PUSH_RESULT_DETAILS carries no entries")
 	}
 	f.Entries = make([]DetailsEntry, 0, n)
+	seen := make(map[int32]struct{}, n)
 	for i := 0; i < n && r.err == nil; i++ {
 		var e DetailsEntry
 		at := r.pos()
@@ -622,11 +623,10 @@ func decodePushResultDetails(r *reader) *PushResultDetails {
 		if r.err == nil && e.OpIndex < 0 {
 			r.failAt(at, "details.opIndex %d is negative", e.OpIndex)
 		}
-		for _, prev := range f.Entries {
-			if r.err == nil && prev.OpIndex == e.OpIndex {
-				r.failAt(at, "details.opIndex %d repeats", e.OpIndex)
-			}
+		if _, dup := seen[e.OpIndex]; dup && r.err == nil {
+			r.failAt(at, "details.opIndex %d repeats", e.OpIndex)
 		}
+		seen[e.OpIndex] = struct{}{}
 		at = r.pos() + 4
 		e.DetailsJSON = r.strBytes("details.detailsJson")
 		if r.err == nil {
@@ -648,15 +648,15 @@ func (f *PushResultDetails) appendPayload(w *writer, _ uint16) {
 	}
 	w.str("PUSH_RESULT_DETAILS.clientCommitId", f.ClientCommitID)
 	w.count("PUSH_RESULT_DETAILS entries", len(f.Entries))
-	for i, e := range f.Entries {
+	seen := make(map[int32]struct{}, len(f.Entries))
+	for _, e := range f.Entries {
 		if e.OpIndex < 0 {
 			w.fail("details.opIndex %d is negative", e.OpIndex)
 		}
-		for _, prev := range f.Entries[:i] {
-			if prev.OpIndex == e.OpIndex {
-				w.fail("details.opIndex %d repeats", e.OpIndex)
-			}
+		if _, dup := seen[e.OpIndex]; dup {
+			w.fail("details.opIndex %d repeats", e.OpIndex)
 		}
+		seen[e.OpIndex] = struct{}{}
 		if err := validateRejectionDetails(e.DetailsJSON); err != nil {
 			w.fail("details.detailsJson: %s", err)
 		}

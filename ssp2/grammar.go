@@ -29,7 +29,7 @@ type grammar struct {
 	result         bool
 	resultID       string
 	resultRejected bool
-	resultErrors   []int32 // opIndex of its error records
+	resultErrors   []int32 // opIndex of its error records, sorted
 }
 
 func newGrammar(kind MsgKind) grammar { return grammar{kind: kind} }
@@ -110,7 +110,7 @@ func (g *grammar) checkResponse(f Frame, t FrameType) string {
 			return "PUSH_RESULT_DETAILS.clientCommitId does not match its PUSH_RESULT"
 		}
 		for _, e := range d.Entries {
-			if !slices.Contains(g.resultErrors, e.OpIndex) {
+			if _, found := slices.BinarySearch(g.resultErrors, e.OpIndex); !found {
 				return "PUSH_RESULT_DETAILS entry does not match an error result of its PUSH_RESULT"
 			}
 		}
@@ -168,6 +168,7 @@ func (g *grammar) apply(f Frame) {
 				g.resultErrors = append(g.resultErrors, o.OpIndex)
 			}
 		}
+		slices.Sort(g.resultErrors) // for binary search: a details frame may be long
 	case FramePushResultDetails:
 		g.body = true
 	case FrameSubStart:

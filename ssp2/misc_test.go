@@ -432,3 +432,27 @@ func TestSegmentReaderValues(t *testing.T) {
 		}
 	}
 }
+
+// TestLongDetailsFrame: duplicate and membership checks over a details
+// frame stay near-linear (a quadratic check would make this hang).
+func TestLongDetailsFrame(t *testing.T) {
+	const n = 100000
+	res := &PushResult{ClientCommitID: "cc", Status: PushRejected, Results: make([]OpResult, n)}
+	det := &PushResultDetails{ClientCommitID: "cc", Entries: make([]DetailsEntry, n)}
+	for i := range n {
+		res.Results[i] = OpResult{OpIndex: int32(n - 1 - i), Status: OpError, Code: "x"}
+		det.Entries[i] = DetailsEntry{OpIndex: int32(i), DetailsJSON: []byte(`{"reason":"r"}`)}
+	}
+	m := &Message{WireVersion: 1, Kind: KindResponse, Frames: []Frame{&RespHeader{}, res, det}}
+	b, err := m.AppendEncode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeMessage(b); err != nil {
+		t.Fatal(err)
+	}
+	det.Entries[n-1].OpIndex = 0 // a repeat at the very end
+	if _, err := m.AppendEncode(nil); err == nil || !strings.Contains(err.Error(), "repeats") {
+		t.Fatalf("repeated opIndex encoded: %v", err)
+	}
+}
