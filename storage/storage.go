@@ -99,6 +99,9 @@ type Store interface {
 	// the current horizon changes nothing: the horizon never goes down.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 
+	// SegmentIndex is the bootstrap segment index (segments.go).
+	SegmentIndex
+
 	// Capabilities declares the behaviour that legitimately differs
 	// between stores.
 	Capabilities() Capabilities

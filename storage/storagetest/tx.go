@@ -17,6 +17,7 @@ var txTests = []test{
 	{"ConcurrentPushesSerialize", testTxSerialize},
 	{"LockExcludesWhileHeld", testTxLockHeld},
 	{"OtherPartitionsByCapability", testTxOtherPartition},
+	{"LockWaitHonoursContext", testTxLockWaitCancel},
 	{"ErrorRollsBack", testTxErrorRollsBack},
 	{"ReadTxSnapshot", testTxSnapshot},
 	{"SavepointRollback", testTxSavepoint},
@@ -193,6 +194,41 @@ func testTxOtherPartition(t *testing.T, e *env) {
 		check(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("a WriteTx on another partition waited for the held lock")
+	}
+	close(release)
+	check(t, <-firstDone)
+}
+
+// testTxLockWaitCancel: a WriteTx waiting for a held lock gives up when
+// its context ends, without running fn; the holder is unaffected.
+func testTxLockWaitCancel(t *testing.T, e *env) {
+	s, sc := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	firstDone := make(chan error, 1)
+	go func() {
+		firstDone <- s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
+			close(inside)
+			<-release
+			_, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, nil))
+			return err
+		})
+	}()
+	<-inside
+	waitCtx, cancel := context.WithCancel(ctx)
+	secondDone := make(chan error, 1)
+	ran := false
+	go func() {
+		secondDone <- s.WriteTx(waitCtx, p.ID, func(tx storage.Tx) error { ran = true; return nil })
+	}()
+	cancel()
+	if err := <-secondDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteTx with a cancelled context = %v, want context.Canceled", err)
+	}
+	if ran {
+		t.Fatal("fn ran although the context ended while waiting for the lock")
 	}
 	close(release)
 	check(t, <-firstDone)
