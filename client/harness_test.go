@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,6 +246,11 @@ type faultTransport struct {
 	cutAt    int
 	cutBytes int64
 	cuts     atomic.Int32
+	// segmentScopes replaces X-Syncular-Scopes on segment downloads;
+	// corruptSegment flips a byte of every downloaded segment (fetched
+	// uncompressed, so the content-address check is what catches it).
+	segmentScopes  string
+	corruptSegment bool
 }
 
 func newFaultTransport() *faultTransport {
@@ -263,15 +269,34 @@ func (f *faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		lose, f.loseResponse = f.loseResponse, false
 	}
 	cut := isSync && n == f.cutAt
+	isSegment := strings.HasPrefix(r.URL.Path, "/segments/")
+	scopes, corrupt := f.segmentScopes, f.corruptSegment
 	f.mu.Unlock()
 	if offline {
 		return nil, errOffline
+	}
+	if isSegment && (scopes != "" || corrupt) {
+		r = r.Clone(r.Context())
+		if scopes != "" {
+			r.Header.Set("X-Syncular-Scopes", scopes)
+		}
+		if corrupt {
+			r.Header.Set("Accept-Encoding", "identity")
+		}
 	}
 	resp, err := f.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
 	}
 	switch {
+	case isSegment && corrupt && resp.StatusCode == http.StatusOK:
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		b[len(b)/2] ^= 0xff
+		resp.Body = io.NopCloser(bytes.NewReader(b))
 	case lose:
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
