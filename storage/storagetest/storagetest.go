@@ -110,6 +110,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Prune", pruneTests},
 		{"Constraint", constraintTests},
 		{"Store", storeTests},
+		{"Segment", segmentTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
