@@ -16,12 +16,11 @@ const maxJSONDepth = 10000
 // surrounding whitespace: encoding/json.Valid(b) && utf8.Valid(b) in one
 // pass. It does not allocate for nesting up to 256 levels.
 func validJSON(b []byte) bool {
-	start := skipJSONSpace(b, 0)
-	i := scanJSONShallow(b, start)
+	i := scanJSONShallow(b, 0) // skips leading whitespace itself
 	if i == tooDeep {
-		i = scanJSONValue(b, start)
+		i = scanJSONValue(b, skipJSONSpace(b, 0))
 	}
-	return i >= 0 && skipJSONSpace(b, i) == len(b)
+	return i == len(b) || (i >= 0 && skipJSONSpace(b, i) == len(b))
 }
 
 // tooDeep is scanJSONShallow's answer for nesting beyond 64 levels.

@@ -128,7 +128,7 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 			dst = appendBool(dst, v.Bool)
 			continue
 		case TypeString:
-			if !validUTF8(v.Bytes) {
+			if !shortASCII(v.Bytes) && !validUTF8(v.Bytes) {
 				return dst[:start], encodeError(opRow, "column %q: not valid UTF-8", c.cols[i].Name)
 			}
 		case TypeJSON:
@@ -148,6 +148,13 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 		dst = append(dst, v.Bytes...)
 	}
 	return dst, nil
+}
+
+// shortASCII reports, without a call, that b is 8–16 bytes of ASCII: the
+// shape of ids, codes and names, which then skip validUTF8 entirely.
+func shortASCII(b []byte) bool {
+	return len(b) >= 8 && len(b) <= 16 &&
+		(binary.LittleEndian.Uint64(b)|binary.LittleEndian.Uint64(b[len(b)-8:]))&msbs == 0
 }
 
 // checkText validates a string, json or blob_ref value; "" means valid.
@@ -250,7 +257,7 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 		var ok bool
 		switch c.types[i] {
 		case TypeString:
-			ok = validUTF8(v.Bytes)
+			ok = shortASCII(v.Bytes) || validUTF8(v.Bytes)
 		case TypeJSON:
 			ok = validJSON(v.Bytes)
 		default:
