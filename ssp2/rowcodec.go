@@ -11,7 +11,8 @@ import (
 // use.
 type RowCodec struct {
 	cols      []Column
-	types     []ColumnType // cols[i].Type, packed for the decode loop
+	types     []ColumnType // cols[i].Type
+	kinds     []uint8      // wire shape per column (kindVar, …), for decode loops
 	bitmapLen int
 	// nullMask[i] holds the bits of bitmap byte i that may be set: the
 	// nullable columns. Padding bits are never in it, so one AND-NOT per
@@ -39,9 +40,11 @@ func NewRowCodec(cols []Column) (*RowCodec, error) {
 	}
 	c.nullMask = make([]byte, c.bitmapLen)
 	c.types = make([]ColumnType, len(cols))
+	c.kinds = make([]uint8, len(cols))
 	c.minLen = c.bitmapLen
 	for i, col := range cols {
 		c.types[i] = col.Type
+		c.kinds[i] = wireKind(col.Type)
 		switch col.Type {
 		case TypeString, TypeJSON, TypeBlobRef:
 			c.textCols = append(c.textCols, i)
@@ -63,6 +66,28 @@ func NewRowCodec(cols []Column) (*RowCodec, error) {
 		c.firstMask = 1<<(8*c.bitmapLen) - 1
 	}
 	return c, nil
+}
+
+// Wire shapes of values: length-prefixed (string, json, bytes, blob_ref,
+// crdt), eight bytes (integer, float) or one byte (boolean). Length-
+// prefixed comes first: switches test it first.
+const (
+	kindVar = iota
+	kindInt
+	kindFloat
+	kindBool
+)
+
+func wireKind(t ColumnType) uint8 {
+	switch t {
+	case TypeInteger:
+		return kindInt
+	case TypeFloat:
+		return kindFloat
+	case TypeBoolean:
+		return kindBool
+	}
+	return kindVar
 }
 
 func minValueLen(t ColumnType) int {
@@ -273,8 +298,6 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 // decodeLayout is decode's first pass: bitmap, bounds, integer range and
 // bool bytes, with every value stored in vals.
 func (c *RowCodec) decodeLayout(src []byte, vals []Value) (int, rowFault) {
-	types := c.types
-	vals = vals[:len(types)]
 	if len(src) < c.bitmapLen {
 		return 0, rowFault{faultTruncated, -1, 0}
 	}
@@ -284,53 +307,58 @@ func (c *RowCodec) decodeLayout(src []byte, vals []Value) (int, rowFault) {
 		}
 	}
 	p := src[c.bitmapLen:]
-	nulls := c.firstBits(src)
-	for i, t := range types {
-		if i&63 == 0 && i > 0 {
-			nulls = loadBits(src[i>>3 : c.bitmapLen])
+	// Columns in runs of 64, one word of null bits each.
+	for base := 0; base < len(c.kinds); base += 64 {
+		kinds := c.kinds[base:min(base+64, len(c.kinds))]
+		vs := vals[base : base+len(kinds)]
+		nulls := c.firstBits(src)
+		if base > 0 {
+			nulls = loadBits(src[base>>3 : c.bitmapLen])
 		}
-		null := nulls&1 != 0
-		nulls >>= 1
-		if null {
-			vals[i].set(true, 0, 0, false, nil)
-			continue
-		}
-		switch t {
-		case TypeInteger:
-			if len(p) < 8 {
-				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
+		for i, k := range kinds {
+			null := nulls&1 != 0
+			nulls >>= 1
+			if null {
+				vs[i].set(true, 0, 0, false, nil)
+				continue
 			}
-			v := int64(binary.LittleEndian.Uint64(p))
-			if !safeInt(v) {
-				return 0, rowFault{faultInteger, i, len(src) - len(p)}
+			switch k {
+			case kindVar:
+				if len(p) < 4 {
+					return 0, rowFault{faultTruncated, base + i, len(src) - len(p)}
+				}
+				n := uint64(binary.LittleEndian.Uint32(p))
+				if n > uint64(len(p)-4) {
+					return 0, rowFault{faultLength, base + i, len(src) - len(p)}
+				}
+				vs[i].set(false, 0, 0, false, p[4:4+n:4+n])
+				p = p[4+n:]
+			case kindInt:
+				if len(p) < 8 {
+					return 0, rowFault{faultTruncated, base + i, len(src) - len(p)}
+				}
+				v := int64(binary.LittleEndian.Uint64(p))
+				if !safeInt(v) {
+					return 0, rowFault{faultInteger, base + i, len(src) - len(p)}
+				}
+				vs[i].set(false, v, 0, false, nil)
+				p = p[8:]
+			case kindFloat:
+				if len(p) < 8 {
+					return 0, rowFault{faultTruncated, base + i, len(src) - len(p)}
+				}
+				vs[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
+				p = p[8:]
+			default: // kindBool
+				if len(p) < 1 {
+					return 0, rowFault{faultTruncated, base + i, len(src) - len(p)}
+				}
+				if p[0] > 1 {
+					return 0, rowFault{faultBool, base + i, len(src) - len(p)}
+				}
+				vs[i].set(false, 0, 0, p[0] == 1, nil)
+				p = p[1:]
 			}
-			vals[i].set(false, v, 0, false, nil)
-			p = p[8:]
-		case TypeFloat:
-			if len(p) < 8 {
-				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
-			}
-			vals[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
-			p = p[8:]
-		case TypeBoolean:
-			if len(p) < 1 {
-				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
-			}
-			if p[0] > 1 {
-				return 0, rowFault{faultBool, i, len(src) - len(p)}
-			}
-			vals[i].set(false, 0, 0, p[0] == 1, nil)
-			p = p[1:]
-		default: // length-prefixed: string, json, bytes, blob_ref, crdt
-			if len(p) < 4 {
-				return 0, rowFault{faultTruncated, i, len(src) - len(p)}
-			}
-			n := uint64(binary.LittleEndian.Uint32(p))
-			if n > uint64(len(p)-4) {
-				return 0, rowFault{faultLength, i, len(src) - len(p)}
-			}
-			vals[i].set(false, 0, 0, false, p[4:4+n:4+n])
-			p = p[4+n:]
 		}
 	}
 	return len(src) - len(p), rowFault{}
@@ -367,34 +395,36 @@ func (c *RowCodec) valueOffset(src []byte, col int) int {
 // decodeTrusted extracts the values of a row that decode already accepted
 // (a validated segment block), skipping every content check.
 func (c *RowCodec) decodeTrusted(src []byte, vals []Value) int {
-	types := c.types
-	vals = vals[:len(types)]
 	p := src[c.bitmapLen:]
-	nulls := c.firstBits(src)
-	for i, t := range types {
-		if i&63 == 0 && i > 0 {
-			nulls = loadBits(src[i>>3 : c.bitmapLen])
+	for base := 0; base < len(c.kinds); base += 64 {
+		kinds := c.kinds[base:min(base+64, len(c.kinds))]
+		vs := vals[base : base+len(kinds)]
+		nulls := c.firstBits(src)
+		if base > 0 {
+			nulls = loadBits(src[base>>3 : c.bitmapLen])
 		}
-		null := nulls&1 != 0
-		nulls >>= 1
-		if null {
-			vals[i].set(true, 0, 0, false, nil)
-			continue
-		}
-		switch t {
-		case TypeInteger:
-			vals[i].set(false, int64(binary.LittleEndian.Uint64(p)), 0, false, nil)
-			p = p[8:]
-		case TypeFloat:
-			vals[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
-			p = p[8:]
-		case TypeBoolean:
-			vals[i].set(false, 0, 0, p[0] == 1, nil)
-			p = p[1:]
-		default:
-			n := uint64(binary.LittleEndian.Uint32(p))
-			vals[i].set(false, 0, 0, false, p[4:4+n:4+n])
-			p = p[4+n:]
+		for i, k := range kinds {
+			null := nulls&1 != 0
+			nulls >>= 1
+			if null {
+				vs[i].set(true, 0, 0, false, nil)
+				continue
+			}
+			switch k {
+			case kindVar:
+				n := uint64(binary.LittleEndian.Uint32(p))
+				vs[i].set(false, 0, 0, false, p[4:4+n:4+n])
+				p = p[4+n:]
+			case kindInt:
+				vs[i].set(false, int64(binary.LittleEndian.Uint64(p)), 0, false, nil)
+				p = p[8:]
+			case kindFloat:
+				vs[i].set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(p)), false, nil)
+				p = p[8:]
+			default:
+				vs[i].set(false, 0, 0, p[0] == 1, nil)
+				p = p[1:]
+			}
 		}
 	}
 	return len(src) - len(p)
