@@ -69,11 +69,11 @@ type Column struct {
 //	boolean                  Bool
 //
 // A decoder may alias Bytes into its input buffer; copy it before the
-// buffer is reused.
+// buffer is reused. (Fields are ordered for size: 48 bytes, not 56.)
 type Value struct {
-	Null  bool
+	Bytes []byte
 	Int   int64
 	Float float64
+	Null  bool
 	Bool  bool
-	Bytes []byte
 }

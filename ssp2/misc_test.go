@@ -416,9 +416,10 @@ func TestSegmentReaderValues(t *testing.T) {
 				if got, err = r.Values(got); err != nil {
 					t.Fatal(err)
 				}
+				view := r.RowValues()
 				for c, col := range notesColumns {
-					if !sameValue(col, got[c], vals[n][c]) {
-						t.Fatalf("row %d column %s: got %+v, want %+v", n, col.Name, got[c], vals[n][c])
+					if !sameValue(col, got[c], vals[n][c]) || !sameValue(col, view[c], vals[n][c]) {
+						t.Fatalf("row %d column %s: got %+v and %+v, want %+v", n, col.Name, got[c], view[c], vals[n][c])
 					}
 				}
 				if r.ServerVersion() != int64(n+1) {

@@ -662,5 +662,24 @@ func (s *SegmentReader) Values(dst []Value) ([]Value, error) {
 	return dst, nil
 }
 
+// RowValues returns the current row's values without copying: a view
+// into the reader, valid until the next NextBlock, not to be modified. It
+// is Values for callers that consume each row before moving on.
+func (s *SegmentReader) RowValues() []Value {
+	row := s.Row()
+	if row == nil {
+		return nil
+	}
+	cols := len(s.header.Columns)
+	if s.kept {
+		return s.vals[s.row*cols : (s.row+1)*cols : (s.row+1)*cols]
+	}
+	// A block too big to keep was validated through one row's worth of
+	// values; decode the current row into it.
+	s.vals = s.vals[:cols]
+	s.codec.decodeTrusted(row, s.vals)
+	return s.vals
+}
+
 // Err returns the first error met, nil after a clean end marker.
 func (s *SegmentReader) Err() error { return s.err }
