@@ -570,10 +570,7 @@ func (r *roundState) segment(data []byte, first bool) error {
 		rows, ids := r.segRows[:0], r.idBuf[:0]
 		size := 0
 		for sr.Next() {
-			if r.vals, err = sr.Values(r.vals); err != nil {
-				return err
-			}
-			v := r.vals[pk]
+			v := sr.RowValues()[pk]
 			if v.Null {
 				return errors.New("segment row without a primary key")
 			}
