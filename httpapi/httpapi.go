@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -326,3 +327,16 @@ func (s *statusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// BearerAuth authenticates requests with a JWT bearer token: the token's
+// sub, partition and scopes claims become the identity, its scopes the
+// allowed-scope grant.
+func BearerAuth(v *auth.Verifier) Authenticator {
+	return AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
+		p, err := v.VerifyHeader(r.Header.Get("Authorization"))
+		if err != nil {
+			return engine.Identity{}, err
+		}
+		return engine.Identity{Partition: p.Partition, ActorID: p.ActorID, Scopes: engine.StaticScopes(p.Scopes)}, nil
+	})
+}

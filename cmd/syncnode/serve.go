@@ -2,16 +2,26 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
-	"github.com/BurntSushi/toml"
+	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
 )
 
-// runServe resolves the configuration and, until the node is wired up,
-// prints it with the version.
+// runServe runs a node until ctx is cancelled (SIGINT/SIGTERM), then shuts
+// it down cleanly: in-flight requests finish, the relay flushes, NATS and
+// the store close. Every acknowledged commit is already durable in SQL.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -22,7 +32,137 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	fmt.Fprintln(stdout, "syncnode", buildVersion())
-	fmt.Fprintln(stdout, "# resolved configuration")
-	return toml.NewEncoder(stdout).Encode(cfg)
+	log := newLogger(stderr, cfg.Log)
+
+	sch, err := loadSchema(cfg.Schema)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	authn, devToken, err := buildAuth(cfg, time.Now())
+	if err != nil {
+		return err
+	}
+
+	natsCfg := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: cfg.NATS.ConfigFile, ServerName: cfg.NodeName}
+	if cfg.NATS.Mode == "external" {
+		natsCfg = embedded.Config{Mode: embedded.ModeExternal, URLs: cfg.NATS.URLs, CredentialsFile: cfg.NATS.Credentials, Domain: cfg.NATS.Domain}
+	} else {
+		if cfg.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
+			// The default nats.conf is optional: without it the built-in
+			// defaults (the same as the file in the repository) apply.
+			if _, err := os.Stat(cfg.NATS.ConfigFile); errors.Is(err, os.ErrNotExist) {
+				natsCfg.ConfigFile = ""
+			}
+		}
+		if cfg.NATS.Port != nil {
+			natsCfg.Port = *cfg.NATS.Port
+		}
+		natsCfg.Domain = cfg.NATS.Domain
+	}
+
+	n, err := node.Start(ctx, node.Config{
+		DataDir:               cfg.DataDir,
+		Schema:                sch,
+		Name:                  cfg.NodeName,
+		HTTPAddr:              cfg.HTTP.Listen,
+		MaxRequestBytes:       cfg.HTTP.MaxRequestBytes,
+		NATS:                  natsCfg,
+		PostgresURL:           cfg.Storage.PostgresURL,
+		SQLiteSynchronous:     cfg.Storage.SQLiteSynchronous,
+		Auth:                  authn,
+		MaxOperations:         cfg.Limits.MaxOperationsPerRequest,
+		InlineSegmentMaxBytes: cfg.Limits.InlineSegmentMaxBytes,
+		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
+		Logger:                log,
+	})
+	if err != nil {
+		return err
+	}
+	storeDesc := "SQLite " + filepath.Join(cfg.DataDir, "syncnode.db")
+	if cfg.Storage.PostgresURL != "" {
+		storeDesc = "PostgreSQL"
+	}
+	log.Info("syncnode started", "version", buildVersion(), "http", n.URL(), "nats", n.NATS.ClientURL(),
+		"storage", storeDesc, "schemaVersion", sch.Version, "tables", len(sch.Tables))
+	if devToken != "" {
+		fmt.Fprintf(stderr, `
+WARNING: development authentication. No auth.jwt_secret or public key is
+configured, so this node signs tokens with a secret generated into
+%s. Do not expose it. A token for actor "dev" in partition
+"dev" holding every project:
+  %s
+Mint others with: syncnode client token --data %s --actor A --partition P --scope project_id=p1
+
+`, filepath.Join(cfg.DataDir, "dev-jwt-secret"), devToken, cfg.DataDir)
+	}
+	fmt.Fprintf(stdout, "syncnode: listening on %s\n", n.URL())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-n.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownTimeout.Duration)
+	defer cancel()
+	stopErr := n.Stop(sctx)
+	if serveErr != nil {
+		return fmt.Errorf("http server: %w", serveErr)
+	}
+	return stopErr
+}
+
+// buildAuth returns the request authenticator: JWTs verified with the
+// configured secret or public keys, or — with neither configured —
+// development auth with a secret generated into the data dir, plus a token
+// to print.
+func buildAuth(cfg config, now time.Time) (httpapi.Authenticator, string, error) {
+	acfg := auth.Config{Issuer: cfg.Auth.Issuer, Audience: cfg.Auth.Audience}
+	switch {
+	case cfg.Auth.JWTSecret != "":
+		acfg.Secret = []byte(cfg.Auth.JWTSecret)
+	case cfg.Auth.JWTSecretFile != "":
+		b, err := os.ReadFile(cfg.Auth.JWTSecretFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("auth.jwt_secret_file: %w", err)
+		}
+		acfg.Secret = []byte(strings.TrimSpace(string(b)))
+	}
+	for _, p := range cfg.Auth.JWTPublicKeyFiles {
+		k, err := auth.LoadPublicKey(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("auth.jwt_public_key_files: %w", err)
+		}
+		acfg.PublicKeys = append(acfg.PublicKeys, crypto.PublicKey(k))
+	}
+	devToken := ""
+	if len(acfg.Secret) == 0 && len(acfg.PublicKeys) == 0 {
+		secret, _, err := auth.DevSecret(cfg.DataDir)
+		if err != nil {
+			return nil, "", err
+		}
+		acfg.Secret = secret
+		devToken, err = auth.Mint(secret, auth.Principal{ActorID: "dev", Partition: "dev", Scopes: map[string][]string{"project_id": {"*"}}}, 30*24*time.Hour, now)
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	v, err := auth.NewVerifier(acfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return httpapi.BearerAuth(v), devToken, nil
+}
+
+func newLogger(w io.Writer, c logConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
