@@ -1,0 +1,204 @@
+package segments
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Index is the part of storage.Store the segment store uses.
+type Index = storage.SegmentIndex
+
+// Config configures a Store.
+type Config struct {
+	// JetStream is the connection of the domain that owns the bucket:
+	// Object Store writes do not cross JetStream domains.
+	JetStream jetstream.JetStream
+	// Store is the SQL index of addresses and publications.
+	Store Index
+
+	// Instance selects the bucket sync_segments_<Instance> instead of
+	// sync_segments, for isolated instances sharing one NATS server.
+	Instance string
+	// LeaseBucket is the History=1 KV bucket holding upload claims
+	// (default bus.BucketLeases). It is created if absent.
+	LeaseBucket string
+	// Replicas of the bucket and the lease bucket when they are created
+	// (default 1).
+	Replicas int
+
+	// TTL is how long a publication stays downloadable (default 24 h).
+	TTL time.Duration
+	// ReuseMargin: GetOrBuild reuses a publication only while it has
+	// more than this left, so a client handed a reference has time to
+	// fetch it (default min(15 min, TTL/4); below TTL).
+	ReuseMargin time.Duration
+
+	// ChunkSize is the Object Store chunk size (default 1 MiB, lowered to
+	// the server's max payload).
+	ChunkSize int
+	// SpillBytes: a segment being built stays in memory up to this size,
+	// then moves to a temporary file (default 4 MiB).
+	SpillBytes int
+	// TempDir holds spilled builds (default os.TempDir()).
+	TempDir string
+	// CacheBytes bounds the in-memory cache of segment bytes (default 64
+	// MiB; -1 disables it).
+	CacheBytes int64
+	// CacheMaxSegment: larger segments are read but not cached (default
+	// 8 MiB, at most CacheBytes).
+	CacheMaxSegment int64
+	// KeyCacheEntries bounds the in-memory key → publication cache that
+	// GetOrBuild checks before SQL (default 10 000; -1 disables it).
+	KeyCacheEntries int
+
+	// ClaimTTL is how long an upload claim outlives a crashed holder
+	// (default 30 s; whole seconds, at least 1 s).
+	ClaimTTL time.Duration
+	// UploadTimeout bounds one upload (default 2 min).
+	UploadTimeout time.Duration
+	// BuildTimeout bounds one build shared by concurrent requests
+	// (default 5 min).
+	BuildTimeout time.Duration
+	// GCGrace: GC removes unreferenced chunks and unindexed objects only
+	// when they are older than this (default 15 min; above UploadTimeout,
+	// so an upload in flight is never collected).
+	GCGrace time.Duration
+	// MaintenanceInterval runs Prune and GC in the background (default
+	// 10 min; -1 disables it, then the owner calls them).
+	MaintenanceInterval time.Duration
+
+	// Now is the clock in Unix milliseconds (default: wall clock).
+	Now    func() int64
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultTTL                 = 24 * time.Hour
+	DefaultChunkSize           = 1 << 20
+	DefaultSpillBytes          = 4 << 20
+	DefaultCacheBytes          = 64 << 20
+	DefaultCacheMaxSegment     = 8 << 20
+	DefaultKeyCacheEntries     = 10_000
+	DefaultClaimTTL            = 30 * time.Second
+	DefaultUploadTimeout       = 2 * time.Minute
+	DefaultBuildTimeout        = 5 * time.Minute
+	DefaultGCGrace             = 15 * time.Minute
+	DefaultMaintenanceInterval = 10 * time.Minute
+	maxDefaultReuseMargin      = 15 * time.Minute
+)
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.LeaseBucket == "" {
+		c.LeaseBucket = bus.BucketLeases
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.ReuseMargin == 0 {
+		c.ReuseMargin = min(maxDefaultReuseMargin, c.TTL/4)
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	if c.SpillBytes == 0 {
+		c.SpillBytes = DefaultSpillBytes
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.CacheMaxSegment == 0 {
+		c.CacheMaxSegment = min(DefaultCacheMaxSegment, max(c.CacheBytes, 0))
+	}
+	if c.KeyCacheEntries == 0 {
+		c.KeyCacheEntries = DefaultKeyCacheEntries
+	}
+	if c.ClaimTTL == 0 {
+		c.ClaimTTL = DefaultClaimTTL
+	}
+	if c.UploadTimeout == 0 {
+		c.UploadTimeout = DefaultUploadTimeout
+	}
+	if c.BuildTimeout == 0 {
+		c.BuildTimeout = DefaultBuildTimeout
+	}
+	if c.GCGrace == 0 {
+		c.GCGrace = DefaultGCGrace
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.Now == nil {
+		c.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports invalid fields (call after WithDefaults).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("segments config: "+format, args...)) }
+	if c.JetStream == nil {
+		bad("JetStream is required")
+	}
+	if c.Store == nil {
+		bad("Store is required")
+	}
+	if _, err := bus.SegmentsBucket(c.Instance); err != nil {
+		bad("Instance: %v", err)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		bad("Replicas %d outside 1..5", c.Replicas)
+	}
+	if c.TTL < time.Second {
+		bad("TTL %v below 1s", c.TTL)
+	}
+	if c.ReuseMargin < 0 || c.ReuseMargin >= c.TTL {
+		bad("ReuseMargin %v outside [0, TTL %v)", c.ReuseMargin, c.TTL)
+	}
+	if c.ChunkSize < 1<<10 || c.ChunkSize > 8<<20 {
+		bad("ChunkSize %d outside 1 KiB..8 MiB", c.ChunkSize)
+	}
+	if c.SpillBytes < 0 {
+		bad("SpillBytes %d negative", c.SpillBytes)
+	}
+	if c.CacheBytes < -1 {
+		bad("CacheBytes %d below -1", c.CacheBytes)
+	}
+	if c.CacheMaxSegment < 0 || c.CacheMaxSegment > max(c.CacheBytes, 0) {
+		bad("CacheMaxSegment %d outside 0..CacheBytes", c.CacheMaxSegment)
+	}
+	if c.KeyCacheEntries < -1 {
+		bad("KeyCacheEntries %d below -1", c.KeyCacheEntries)
+	}
+	if c.ClaimTTL < time.Second || c.ClaimTTL%time.Second != 0 {
+		bad("ClaimTTL %v must be whole seconds, at least 1s", c.ClaimTTL)
+	}
+	if c.UploadTimeout <= 0 || c.BuildTimeout <= 0 {
+		bad("UploadTimeout %v and BuildTimeout %v must be positive", c.UploadTimeout, c.BuildTimeout)
+	}
+	if c.GCGrace <= c.UploadTimeout {
+		bad("GCGrace %v must exceed UploadTimeout %v", c.GCGrace, c.UploadTimeout)
+	}
+	if c.MaintenanceInterval < 0 && c.MaintenanceInterval != -1 {
+		bad("MaintenanceInterval %v: use -1 to disable", c.MaintenanceInterval)
+	}
+	if c.MaintenanceInterval > 0 && c.MaintenanceInterval < time.Second {
+		bad("MaintenanceInterval %v below 1s", c.MaintenanceInterval)
+	}
+	return errors.Join(errs...)
+}
