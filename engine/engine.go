@@ -92,6 +92,9 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics Metrics
+	// validators is the installed validator set (validators.go): read once
+	// per commit, replaced whole by SetValidators.
+	validators atomic.Pointer[validatorSet]
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -141,10 +144,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.InlineSegmentMaxBytes == 0 {
 		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
 	}
-	for table := range cfg.Validators {
-		if _, ok := cfg.Schema.Table(table); !ok {
-			return nil, fmt.Errorf("engine: validator for unknown table %q", table)
-		}
+	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	for _, t := range cfg.Schema.Tables {
 		for _, c := range t.Columns {
@@ -154,7 +156,9 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger}, nil
+	e := &Engine{cfg: cfg, log: cfg.Logger}
+	e.validators.Store(vs)
+	return e, nil
 }
 
 // Metrics returns the engine's counters.

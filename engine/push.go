@@ -140,13 +140,16 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	if err != nil {
 		return storage.PushRecord{}, internal("savepoint", err)
 	}
-	st := stager{e: e, r: r, tx: tx}
+	// One validator set serves the whole commit, even if SetValidators
+	// swaps it meanwhile.
+	vs := e.validators.Load()
+	st := stager{e: e, r: r, tx: tx, vs: vs}
 	changes, evidence, rej, err := st.stage(ctx, pc)
 	if err != nil {
 		return storage.PushRecord{}, err
 	}
-	if rej == nil && e.cfg.CommitValidator != nil {
-		rej, err = e.validateCommit(ctx, r, tx, pc, evidence)
+	if rej == nil && vs.commit != nil {
+		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
 			return storage.PushRecord{}, err
 		}
@@ -210,6 +213,7 @@ type stager struct {
 	e       *Engine
 	r       *request
 	tx      storage.Tx
+	vs      *validatorSet
 	vals    []ssp2.Value
 	stored  []ssp2.Value
 	payload []byte
@@ -222,7 +226,7 @@ type stager struct {
 func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Change, []OperationEvidence, *rejection, error) {
 	changes := make([]storage.Change, 0, len(pc.Operations))
 	var evidence []OperationEvidence
-	wantEvidence := st.e.cfg.CommitValidator != nil
+	wantEvidence := st.vs.commit != nil
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		ch, ev, rej, err := st.stageOp(ctx, i, op)
@@ -246,7 +250,8 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		return nil, ev, opError(i, ssp2.CodeUnknownTable, fmt.Sprintf("unknown table %q", op.Table)), nil
 	}
 	// Decoded rows by column name are built only for validators.
-	want := st.e.cfg.CommitValidator != nil || st.e.cfg.Validators[t.Name] != nil
+	validator := st.vs.rows[t.Name]
+	want := st.vs.commit != nil || validator != nil
 	var vals []ssp2.Value
 	if op.Op == ssp2.OpUpsert {
 		var err error
@@ -284,7 +289,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		if !st.r.scopes.authorizes(t, stored.Scopes) {
 			return nil, ev, opError(i, ssp2.CodeForbidden, "forbidden"), nil
 		}
-		if rej := st.e.validateRow(ctx, st.r, i, t, op, nil, ev.Stored); rej != nil {
+		if rej := st.e.validateRow(ctx, st.r, i, t, op, nil, ev.Stored, validator); rej != nil {
 			return nil, ev, rej, nil
 		}
 		if _, err := st.tx.RowDelete(ctx, t.Name, op.RowID); err != nil {
@@ -352,7 +357,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if want {
 		ev.Row = rowMap(t, vals)
 	}
-	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored); rej != nil {
+	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
 		return nil, ev, rej, nil
 	}
 	version, err := st.tx.RowUpsert(ctx, t.Name, storage.RowWrite{RowID: op.RowID, Values: vals, Scopes: scopes, Payload: payload})

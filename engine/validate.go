@@ -156,9 +156,8 @@ const (
 	commitValidatorFailed = "whole-commit validator failed"
 )
 
-// validateRow runs the table's validator, if any.
-func (e *Engine) validateRow(ctx context.Context, r *request, i int, t *schema.Table, op *ssp2.Operation, row, stored Row) *rejection {
-	v := e.cfg.Validators[t.Name]
+// validateRow runs the table's validator v, if any.
+func (e *Engine) validateRow(ctx context.Context, r *request, i int, t *schema.Table, op *ssp2.Operation, row, stored Row, v RowValidator) *rejection {
 	if v == nil {
 		return nil
 	}
@@ -171,11 +170,12 @@ func (e *Engine) validateRow(ctx context.Context, r *request, i int, t *schema.T
 	return e.toRejection(i, err, rowValidatorFailed)
 }
 
-// validateCommit runs the whole-commit validator over the candidate state.
-func (e *Engine) validateCommit(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit, ops []OperationEvidence) (*rejection, error) {
+// validateCommit runs the whole-commit validator cv over the candidate
+// state.
+func (e *Engine) validateCommit(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit, ops []OperationEvidence, cv CommitValidator) (*rejection, error) {
 	cand := &candidate{e: e, tx: tx, partition: r.id.Partition}
 	err := callValidator(func() error {
-		return e.cfg.CommitValidator(ctx, CommitValidation{
+		return cv(ctx, CommitValidation{
 			ClientID: r.req.Header.ClientID, ClientCommitID: pc.ClientCommitID,
 			ActorID: r.id.ActorID, Partition: r.id.Partition,
 			Operations: ops, Candidate: cand,
