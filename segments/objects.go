@@ -171,8 +171,8 @@ const uploadWindow = 4
 // publishes on the store's JetStream context with a window of uploadWindow
 // chunks (the Object Store's own Put makes a JetStream context per call,
 // whose reconnect-watch goroutine can outlive it), and it re-hashes what it
-// sends: bytes that changed on their way from the spool are never stored
-// under the address. A failed upload purges its chunks.
+// reads back from a spill file: bytes that changed on disk are never
+// stored under the address. A failed upload purges its chunks.
 func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) {
 	r, err := sp.Reader()
 	if err != nil {
@@ -219,7 +219,9 @@ func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) 
 		}
 		n, rerr := io.ReadFull(r, bufs[slot])
 		if n > 0 {
-			h.Write(bufs[slot][:n])
+			if sp.Spilled() {
+				h.Write(bufs[slot][:n])
+			}
 			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: bufs[slot][:n]})
 			if err != nil {
 				return err
@@ -242,7 +244,10 @@ func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) 
 			}
 		}
 	}
-	digest := objectDigestPrefix + base64.URLEncoding.EncodeToString(h.Sum(nil))
+	digest := sp.objectDigest()
+	if sp.Spilled() {
+		digest = objectDigestPrefix + base64.URLEncoding.EncodeToString(h.Sum(nil))
+	}
 	if size != sp.Size() || digest != sp.objectDigest() {
 		return fmt.Errorf("%w: the spool read back %d bytes with digest %s, it was written with %d and %s",
 			ErrCorrupt, size, digest, sp.Size(), sp.objectDigest())
