@@ -102,6 +102,9 @@ type Store interface {
 	// SegmentIndex is the bootstrap segment index (segments.go).
 	SegmentIndex
 
+	// Admin is privileged maintenance outside the protocol (admin.go).
+	Admin
+
 	// Capabilities declares the behaviour that legitimately differs
 	// between stores.
 	Capabilities() Capabilities
@@ -409,6 +412,9 @@ type PruneParams struct {
 	AgeForceMs int64
 	// MinRetainedCommits newest commits are always kept (default 1000).
 	MinRetainedCommits int64
+	// Literal takes zero windows and counts as zero rather than as their
+	// defaults: a host that states its whole retention policy.
+	Literal bool
 }
 
 // Retention defaults (SPEC.md §4.6).

@@ -111,6 +111,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Constraint", constraintTests},
 		{"Store", storeTests},
 		{"Segment", segmentTests},
+		{"Admin", adminTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -221,6 +221,9 @@ func NormalizePrune(p storage.PruneParams) (storage.PruneParams, error) {
 	case p.MinRetainedCommits < 0:
 		return p, invalid("minimum retained commits", p.MinRetainedCommits)
 	}
+	if p.Literal {
+		return p, nil
+	}
 	if p.ActiveWindowMs == 0 {
 		p.ActiveWindowMs = storage.DefaultActiveWindowMs
 	}

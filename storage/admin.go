@@ -1,0 +1,78 @@
+package storage
+
+import (
+	"context"
+
+	"github.com/syncnode/syncnode/ssp2"
+)
+
+// Admin is privileged maintenance outside the sync protocol: what a test
+// harness, a load fixture or an operator's tool needs and no client
+// request may reach. None of it is scope-checked, and none of it writes
+// the commit log.
+type Admin interface {
+	// RowList returns the rows of one table in one partition, with their
+	// stored scopes, in ascending row id order (bytewise) after
+	// p.AfterRowID (exclusive), at most p.Limit rows. Unlike RowScan it
+	// takes no scope filter. A limit outside 1..MaxScanLimit is refused
+	// (CodeStorageInvalidLimit), a table the installed schema does not
+	// declare with CodeUnknownTable.
+	RowList(ctx context.Context, p RowListParams) ([]Row, error)
+
+	// RowSeed inserts p.Count rows into one table of a registered
+	// partition in one transaction holding the partition write lock, at
+	// server version 1, without commits, changes or scope-index entries:
+	// a fixture that exists before any client writes. A row id that
+	// already exists fails the whole seed with a *ConstraintError
+	// (ConstraintUnique), inserting nothing. An unregistered partition is
+	// refused with CodeStoragePartitionUnregistered, a negative count with
+	// CodeStorageInvalidLimit.
+	RowSeed(ctx context.Context, p SeedParams) error
+
+	// PartitionWipe deletes everything the store keeps for the partition —
+	// its rows in every table of the installed schema, commits, changes,
+	// scope-index entries, push results, client records, segment
+	// publications, and its registry row — in one transaction holding the
+	// partition write lock. The next PartitionTouch registers it afresh,
+	// with a new log epoch, so clients of the old log are told to reset.
+	// Segment address rows are left for the segment store's pruning. Wiping
+	// an unregistered partition does nothing.
+	PartitionWipe(ctx context.Context, partition string) error
+}
+
+// RowListParams selects a keyset page of a table's rows.
+type RowListParams struct {
+	Partition  string
+	Table      string
+	AfterRowID string // exclusive; "" starts at the beginning
+	Limit      int
+}
+
+// SeedParams describes a bulk seed.
+type SeedParams struct {
+	Partition string
+	Table     string
+	Count     int
+	// Row fills row i (0 ≤ i < Count): RowID, Values (one per column, in
+	// declaration order), Scopes and Payload. w is reused between calls,
+	// so Row must set every field, and may reuse w.Values' backing array.
+	Row func(i int, w *RowWrite) error
+}
+
+// CheckRowListLimit refuses a RowList limit outside 1..MaxScanLimit (for
+// Store implementations).
+func CheckRowListLimit(limit int) error {
+	if limit < 1 || limit > MaxScanLimit {
+		return Errorf(ssp2.CodeStorageInvalidLimit, "row list limit %d outside 1..%d", limit, MaxScanLimit)
+	}
+	return nil
+}
+
+// CheckSeedCount refuses a negative seed count (for Store
+// implementations).
+func CheckSeedCount(n int) error {
+	if n < 0 {
+		return Errorf(ssp2.CodeStorageInvalidLimit, "seed count %d is negative", n)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
+)
+
+var _ storage.Admin = (*Store)(nil)
+
+// installedTable resolves a table of the installed schema outside a tx.
+func installedTable(in *installed, op, name string) (*tableSQL, error) {
+	t := &tx{inst: in}
+	return t.table(op, name)
+}
+
+// RowList implements storage.Admin: one statement, so one snapshot.
+func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage.Row, error) {
+	if err := storage.CheckRowListLimit(p.Limit); err != nil {
+		return nil, err
+	}
+	ts, err := installedTable(s.schema.Load(), "list rows", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = $1 AND %s > $2 ORDER BY %s LIMIT $3",
+		quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
+		quote(ts.t.Name), quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
+	rows, err := s.pool.Query(ctx, q, p.Partition, p.AfterRowID, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	defer rows.Close()
+	out := make([]storage.Row, 0, min(p.Limit, 1024))
+	for rows.Next() {
+		var r storage.Row
+		var scopes string
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload); err != nil {
+			return nil, fmt.Errorf("list rows: %w", err)
+		}
+		if r.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+			return nil, fmt.Errorf("list rows: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	return out, nil
+}
+
+// RowSeed implements storage.Admin with COPY FROM inside a write
+// transaction holding the partition's row lock.
+func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
+	if err := storage.CheckSeedCount(p.Count); err != nil {
+		return err
+	}
+	ts, err := installedTable(s.schema.Load(), "seed rows", p.Table)
+	if err != nil {
+		return err
+	}
+	if p.Count == 0 {
+		return nil
+	}
+	cols := []string{schemaplan.ColPartition, schemaplan.ColRowID, schemaplan.ColServerVersion, schemaplan.ColScopes, schemaplan.ColPayload}
+	for _, c := range ts.t.Columns {
+		cols = append(cols, c.Name)
+	}
+	err = s.writeTx(ctx, p.Partition, func(t *tx) error {
+		if err := t.send(ctx, nil); err != nil {
+			return t.fail("seed rows", "", err)
+		}
+		var (
+			w      storage.RowWrite
+			i      int
+			rowErr error
+		)
+		src := pgx.CopyFromFunc(func() ([]any, error) {
+			if i == p.Count {
+				return nil, nil
+			}
+			if err := p.Row(i, &w); err != nil {
+				rowErr = fmt.Errorf("row %d: %w", i, err)
+				return nil, rowErr
+			}
+			if len(w.Values) != len(ts.t.Columns) {
+				rowErr = fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(ts.t.Columns), ts.t.Name)
+				return nil, rowErr
+			}
+			i++
+			payload := w.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			vals := make([]any, 0, len(cols))
+			vals = append(vals, p.Partition, w.RowID, int64(1), string(commitlog.AppendScopesJSON(nil, w.Scopes)), payload)
+			for j, c := range ts.t.Columns {
+				vals = append(vals, bindValue(c.Type, w.Values[j]))
+			}
+			return vals, nil
+		})
+		if _, err := t.c.Conn().CopyFrom(ctx, pgx.Identifier{ts.t.Name}, cols, src); err != nil {
+			t.aborted = true
+			if rowErr != nil {
+				return rowErr
+			}
+			return t.fail("seed rows", ts.t.Name, err)
+		}
+		t.s.analyzer.wrote(ts.t.Name, p.Count)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("seed rows: %w", err)
+	}
+	return nil
+}
+
+// wipeTables are the internal tables keyed by a partition column.
+var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications"}
+
+// PartitionWipe implements storage.Admin under the partition's row lock.
+func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	err := s.writeTx(ctx, partition, func(t *tx) error {
+		if t.inst != nil {
+			for _, ts := range t.inst.tables {
+				if _, err := t.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = $1", quote(ts.t.Name), quote(schemaplan.ColPartition)), partition); err != nil {
+					return t.fail("wipe partition", ts.t.Name, err)
+				}
+			}
+		}
+		for _, table := range wipeTables {
+			if _, err := t.exec(ctx, "DELETE FROM "+table+" WHERE partition = $1", partition); err != nil {
+				return t.fail("wipe partition", table, err)
+			}
+		}
+		if _, err := t.exec(ctx, "DELETE FROM sync_partitions WHERE id = $1", partition); err != nil {
+			return t.fail("wipe partition", "sync_partitions", err)
+		}
+		return nil
+	})
+	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("wipe partition: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
+)
+
+var _ storage.Admin = (*Store)(nil)
+
+// RowList implements storage.Admin on a reader connection: one statement,
+// so one snapshot.
+func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage.Row, error) {
+	if err := storage.CheckRowListLimit(p.Limit); err != nil {
+		return nil, err
+	}
+	ts, err := installedTable(s.schema.Load(), "list rows", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ? AND %s > ? ORDER BY %s LIMIT ?",
+		quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
+		quote(ts.t.Name), quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
+	out := make([]storage.Row, 0, min(p.Limit, 1024))
+	err = s.withReader(ctx, func(c *conn) error {
+		rows, err := c.query(ctx, q, p.Partition, p.AfterRowID, p.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r storage.Row
+			var scopes []byte
+			if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload); err != nil {
+				return err
+			}
+			if r.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	return out, nil
+}
+
+// installedTable resolves a table of the installed schema outside a tx.
+func installedTable(in *installed, op, name string) (*tableSQL, error) {
+	t := &tx{inst: in}
+	return t.table(op, name)
+}
+
+// seedSQL is a plain INSERT of one row at server version 1: a row that
+// exists is a primary-key violation, not an update.
+func seedSQL(t *schema.Table) string {
+	cols := []string{quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion),
+		quote(schemaplan.ColScopes), quote(schemaplan.ColPayload)}
+	vals := []string{"?", "?", "1", "?", "?"}
+	for _, c := range t.Columns {
+		cols = append(cols, quote(c.Name))
+		vals = append(vals, "?")
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", quote(t.Name), strings.Join(cols, ", "), strings.Join(vals, ", "))
+}
+
+// RowSeed implements storage.Admin as one member of the writer's group
+// transactions: one prepared INSERT per row on the writer connection.
+func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
+	if err := storage.CheckSeedCount(p.Count); err != nil {
+		return err
+	}
+	ts, err := installedTable(s.schema.Load(), "seed rows", p.Table)
+	if err != nil {
+		return err
+	}
+	if p.Count == 0 {
+		return nil
+	}
+	q := seedSQL(ts.t)
+	err = s.WriteTx(ctx, p.Partition, func(stx storage.Tx) error {
+		t := stx.(*tx)
+		var w storage.RowWrite
+		args := make([]any, 0, 4+len(ts.t.Columns))
+		var scopes []byte
+		for i := range p.Count {
+			if i%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			if err := p.Row(i, &w); err != nil {
+				return fmt.Errorf("row %d: %w", i, err)
+			}
+			if len(w.Values) != len(ts.t.Columns) {
+				return fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(ts.t.Columns), ts.t.Name)
+			}
+			scopes = commitlog.AppendScopesJSON(scopes[:0], w.Scopes)
+			payload := w.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			args = append(args[:0], p.Partition, w.RowID, string(scopes), payload)
+			for j, c := range ts.t.Columns {
+				args = append(args, bindValue(c.Type, w.Values[j]))
+			}
+			if _, err := t.c.exec(ctx, q, args...); err != nil {
+				return t.fail("seed rows", ts.t.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("seed rows: %w", err)
+	}
+	return nil
+}
+
+// wipeTables are the internal tables keyed by a partition column.
+var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications"}
+
+// PartitionWipe implements storage.Admin under the partition write lock.
+func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
+		t := stx.(*tx)
+		if t.inst != nil {
+			for _, ts := range t.inst.tables {
+				if _, err := t.c.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = ?", quote(ts.t.Name), quote(schemaplan.ColPartition)), partition); err != nil {
+					return t.fail("wipe partition", ts.t.Name, err)
+				}
+			}
+		}
+		for _, table := range wipeTables {
+			if _, err := t.c.exec(ctx, "DELETE FROM "+table+" WHERE partition = ?", partition); err != nil {
+				return t.fail("wipe partition", table, err)
+			}
+		}
+		if _, err := t.c.exec(ctx, "DELETE FROM sync_partitions WHERE id = ?", partition); err != nil {
+			return t.fail("wipe partition", "sync_partitions", err)
+		}
+		return nil
+	})
+	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("wipe partition: %w", err)
+	}
+	return nil
+}
