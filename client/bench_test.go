@@ -50,6 +50,34 @@ func BenchmarkBootstrap100k(b *testing.B) {
 	}
 }
 
+// BenchmarkBootstrap100kNode bootstraps 100 000 rows through a whole node
+// (node.Start: segment store, embedded NATS): 10 000-row pages travel as
+// SEGMENT_REFs and are fetched from GET /segments/{id}. The first
+// iteration builds the segments; later ones reuse them, as every client
+// after the first does in production.
+func BenchmarkBootstrap100kNode(b *testing.B) {
+	const n = 100_000
+	srv, _ := startNode(b, 0)
+	seed(b, srv, n, "p1")
+	ctx := context.Background()
+	var downloads int
+	for b.Loop() {
+		c := srv.client("alice", []string{"p1"}, func(cfg *Config) {
+			cfg.Pull = PullOptions{LimitSnapshotRows: 10_000, MaxSnapshotPages: 10}
+		})
+		res, err := c.SyncUntilIdle(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c.Count("tasks") != n {
+			b.Fatalf("replica holds %d rows", c.Count("tasks"))
+		}
+		downloads += res.Downloads
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(downloads)/float64(b.N), "downloads/op")
+}
+
 // BenchmarkPushPull20Clients runs 20 concurrent clients, each in its own
 // project, each round pushing one small commit and pulling its
 // subscription in the same request (SPEC.md §7.2: push and pull ride one

@@ -18,7 +18,7 @@ import (
 // startNode starts a whole node (SQLite, embedded NATS, relay, segment
 // store, engine, HTTP) whose bootstrap pages above inlineMax bytes travel
 // as SEGMENT_REFs. It returns a server handle over the node's store.
-func startNode(t *testing.T, inlineMax int) (*server, *node.Node) {
+func startNode(t testing.TB, inlineMax int) (*server, *node.Node) {
 	t.Helper()
 	s := mustSchema(t, tasksSchema)
 	secret := []byte("0123456789abcdef0123456789abcdef")
