@@ -85,14 +85,21 @@ func BenchmarkBootstrap100kNode(b *testing.B) {
 // p50 and p95 the round latency (queueing the commit included). The
 // sub-benchmarks differ in the Accept-Encoding the clients send: the
 // default zstd, gzip, or identity.
+//
+// The engine sub-benchmarks serve from an engine over SQLite behind the
+// HTTP handler; node runs a whole node (relay publishing every commit to
+// the embedded NATS server included).
 func BenchmarkPushPull20Clients(b *testing.B) {
 	for _, enc := range []struct{ name, accept string }{{"zstd", ""}, {"identity", "identity"}} {
-		b.Run(enc.name, func(b *testing.B) { benchPushPull(b, 20, enc.accept) })
+		b.Run("engine/"+enc.name, func(b *testing.B) { benchPushPull(b, newServer(b, nil), 20, enc.accept) })
 	}
+	b.Run("node/zstd", func(b *testing.B) {
+		srv, _ := startNode(b, 0)
+		benchPushPull(b, srv, 20, "")
+	})
 }
 
-func benchPushPull(b *testing.B, clients int, acceptEncoding string) {
-	srv := newServer(b, nil)
+func benchPushPull(b *testing.B, srv *server, clients int, acceptEncoding string) {
 	ctx := context.Background()
 	cs := make([]*Client, clients)
 	for i := range cs {
