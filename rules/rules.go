@@ -463,4 +463,3 @@ func sameValue(a, b any) bool {
 	}
 	return a == b
 }
-
