@@ -236,7 +236,6 @@ type roundState struct {
 	dirty  bool // state changed since the last save
 	fails  []error
 	// scratch reused across frames and blocks
-	vals    []ssp2.Value
 	batch   []pendingRow
 	segRows []segRow
 	idBuf   []byte
