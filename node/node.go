@@ -70,6 +70,13 @@ type Config struct {
 	// Now is the clock (default wall clock), in Unix ms.
 	Now    func() int64
 	Logger *slog.Logger
+
+	// Routes, when set, runs once every component is up and before HTTP
+	// serves: it returns the handler to serve in place of the protocol
+	// handler h (the test-control and load modes mount their routes around
+	// it), and a stop function that Stop calls after HTTP has shut down and
+	// before the components close.
+	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
 }
 
 // Node is a running syncnode.
@@ -83,11 +90,12 @@ type Node struct {
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
 
-	ln       net.Listener
-	srv      *http.Server
-	serveErr chan error
-	stopOnce sync.Once
-	stopErr  error
+	ln         net.Listener
+	srv        *http.Server
+	routesStop func(context.Context) error
+	serveErr   chan error
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Start opens every component, in dependency order, and starts serving
@@ -176,8 +184,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	var handler http.Handler = n.Handler
+	if cfg.Routes != nil {
+		if handler, n.routesStop, err = cfg.Routes(ctx, n, handler); err != nil {
+			return nil, fmt.Errorf("routes: %w", err)
+		}
+	}
 	n.srv = &http.Server{
-		Handler:           n.Handler,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -220,6 +234,11 @@ func (n *Node) Stop(ctx context.Context) error {
 			}
 		} else if n.ln != nil {
 			n.ln.Close()
+		}
+		if n.routesStop != nil {
+			if err := n.routesStop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("routes stop: %w", err))
+			}
 		}
 		if n.Segments != nil {
 			if err := n.Segments.Close(); err != nil {

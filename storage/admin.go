@@ -55,7 +55,8 @@ type SeedParams struct {
 	Count     int
 	// Row fills row i (0 ≤ i < Count): RowID, Values (one per column, in
 	// declaration order), Scopes and Payload. w is reused between calls,
-	// so Row must set every field, and may reuse w.Values' backing array.
+	// so Row must set every field; it may reuse w's slices, because the
+	// store consumes each row before asking for the next.
 	Row func(i int, w *RowWrite) error
 }
 
