@@ -16,9 +16,12 @@ import (
 // then SYNCNODE_* environment variables, then flags. NATS server settings
 // stay in nats.conf, in the format operators already know.
 type config struct {
-	DataDir  string `toml:"data_dir"`
-	Schema   string `toml:"schema"`
-	NodeName string `toml:"node_name"`
+	DataDir string `toml:"data_dir"`
+	Schema  string `toml:"schema"`
+	// Validators is a rules file (JSON, package rules): declarative write
+	// validators for the served schema.
+	Validators string `toml:"validators"`
+	NodeName   string `toml:"node_name"`
 
 	HTTP     httpConfig     `toml:"http"`
 	NATS     natsConfig     `toml:"nats"`
@@ -196,6 +199,7 @@ var envVars = []struct {
 }{
 	{"SYNCNODE_DATA_DIR", func(c *config, v string) error { c.DataDir = v; return nil }},
 	{"SYNCNODE_SCHEMA", func(c *config, v string) error { c.Schema = v; return nil }},
+	{"SYNCNODE_VALIDATORS", func(c *config, v string) error { c.Validators = v; return nil }},
 	{"SYNCNODE_NODE_NAME", func(c *config, v string) error { c.NodeName = v; return nil }},
 	{"SYNCNODE_HTTP_LISTEN", func(c *config, v string) error { c.HTTP.Listen = v; return nil }},
 	{"SYNCNODE_NATS_CONFIG", func(c *config, v string) error { c.NATS.ConfigFile = v; return nil }},
@@ -222,6 +226,7 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 	natsPort := fs.Int("nats-port", 0, "embedded NATS client port (-1 picks a free one)")
 	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
 	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
+	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
 	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
 	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
 	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
@@ -270,6 +275,8 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 			c.Storage.PostgresURL = *pgURL
 		case "schema":
 			c.Schema = *schemaPath
+		case "validators":
+			c.Validators = *validatorsPath
 		case "nats-config":
 			c.NATS.ConfigFile = *natsConf
 		}

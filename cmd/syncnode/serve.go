@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,12 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/rules"
+	"github.com/syncnode/syncnode/schema"
 )
 
 // runServe runs a node until ctx is cancelled (SIGINT/SIGTERM), then shuts
@@ -32,18 +37,39 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
+	testMode := cfg.TestMode.TestControl || cfg.TestMode.LoadFixture
+	if testMode {
+		if err := checkLoopback(cfg.HTTP.Listen); err != nil {
+			return err
+		}
+	}
 	log := newLogger(stderr, cfg.Log)
+	if testMode {
+		warnTestModes(stderr, log, cfg.TestMode)
+	}
 
 	sch, err := loadSchema(cfg.Schema)
+	if cfg.TestMode.LoadFixture {
+		sch, err = loadfix.Schema(), nil
+	}
+	if err != nil {
+		return err
+	}
+	validators, commitValidator, err := loadRules(cfg.Validators, sch)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	authn, devToken, err := buildAuth(cfg, time.Now())
-	if err != nil {
-		return err
+	var (
+		authn    httpapi.Authenticator = loadfix.Auth()
+		devToken string
+	)
+	if !cfg.TestMode.LoadFixture {
+		if authn, devToken, err = buildAuth(cfg, time.Now()); err != nil {
+			return err
+		}
 	}
 
 	natsCfg := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: cfg.NATS.ConfigFile, ServerName: cfg.NodeName}
@@ -63,6 +89,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		natsCfg.Domain = cfg.NATS.Domain
 	}
 
+	var routes func(context.Context, *node.Node, http.Handler) (http.Handler, func(context.Context) error, error)
+	if testMode {
+		routes = testModeRoutes(cfg.TestMode, cfg.DataDir, cfg.HTTP.MaxRequestBytes, log)
+	}
 	n, err := node.Start(ctx, node.Config{
 		DataDir:               cfg.DataDir,
 		Schema:                sch,
@@ -76,7 +106,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxOperations:         cfg.Limits.MaxOperationsPerRequest,
 		InlineSegmentMaxBytes: cfg.Limits.InlineSegmentMaxBytes,
 		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
+		Validators:            validators,
+		CommitValidator:       commitValidator,
 		Logger:                log,
+		Routes:                routes,
 	})
 	if err != nil {
 		return err
@@ -165,4 +198,21 @@ func newLogger(w io.Writer, c logConfig) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// loadRules compiles the rules file, if one is configured, against the
+// served schema.
+func loadRules(path string, sch *schema.Schema) (map[string]engine.RowValidator, engine.CommitValidator, error) {
+	if path == "" {
+		return nil, nil, nil
+	}
+	set, err := rules.Load(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("validators: %w", err)
+	}
+	rows, commit, err := set.Compile(sch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("validators %s: %w", path, err)
+	}
+	return rows, commit, nil
 }

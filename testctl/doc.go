@@ -1,0 +1,59 @@
+// Package testctl is the test-control surface of `syncnode serve
+// --test-control`: the host-control API that lets an external conformance
+// harness (Syncular's own catalog, run by its TypeScript client) drive a
+// running node over HTTP. It is never mounted on a normal node, and the
+// serve command refuses it unless the listener is on a loopback address.
+//
+// # Instances
+//
+// Each instance is a fully isolated server sharing only the process and
+// the embedded NATS server: its own SQLite file (in a directory of its
+// own, removed on DELETE), its own partition (fixed at creation), its own
+// virtual clock (engine, segment TTLs and retention all read it; it moves
+// only by clock/advance), its own limits, its own segment bucket
+// (sync_segments_<id>, deleted with the instance) and its own engine, so
+// two instances with the same partition name share nothing. Its protocol
+// routes are mounted at /i/{id}: POST /i/{id}/sync and GET
+// /i/{id}/segments/{segmentId}, served by the production handler
+// (package httpapi), so errors keep the SSP2 JSON shape.
+//
+// Authentication is replaced, in this mode only, by the header
+// X-Syncular-Test-Actor: <actorId> (or the query parameter actor=, for a
+// WebSocket upgrade); a request without one is answered 401
+// sync.auth_required. An actor's allowed scopes are what allowed-scopes
+// granted it, {} without a grant (subscriptions revoked, writes denied),
+// with "*" meaning any value.
+//
+// # Control API (JSON)
+//
+//	GET    /__test/capabilities                       → ["validators","commit-validators"]
+//	POST   /__test/instances {schema, partition, nowMs, limits?} → {"id"}
+//	DELETE /__test/i/{id}                             → {}
+//	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}
+//	GET    /__test/i/{id}/rows/{table}                → [{"rowId","version","values","scopes"}] by rowId
+//	GET    /__test/i/{id}/max-commit-seq              → {"value"}
+//	GET    /__test/i/{id}/horizon-seq                 → {"value"}
+//	GET    /__test/i/{id}/clock                       → {"nowMs"}
+//	POST   /__test/i/{id}/clock/advance {"ms"}         → {"nowMs"}
+//	POST   /__test/i/{id}/prune {"retention"?:{"activeWindowMs","ageForceMs","minRetainedCommits"}} → {"horizonSeq"}
+//	POST   /__test/i/{id}/resolver {"failing"?, "outage"?} → {}
+//	POST   /__test/i/{id}/validators {"specs":[{"table","rule"}]}  → {}   ([] clears)
+//	POST   /__test/i/{id}/commit-validator {"spec"?}   → {}   (absent clears)
+//
+// limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes and
+// segmentTtlMs (at least 1000); maxDeltaBytes and maxPresenceBytes are
+// accepted and ignored until realtime and presence exist. signedUrls and
+// leases are refused: this build has neither. In rows, version is the
+// stored server_version, scopes the stored scope values, and values the
+// decoded row: strings, numbers, booleans, null, json columns as their
+// raw JSON text, bytes and crdt columns as {"$bytes": "<hex>"}.
+// Retention fields left out of prune take the protocol defaults (14 days,
+// 30 days, 1000 commits); the ones given are taken literally, zero
+// included. A failing resolver, or one in outage (leases do not exist, so
+// an outage fails the same way), revokes every subscription and refuses
+// every write with sync.forbidden. Validator rules are those of package
+// rules, plus {"kind":"unexpectedError","message"} for the catalog's
+// non-rejection failure path; reserved or empty codes are refused with
+// 400. Control errors are {"error": "..."} with status 400 (bad request)
+// or 404 (unknown instance or table).
+package testctl

@@ -1,0 +1,487 @@
+package testctl
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/rules"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
+)
+
+// instance is one isolated server.
+type instance struct {
+	id        string
+	dir       string
+	partition string
+	schema    *schema.Schema
+	now       atomic.Int64
+	store     storage.Store
+	segments  *segments.Store
+	engine    *engine.Engine
+	handler   http.Handler
+	cfg       Config
+	inflight  sync.WaitGroup
+
+	mu       sync.RWMutex
+	grants   map[string]engine.Allowed
+	failing  bool
+	outage   bool
+	rows     map[string]engine.RowValidator
+	commit   engine.CommitValidator
+	closeErr error
+	closed   bool
+}
+
+// openInstance builds an instance, closing what it opened on failure.
+func openInstance(ctx context.Context, cfg Config, id string, req createRequest) (in *instance, err error) {
+	sc, err := schema.Parse(req.Schema)
+	if err != nil {
+		return nil, badRequest{err}
+	}
+	var lim limits
+	if req.Limits != nil {
+		lim = *req.Limits
+	}
+	ttl := segments.DefaultTTL
+	if lim.SegmentTTLMs != nil {
+		if *lim.SegmentTTLMs < 1000 {
+			return nil, badf("limits.segmentTtlMs %d is below 1000", *lim.SegmentTTLMs)
+		}
+		ttl = time.Duration(*lim.SegmentTTLMs) * time.Millisecond
+	}
+	if lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes < 0 {
+		return nil, badf("limits must not be negative")
+	}
+
+	in = &instance{
+		id: id, dir: filepath.Join(cfg.Dir, id), partition: req.Partition, schema: sc, cfg: cfg,
+		grants: map[string]engine.Allowed{},
+	}
+	in.now.Store(*req.NowMs)
+	defer func() {
+		if err != nil {
+			_ = in.close(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := os.MkdirAll(in.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("instance dir: %w", err)
+	}
+	// NORMAL: an instance lives for one scenario; a power loss may take
+	// its last commits, which no test can observe.
+	if in.store, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(in.dir, "sync.db"), Synchronous: sqlitestore.SynchronousNormal}); err != nil {
+		return nil, fmt.Errorf("open instance store: %w", err)
+	}
+	if err := in.store.EnsureSchema(ctx, sc); err != nil {
+		return nil, badRequest{fmt.Errorf("install schema: %w", err)}
+	}
+	log := cfg.Logger.With("instance", id)
+	if in.segments, err = segments.Open(ctx, segments.Config{
+		JetStream: cfg.JetStream, Store: in.store, Instance: id, TTL: ttl,
+		Now: in.clock, MaintenanceInterval: -1, Logger: log.With("component", "segments"),
+	}); err != nil {
+		return nil, fmt.Errorf("open instance segments: %w", err)
+	}
+	if in.engine, err = engine.New(engine.Config{
+		Schema: sc, Store: in.store, Segments: in.segments, Now: in.clock,
+		MaxOperations: lim.MaxOperationsPerRequest, InlineSegmentMaxBytes: lim.InlineSegmentMaxBytes,
+		Logger: log.With("component", "engine"),
+	}); err != nil {
+		return nil, badRequest{err}
+	}
+	h, err := httpapi.New(httpapi.Config{
+		Engine: in.engine, Auth: httpapi.AuthenticatorFunc(in.authenticate), Segments: in.segments,
+		MaxRequestBytes: cfg.MaxRequestBytes, Logger: log.With("component", "http"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	in.handler = h
+	return in, nil
+}
+
+func (in *instance) clock() int64 { return in.now.Load() }
+
+// close waits for requests in flight, then frees everything: segment
+// store, SQLite file, bucket. It is idempotent.
+func (in *instance) close(ctx context.Context) error {
+	in.inflight.Wait()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return in.closeErr
+	}
+	in.closed = true
+	var errs []error
+	if in.segments != nil {
+		errs = append(errs, in.segments.Close())
+		if err := in.cfg.JetStream.DeleteObjectStore(ctx, in.segments.Bucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			errs = append(errs, fmt.Errorf("delete segment bucket: %w", err))
+		}
+	}
+	if in.store != nil {
+		errs = append(errs, in.store.Close())
+	}
+	errs = append(errs, os.RemoveAll(in.dir))
+	in.closeErr = errors.Join(errs...)
+	return in.closeErr
+}
+
+// errNoActor is a protocol request without the test actor.
+var errNoActor = errors.New("no " + ActorHeader + " header or actor query parameter")
+
+// authenticate is the test-mode authenticator: the actor from the header
+// (or ?actor= on a WebSocket upgrade), the instance's fixed partition,
+// and the instance's live grants as the resolver.
+func (in *instance) authenticate(r *http.Request) (engine.Identity, error) {
+	actor := r.Header.Get(ActorHeader)
+	if actor == "" {
+		actor = r.URL.Query().Get("actor")
+	}
+	if actor == "" {
+		return engine.Identity{}, errNoActor
+	}
+	return engine.Identity{Partition: in.partition, ActorID: actor, Scopes: engine.ResolverFunc(in.resolve)}, nil
+}
+
+var (
+	errResolverFailing = errors.New("injected: scope resolver failure")
+	errResolverOutage  = errors.New("injected: scope resolver outage (no leases in this build)")
+)
+
+// resolve is the instance's scope resolver: an actor without a grant
+// holds {}.
+func (in *instance) resolve(_ context.Context, _, actor string) (engine.Allowed, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	switch {
+	case in.failing:
+		return nil, errResolverFailing
+	case in.outage:
+		return nil, errResolverOutage
+	}
+	if a, ok := in.grants[actor]; ok {
+		return a, nil
+	}
+	return engine.Allowed{}, nil
+}
+
+func (in *instance) serveAllowedScopes(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ActorID string              `json:"actorId"`
+		Allowed map[string][]string `json:"allowed"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if req.ActorID == "" {
+		writeControlError(w, http.StatusBadRequest, errors.New("actorId is required"))
+		return
+	}
+	// The grant is replaced whole and never mutated, so the resolver may
+	// hand it out without copying.
+	grant := engine.Allowed{}
+	for k, v := range req.Allowed {
+		grant[k] = append([]string(nil), v...)
+	}
+	in.mu.Lock()
+	in.grants[req.ActorID] = grant
+	in.mu.Unlock()
+	writeJSON(w, struct{}{})
+}
+
+// rowState is one row of GET rows/{table}.
+type rowState struct {
+	RowID   string            `json:"rowId"`
+	Version int64             `json:"version"`
+	Values  map[string]any    `json:"values"`
+	Scopes  map[string]string `json:"scopes"`
+}
+
+// rowsPage is how many rows one RowList call reads.
+const rowsPage = 1000
+
+func (in *instance) serveRows(w http.ResponseWriter, r *http.Request) {
+	t, ok := in.schema.Table(r.PathValue("table"))
+	if !ok {
+		writeControlError(w, http.StatusNotFound, fmt.Errorf("unknown table %q", r.PathValue("table")))
+		return
+	}
+	out := []rowState{}
+	after := ""
+	var vals []ssp2.Value
+	for {
+		rows, err := in.store.RowList(r.Context(), storage.RowListParams{Partition: in.partition, Table: t.Name, AfterRowID: after, Limit: rowsPage})
+		if err != nil {
+			writeControlError(w, http.StatusInternalServerError, err)
+			return
+		}
+		for _, row := range rows {
+			if vals, err = t.Codec.DecodeRow(row.Payload, vals[:0]); err != nil {
+				writeControlError(w, http.StatusInternalServerError, fmt.Errorf("row %s: %w", row.RowID, err))
+				return
+			}
+			scopes := row.Scopes
+			if scopes == nil {
+				scopes = map[string]string{}
+			}
+			out = append(out, rowState{RowID: row.RowID, Version: row.ServerVersion, Values: driverValues(t, vals), Scopes: scopes})
+		}
+		if len(rows) < rowsPage {
+			break
+		}
+		after = rows[len(rows)-1].RowID
+	}
+	writeJSON(w, out)
+}
+
+// driverValues renders a decoded row as the conformance driver seam
+// does: bytes as {"$bytes": hex}, json as its raw text, the rest as their
+// natural JSON value.
+func driverValues(t *schema.Table, vals []ssp2.Value) map[string]any {
+	m := make(map[string]any, len(vals))
+	for i, c := range t.Columns {
+		v := vals[i]
+		if v.Null {
+			m[c.Name] = nil
+			continue
+		}
+		switch c.Type {
+		case ssp2.TypeInteger:
+			m[c.Name] = v.Int
+		case ssp2.TypeFloat:
+			if math.IsNaN(v.Float) || math.IsInf(v.Float, 0) {
+				m[c.Name] = nil // as JSON.stringify renders them
+			} else {
+				m[c.Name] = v.Float
+			}
+		case ssp2.TypeBoolean:
+			m[c.Name] = v.Bool
+		case ssp2.TypeBytes, ssp2.TypeCrdt:
+			m[c.Name] = map[string]string{"$bytes": hex.EncodeToString(v.Bytes)}
+		default: // string, json, blob_ref: text
+			m[c.Name] = string(v.Bytes)
+		}
+	}
+	return m
+}
+
+// partitionState reads the partition; an unregistered one is empty.
+func (in *instance) partitionState(ctx context.Context) (storage.Partition, bool, error) {
+	p, err := in.store.PartitionGet(ctx, in.partition)
+	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
+		return storage.Partition{}, false, nil
+	}
+	return p, err == nil, err
+}
+
+func (in *instance) serveMaxCommitSeq(w http.ResponseWriter, r *http.Request) {
+	p, _, err := in.partitionState(r.Context())
+	if err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, map[string]int64{"value": p.MaxCommitSeq})
+}
+
+func (in *instance) serveHorizonSeq(w http.ResponseWriter, r *http.Request) {
+	p, _, err := in.partitionState(r.Context())
+	if err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, map[string]int64{"value": p.HorizonSeq})
+}
+
+func (in *instance) serveClock(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, map[string]int64{"nowMs": in.clock()})
+}
+
+func (in *instance) serveClockAdvance(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Ms *int64 `json:"ms"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if req.Ms == nil || *req.Ms < 0 {
+		writeControlError(w, http.StatusBadRequest, errors.New("ms must be a non-negative integer"))
+		return
+	}
+	writeJSON(w, map[string]int64{"nowMs": in.now.Add(*req.Ms)})
+}
+
+func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Retention *struct {
+			ActiveWindowMs     *int64 `json:"activeWindowMs"`
+			AgeForceMs         *int64 `json:"ageForceMs"`
+			MinRetainedCommits *int64 `json:"minRetainedCommits"`
+		} `json:"retention"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	p, ok, err := in.partitionState(r.Context())
+	if err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if !ok { // nothing was ever written
+		writeJSON(w, map[string]int64{"horizonSeq": 0})
+		return
+	}
+	// Fields left out take the protocol defaults; the given ones are
+	// literal, zero included (a host stating its whole policy).
+	pp := storage.PruneParams{
+		Partition: in.partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: in.clock(), Literal: true,
+		ActiveWindowMs: storage.DefaultActiveWindowMs, AgeForceMs: storage.DefaultAgeForceMs, MinRetainedCommits: storage.DefaultMinRetainedCommits,
+	}
+	if rt := req.Retention; rt != nil {
+		if rt.ActiveWindowMs != nil {
+			pp.ActiveWindowMs = *rt.ActiveWindowMs
+		}
+		if rt.AgeForceMs != nil {
+			pp.AgeForceMs = *rt.AgeForceMs
+		}
+		if rt.MinRetainedCommits != nil {
+			pp.MinRetainedCommits = *rt.MinRetainedCommits
+		}
+	}
+	res, err := in.store.Prune(r.Context(), pp)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if ssp2.CodeOf(err) == ssp2.CodeStorageInvalidLimit {
+			status = http.StatusBadRequest
+		}
+		writeControlError(w, status, err)
+		return
+	}
+	writeJSON(w, map[string]int64{"horizonSeq": res.HorizonSeq})
+}
+
+func (in *instance) serveResolver(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Failing *bool `json:"failing"`
+		Outage  *bool `json:"outage"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	in.mu.Lock()
+	if req.Failing != nil {
+		in.failing = *req.Failing
+	}
+	if req.Outage != nil {
+		in.outage = *req.Outage
+	}
+	in.mu.Unlock()
+	writeJSON(w, struct{}{})
+}
+
+// kindUnexpectedError is the catalog's validator that fails with a plain
+// error (not a rejection): the commit is refused with the fixed
+// sync.constraint_violation, never the error's text.
+const kindUnexpectedError = "unexpectedError"
+
+func (in *instance) serveValidators(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Specs []struct {
+			Table string          `json:"table"`
+			Rule  json.RawMessage `json:"rule"`
+		} `json:"specs"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	compiled := map[string]engine.RowValidator{}
+	for i, spec := range req.Specs {
+		var head struct {
+			Kind    string `json:"kind"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(spec.Rule, &head); err != nil {
+			writeControlError(w, http.StatusBadRequest, fmt.Errorf("specs[%d].rule: %w", i, err))
+			return
+		}
+		var v engine.RowValidator
+		if head.Kind == kindUnexpectedError {
+			if _, ok := in.schema.Table(spec.Table); !ok {
+				writeControlError(w, http.StatusBadRequest, fmt.Errorf("specs[%d]: unknown table %q", i, spec.Table))
+				return
+			}
+			msg := head.Message
+			v = func(context.Context, engine.RowValidation) error { return errors.New(msg) }
+		} else {
+			var rule rules.RowRule
+			if err := rules.Decode(spec.Rule, &rule); err != nil {
+				writeControlError(w, http.StatusBadRequest, fmt.Errorf("specs[%d].rule: %w", i, err))
+				return
+			}
+			vs, err := rules.CompileRows(in.schema, []rules.TableRule{{Table: spec.Table, Rule: rule}})
+			if err != nil {
+				writeControlError(w, http.StatusBadRequest, fmt.Errorf("specs[%d]: %w", i, err))
+				return
+			}
+			v = vs[spec.Table]
+		}
+		// One rule per table: a later spec for the same table replaces
+		// the earlier one, as the reference driver's registry does.
+		compiled[spec.Table] = v
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err := in.engine.SetValidators(compiled, in.commit); err != nil {
+		writeControlError(w, http.StatusBadRequest, err)
+		return
+	}
+	in.rows = compiled
+	writeJSON(w, struct{}{})
+}
+
+func (in *instance) serveCommitValidator(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	var commit engine.CommitValidator
+	if present(req.Spec) {
+		var rule rules.CommitRule
+		if err := rules.Decode(req.Spec, &rule); err != nil {
+			writeControlError(w, http.StatusBadRequest, fmt.Errorf("spec: %w", err))
+			return
+		}
+		var err error
+		if commit, err = rules.CompileCommit(in.schema, []rules.CommitRule{rule}); err != nil {
+			writeControlError(w, http.StatusBadRequest, fmt.Errorf("spec: %w", err))
+			return
+		}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err := in.engine.SetValidators(in.rows, commit); err != nil {
+		writeControlError(w, http.StatusBadRequest, err)
+		return
+	}
+	in.commit = commit
+	writeJSON(w, struct{}{})
+}
