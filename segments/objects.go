@@ -178,6 +178,10 @@ func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) 
 	if err != nil {
 		return err
 	}
+	mem, _ := sp.Bytes()
+	if len(mem) == 0 {
+		mem = nil
+	}
 	id := nuid.Next()
 	subj := bus.ObjectChunkSubject(s.bucket, id)
 	js := s.cfg.JetStream
@@ -208,21 +212,34 @@ func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) 
 	for i := 0; ; i++ {
 		slot := i % uploadWindow
 		if acks[slot] != nil {
-			// The buffer is reused only once its chunk is stored.
+			// A window slot (and its buffer) is reused only once its
+			// chunk is stored.
 			if err := wait(acks[slot]); err != nil {
 				return err
 			}
 			acks[slot] = nil
 		}
-		if bufs[slot] == nil {
-			bufs[slot] = make([]byte, s.chunkSize)
-		}
-		n, rerr := io.ReadFull(r, bufs[slot])
-		if n > 0 {
-			if sp.Spilled() {
-				h.Write(bufs[slot][:n])
+		var (
+			chunk []byte
+			rerr  error
+		)
+		if mem != nil {
+			// In memory: publish slices of the bytes, no copy.
+			chunk = mem[:min(len(mem), s.chunkSize)]
+			mem = mem[len(chunk):]
+			if len(mem) == 0 {
+				rerr = io.EOF
 			}
-			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: bufs[slot][:n]})
+		} else {
+			if bufs[slot] == nil {
+				bufs[slot] = make([]byte, s.chunkSize)
+			}
+			n, err := io.ReadFull(r, bufs[slot])
+			chunk, rerr = bufs[slot][:n], err
+			h.Write(chunk)
+		}
+		if n := len(chunk); n > 0 {
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: chunk})
 			if err != nil {
 				return err
 			}
