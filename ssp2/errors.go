@@ -59,6 +59,8 @@ const (
 	CodeStorageCheckpointIncomplete   Code = "sync.storage.checkpoint_incomplete"
 	CodeStorageCheckpointFenceMissing Code = "sync.storage.checkpoint_fence_missing"
 	CodeStorageCheckpointNotDeclared  Code = "sync.storage.checkpoint_not_declared"
+	CodeStorageCheckpointSuperseded   Code = "sync.storage.checkpoint_superseded"
+	CodeStorageInvalidCheckpoint      Code = "sync.storage.invalid_checkpoint"
 	CodeStorageScanRequiresScope      Code = "sync.storage.scan_requires_scope"
 	CodeStorageInvalidLimit           Code = "sync.storage.invalid_limit"
 	CodeStorageInvalidPruneCursor     Code = "sync.storage.invalid_prune_cursor"
@@ -131,6 +133,8 @@ var catalog = map[Code]CodeInfo{
 	CodeStorageCheckpointIncomplete:   {CategoryInternal, true, "retryLater", http.StatusServiceUnavailable},
 	CodeStorageCheckpointFenceMissing: {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
 	CodeStorageCheckpointNotDeclared:  {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
+	CodeStorageCheckpointSuperseded:   {CategoryInternal, false, "inspectServer", http.StatusConflict},
+	CodeStorageInvalidCheckpoint:      {CategoryInternal, false, "inspectServer", http.StatusBadRequest},
 	CodeStorageScanRequiresScope:      {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
 	CodeStorageInvalidLimit:           {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
 	CodeStorageInvalidPruneCursor:     {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},

@@ -102,6 +102,10 @@ type Store interface {
 	// SegmentIndex is the bootstrap segment index (segments.go).
 	SegmentIndex
 
+	// GateStore holds checkpoints, the writer fence and the serve-gate
+	// read (gate.go).
+	GateStore
+
 	// Admin is privileged maintenance outside the protocol (admin.go).
 	Admin
 
@@ -151,6 +155,9 @@ type ReadTx interface {
 	// variable's list. A limit outside 1..MaxWindowLimit is refused
 	// (CodeStorageInvalidLimit).
 	CommitWindow(ctx context.Context, p WindowParams) (Window, error)
+
+	// GateReader is the serve-gate read in this snapshot (gate.go).
+	GateReader
 }
 
 // Tx is a write transaction holding one partition's write lock. It reads
@@ -206,6 +213,10 @@ type Tx interface {
 	// releasing the partition lock (a rejected commit's writes are undone
 	// and its rejection persisted under the same lock, SPEC.md §6.8).
 	Savepoint(ctx context.Context) (Savepoint, error)
+
+	// CheckpointAdvancer records backfill progress in this transaction
+	// (gate.go).
+	CheckpointAdvancer
 }
 
 // Savepoint is a rollback point inside a Tx. After Rollback or Release it
@@ -312,7 +323,19 @@ type CommitParams struct {
 	ClientID       string
 	ClientCommitID string
 	SchemaVersion  int32
-	Changes        []Change
+	// WriterVersion is the appending build's writer version, checked
+	// against the partition's writer fence (gate.go); 0 means
+	// SchemaVersion, the running schema's version.
+	WriterVersion int32
+	Changes       []Change
+}
+
+// EffectiveWriterVersion is the writer version the commit records.
+func (c *CommitParams) EffectiveWriterVersion() int32 {
+	if c.WriterVersion != 0 {
+		return c.WriterVersion
+	}
+	return c.SchemaVersion
 }
 
 // WindowParams selects an incremental pull window.

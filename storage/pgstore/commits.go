@@ -16,8 +16,8 @@ import (
 // in one statement of fixed shape: the changes and entries travel as
 // arrays, so any commit size is one prepared statement and one round trip.
 const qAppendCommit = `WITH c AS (
-		INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version, writer_version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $18)
 	), ch AS (
 		INSERT INTO sync_changes (partition, seq, idx, tbl, row_id, op, row_version, scopes, row)
 		SELECT $1, $2, x.idx, x.tbl, x.row_id, x.op, x.row_version, x.scopes, x.row
@@ -77,7 +77,7 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 		eTbl[i], eVar[i], eVal[i] = e.Table, e.Variable, e.Value
 	}
 	t.queue(qAppendCommit, t.locked.ID, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion,
-		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal)
+		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal, c.EffectiveWriterVersion())
 	t.maxSeq = seq
 	t.s.analyzer.wrote("sync_commits", 1)
 	t.s.analyzer.wrote("sync_changes", n)

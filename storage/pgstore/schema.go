@@ -59,19 +59,9 @@ var defaultPK = []string{schemaplan.ColPartition, schemaplan.ColRowID}
 
 // EnsureSchema implements storage.Store in one transaction, under the
 // schema's advisory lock so that nodes starting together install once; a
-// refusal rolls all of it back.
+// refusal rolls all of it back. It declares no checkpoints (gate.go).
 func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Schema) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := applyMigrations(ctx, tx, s.migrations); err != nil {
-			return err
-		}
-		return ensureSchema(ctx, tx, sc)
-	})
-	if err != nil {
-		return err
-	}
-	s.schema.Store(newInstalled(sc))
-	return nil
+	return s.EnsureSchemaWithCheckpoints(ctx, sc, nil)
 }
 
 func ensureSchema(ctx context.Context, tx pgx.Tx, sc *schema.Schema) error {

@@ -135,6 +135,9 @@ func translate(err error, table string) error {
 	if !errors.As(err, &pe) {
 		return err
 	}
+	if fe, ok := fenceError(pe, err); ok {
+		return fe
+	}
 	var kind storage.ConstraintKind
 	switch pe.Code {
 	case "23505": // unique_violation

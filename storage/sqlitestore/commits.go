@@ -33,8 +33,8 @@ func init() {
 }
 
 const (
-	qInsertCommit = `INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qInsertCommit = `INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version, writer_version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // CommitAppend implements storage.Tx. The seq comes from the locked
@@ -49,7 +49,7 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	}
 	part := t.locked.ID
 	seq := t.maxSeq + 1
-	if _, err := t.c.exec(ctx, qInsertCommit, part, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion); err != nil {
+	if _, err := t.c.exec(ctx, qInsertCommit, part, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion, c.EffectiveWriterVersion()); err != nil {
 		return 0, t.fail("append commit", "", err)
 	}
 	for start := 0; start < len(c.Changes); start += changeChunk {

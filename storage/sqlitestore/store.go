@@ -253,6 +253,9 @@ func translate(err error, table string) error {
 	if !errors.As(err, &se) {
 		return err
 	}
+	if fe, ok := fenceError(err); ok {
+		return fe
+	}
 	var kind storage.ConstraintKind
 	switch se.Code() {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:

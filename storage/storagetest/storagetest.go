@@ -112,6 +112,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Store", storeTests},
 		{"Segment", segmentTests},
 		{"Admin", adminTests},
+		{"Gate", gateTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
