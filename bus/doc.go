@@ -7,7 +7,7 @@
 //
 //	subject        = commit-subject | control-subject
 //	commit-subject = "sync." partition ".commit." table       (stream SYNC_COMMITS, sync.*.commit.*)
-//	control-subject= "syncctl." partition "." event            (stream SYNC_CONTROL, syncctl.>)
+//	control-subject= "syncctl." ( partition | "=global" ) "." event  (stream SYNC_CONTROL, syncctl.>)
 //	partition      = escaped | hashed
 //	escaped        = "=" | 1*( keep | "=" HEX HEX )           (at most 64 bytes)
 //	keep           = "A"-"Z" | "a"-"z" | "0"-"9" | "_" | "-"
@@ -61,7 +61,7 @@
 //
 //	SYNC_COMMITS   sync.*.commit.*   commit events; atomic publish, dedup window, MaxAge/MaxBytes
 //	SYNC_CONTROL   syncctl.>         control events (serve gate, migrations)
-//	sync_gate      KV                gate.<partition>
+//	sync_gate      KV                gate.<partition>, schema.current
 //	sync_leases    KV                leases (History 1)
 //	sync_segments  object store      bootstrap segments
 //
@@ -76,6 +76,19 @@
 // refused by the server and resolved by re-reading the stream's tail:
 // every commit is in the stream exactly once and in order, inside or
 // outside the duplicate window.
+//
+// # Control events
+//
+// The serve gate publishes migration events to SYNC_CONTROL, CloudEvents
+// in binary mode like commit events (ce-type
+// dev.syncnode.control.<event>.v1, ce-event the event name, a JSON body):
+// checkpoint_declared, checkpoint_claimed, checkpoint_advanced,
+// checkpoint_activated, checkpoint_stale, checkpoint_unverifiable and
+// epoch_rotated on syncctl.<partition>.<event>; schema_migrated, which
+// concerns every partition, on syncctl.=global.schema_migrated. "=global"
+// can never be a partition token ('=' is only ever followed by two
+// uppercase hex digits), so `nats sub 'syncctl.=global.>'` sees node-wide
+// events only.
 //
 // # Reacting to events
 //
