@@ -2,19 +2,15 @@ package segments
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"iter"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
@@ -23,6 +19,7 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -72,46 +69,17 @@ func openSQLite(tb testing.TB) storage.Store {
 	return st
 }
 
-// postgresURL returns the test database URL. Without
-// SYNCNODE_TEST_POSTGRES_URL the PostgreSQL half skips, except under CI,
-// where it fails.
-func postgresURL(tb testing.TB) string {
-	tb.Helper()
-	url := os.Getenv("SYNCNODE_TEST_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			tb.Fatal("SYNCNODE_TEST_POSTGRES_URL is not set, and CI requires the PostgreSQL tests")
-		}
-		tb.Skip("SYNCNODE_TEST_POSTGRES_URL is not set: skipping the PostgreSQL half")
-	}
-	return url
-}
-
-// openPostgres opens a store in a fresh schema, dropped at cleanup.
+// openPostgres opens a store in a fresh schema, dropped at cleanup; the
+// PostgreSQL half skips without SYNCNODE_TEST_POSTGRES_URL, except under
+// CI, where it fails.
 func openPostgres(tb testing.TB) storage.Store {
 	tb.Helper()
-	url := postgresURL(tb)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "syncnode_segtest_" + hex.EncodeToString(b[:])
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: name, MaxConns: 8})
+	url, schema := pgtest.Schema(tb)
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: schema, MaxConns: 8})
 	if err != nil {
 		tb.Fatalf("open PostgreSQL: %v", err)
 	}
-	tb.Cleanup(func() {
-		st.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			tb.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, `DROP SCHEMA "`+name+`" CASCADE`); err != nil {
-			tb.Errorf("drop schema %s: %v", name, err)
-		}
-	})
+	tb.Cleanup(func() { st.Close() })
 	return st
 }
 
