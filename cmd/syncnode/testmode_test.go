@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/testctl"
@@ -721,5 +722,63 @@ func TestTestModesAbsentFromNormalServe(t *testing.T) {
 	}
 	if strings.Contains(s.stderr.String(), "TEST MODE") {
 		t.Error("a normal node announced test mode")
+	}
+}
+
+// TestLoadFixtureServe runs `serve --load-fixture --test-control
+// --validators FILE`: the fixture at /, the control API beside it, and
+// the rules file enforced on the node's own routes.
+func TestLoadFixtureServe(t *testing.T) {
+	rulesFile := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(rulesFile, []byte(`{"validators": [{"table": "tasks",
+		"rule": {"kind": "maxLength", "column": "title", "max": 10, "code": "app.title_too_long"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "--load-fixture", "--test-control", "--validators", rulesFile)
+	ctx := context.Background()
+
+	mustCall(t, "POST", s.url+"/__load/reset", map[string]int{"seedRows": 100}, nil)
+	sc, err := schema.Parse([]byte(loadfix.SchemaJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Config{BaseURL: s.url, Schema: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("s", "tasks", map[string][]string{"project_id": {"storm"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SyncUntilIdle(ctx); err != nil || c.Count("tasks") != 100 {
+		t.Fatalf("bootstrap without a token: %d rows, %v", c.Count("tasks"), err)
+	}
+	wantRejected(t, push(t, c, map[string]any{"id": "x", "project_id": "storm", "title": "far too long a title", "done": false, "priority": 1, "updated_at_ms": 1}), "app.title_too_long")
+	if rj := push(t, c, map[string]any{"id": "y", "project_id": "storm", "title": "short", "done": false, "priority": 1, "updated_at_ms": 1}); rj != nil {
+		t.Fatalf("short title: %+v", rj)
+	}
+	var m map[string]any
+	mustCall(t, "GET", s.url+"/__load/metrics", nil, &m)
+	if m["pushApplied"] != 1.0 || m["pushRejected"] != 1.0 {
+		t.Fatalf("metrics = %v", m)
+	}
+	var caps []string
+	mustCall(t, "GET", s.url+"/__test/capabilities", nil, &caps)
+	if len(caps) == 0 {
+		t.Fatal("no capabilities with both modes on")
+	}
+}
+
+// TestServeRefusesBadValidators: a rules file that does not fit the
+// schema stops serve before it listens.
+func TestServeRefusesBadValidators(t *testing.T) {
+	rulesFile := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(rulesFile, []byte(`{"validators": [{"table": "tasks",
+		"rule": {"kind": "maxLength", "column": "nope", "max": 10, "code": "app.x"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), serveArgs(t.TempDir(), "--validators", rulesFile), strings.NewReader(""), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), `no column "nope"`) || out.Len() != 0 {
+		t.Fatalf("serve with a bad rules file: %v, stdout %q", err, out.String())
 	}
 }
