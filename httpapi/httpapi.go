@@ -25,6 +25,7 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -44,16 +45,20 @@ type AuthenticatorFunc func(r *http.Request) (engine.Identity, error)
 // Authenticate calls f.
 func (f AuthenticatorFunc) Authenticate(r *http.Request) (engine.Identity, error) { return f(r) }
 
-// SegmentBytes reads a segment's bytes (implemented by *segments.Store).
-type SegmentBytes interface {
+// SegmentSource reads a segment's bytes, verified against its address
+// (implemented by *segments.Store).
+type SegmentSource interface {
+	// Bytes returns a whole segment; for small and hot segments.
 	Bytes(ctx context.Context, segmentID string) ([]byte, error)
+	// Open streams a segment; for large ones.
+	Open(ctx context.Context, segmentID string) (*segments.Reader, error)
 }
 
 // Config configures the handler.
 type Config struct {
 	Engine   *engine.Engine
 	Auth     Authenticator
-	Segments SegmentBytes // nil: no segment downloads
+	Segments SegmentSource // nil: no segment downloads
 	// MaxRequestBytes bounds a /sync body, after decompression (default
 	// 32 MiB).
 	MaxRequestBytes int64
@@ -64,6 +69,9 @@ type Config struct {
 	// SegmentCacheBytes bounds the cache of compressed segment bodies
 	// (default 64 MiB).
 	SegmentCacheBytes int64
+	// StreamSegmentsAbove: segments larger than this are streamed from the
+	// store and compressed on the fly instead of cached (default 8 MiB).
+	StreamSegmentsAbove int64
 }
 
 // Handler is the HTTP surface of a node.
@@ -91,6 +99,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.SegmentCacheBytes == 0 {
 		cfg.SegmentCacheBytes = 64 << 20
+	}
+	if cfg.StreamSegmentsAbove == 0 {
+		cfg.StreamSegmentsAbove = 8 << 20
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes)}
 	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics())
@@ -206,7 +217,8 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "X-Syncular-Scopes must be a JSON object of scope lists"))
 		return
 	}
-	if _, err := h.cfg.Engine.AuthorizeSegment(r.Context(), id, segmentID, requested); err != nil {
+	pub, err := h.cfg.Engine.AuthorizeSegment(r.Context(), id, segmentID, requested)
+	if err != nil {
 		if ssp2.CodeOf(err) == ssp2.CodeInternalError {
 			h.log.Error("segment authorization failed", "segment", segmentID, "err", err)
 		}
@@ -222,10 +234,15 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enc := negotiate(r.Header.Get("Accept-Encoding"))
+	if h.cfg.Segments == nil {
+		writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment"))
+		return
+	}
+	if pub.ByteLength > h.cfg.StreamSegmentsAbove {
+		h.streamSegment(w, r, segmentID, enc)
+		return
+	}
 	body, err := h.cache.get(r.Context(), segmentID, enc, func(ctx context.Context) ([]byte, error) {
-		if h.cfg.Segments == nil {
-			return nil, errors.New("no segment store")
-		}
 		return h.cfg.Segments.Bytes(ctx, segmentID)
 	})
 	if err != nil {
@@ -239,6 +256,32 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
+}
+
+// streamSegment sends a large segment straight from the store, compressed
+// on the fly, holding one chunk at a time. A read failure mid-way (a
+// corrupted object) cuts the response; the client's content-address check
+// rejects the partial body.
+func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentID string, enc encoding) {
+	rd, err := h.cfg.Segments.Open(r.Context(), segmentID)
+	if err != nil {
+		h.log.Error("open segment", "segment", segmentID, "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		return
+	}
+	defer rd.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	out := newStreamWriter(w, enc)
+	out.contentType = "application/octet-stream"
+	if _, err := io.Copy(out, rd); err != nil {
+		h.log.Error("stream segment", "segment", segmentID, "err", err)
+		// Abort the connection so the client sees a failed download, not
+		// a short body with a clean end.
+		panic(http.ErrAbortHandler)
+	}
+	if err := out.Close(); err != nil {
+		h.log.Debug("finish segment response", "err", err)
+	}
 }
 
 // etagMatch reports whether an If-None-Match header names the segment.

@@ -86,14 +86,15 @@ const minCompressBytes = 1 << 10
 // end), compresses as negotiated, and flushes on demand so a streamed
 // response reaches the client section by section.
 type streamWriter struct {
-	w       http.ResponseWriter
-	enc     encoding
-	started bool   // something was written (perhaps still held in pending)
-	decided bool   // headers sent, body set
-	pending []byte // bytes held until the encoding is decided
-	gz      *gzip.Writer
-	zs      *zstd.Encoder
-	body    io.Writer
+	w           http.ResponseWriter
+	contentType string // default ContentType
+	enc         encoding
+	started     bool   // something was written (perhaps still held in pending)
+	decided     bool   // headers sent, body set
+	pending     []byte // bytes held until the encoding is decided
+	gz          *gzip.Writer
+	zs          *zstd.Encoder
+	body        io.Writer
 }
 
 func newStreamWriter(w http.ResponseWriter, enc encoding) *streamWriter {
@@ -116,9 +117,11 @@ func (s *streamWriter) decide(enc encoding) error {
 func (s *streamWriter) start() {
 	s.decided = true
 	hdr := s.w.Header()
-	hdr.Set("Content-Type", ContentType)
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("Vary", "Authorization, Accept-Encoding")
+	if s.contentType == "" {
+		hdr.Set("Content-Type", ContentType)
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("Vary", "Authorization, Accept-Encoding")
+	}
 	switch s.enc {
 	case encGzip:
 		hdr.Set("Content-Encoding", "gzip")

@@ -62,6 +62,9 @@ type Config struct {
 	MaxOperations         int
 	InlineSegmentMaxBytes int
 	SegmentTTL            time.Duration
+	// StreamSegmentsAbove: larger segment downloads are streamed from the
+	// Object Store rather than served from memory (default 8 MiB).
+	StreamSegmentsAbove int64
 
 	// Engine hooks for hosts embedding syncnode as a library.
 	Validators      map[string]engine.RowValidator
@@ -179,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: cfg.Auth, Segments: n.Segments,
-		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready,
+		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
 		Logger: cfg.Logger.With("component", "http"), Registry: reg,
 	}); err != nil {
 		return nil, err

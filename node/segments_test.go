@@ -21,13 +21,23 @@ const taskSchema = `{"version":1,"tables":[{"name":"tasks","columns":[
 // re-authorized on every call, content-addressed, cacheable by ETag, and
 // refused for other scopes, other partitions and after expiry.
 func TestSegmentDownload(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+	type variant struct {
+		backend
+		streamAbove int64
+	}
+	variants := []variant{{backends[0], 0}, {backends[0], 1}, {backends[1], 0}}
+	for _, b := range variants {
+		name := b.name
+		if b.streamAbove > 0 {
+			name += "/streamed"
+		}
+		t.Run(name, func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(1_800_000_000_000)
 			n := startNode(t, taskSchema, func(t *testing.T, c *Config) {
 				b.cfg(t, c)
 				c.Now = now.Load
+				c.StreamSegmentsAbove = b.streamAbove
 			})
 			tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1", "p2"}})
 
