@@ -10,5 +10,5 @@ import (
 // their own; this keeps it satisfying them.
 var (
 	_ engine.SegmentStore  = (*segments.Store)(nil)
-	_ httpapi.SegmentBytes = (*segments.Store)(nil)
+	_ httpapi.SegmentSource = (*segments.Store)(nil)
 )
