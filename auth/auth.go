@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -54,11 +55,25 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Verifier checks bearer tokens.
+// Verifier checks bearer tokens. Verified tokens are remembered until
+// they expire, so a client sending the same token every round pays for
+// the signature check once.
 type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
+
+	mu    sync.Mutex
+	cache map[string]verified
 }
+
+// verified is a remembered verification.
+type verified struct {
+	p   Principal
+	exp time.Time
+}
+
+// maxCachedTokens bounds the verification cache; when full it is cleared.
+const maxCachedTokens = 16384
 
 // NewVerifier validates cfg and returns a Verifier.
 func NewVerifier(cfg Config) (*Verifier, error) {
@@ -101,7 +116,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	return &Verifier{cfg: cfg, parser: jwt.NewParser(opts...)}, nil
+	return &Verifier{cfg: cfg, parser: jwt.NewParser(opts...), cache: make(map[string]verified)}, nil
 }
 
 // claims is the token body syncnode reads.
@@ -137,6 +152,13 @@ func (s *scopesClaim) UnmarshalJSON(b []byte) error {
 
 // Verify parses and verifies a raw token (without the "Bearer " prefix).
 func (v *Verifier) Verify(token string) (Principal, error) {
+	now := v.cfg.Now()
+	v.mu.Lock()
+	hit, ok := v.cache[token]
+	v.mu.Unlock()
+	if ok && now.Before(hit.exp) {
+		return hit.p, nil
+	}
 	var c claims
 	_, err := v.parser.ParseWithClaims(token, &c, v.key)
 	if err != nil {
@@ -148,7 +170,14 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if c.Partition == "" {
 		return Principal{}, fmt.Errorf("%w: token has no partition claim", ErrUnauthenticated)
 	}
-	return Principal{ActorID: c.Subject, Partition: c.Partition, Scopes: c.Scopes}, nil
+	p := Principal{ActorID: c.Subject, Partition: c.Partition, Scopes: c.Scopes}
+	v.mu.Lock()
+	if len(v.cache) >= maxCachedTokens {
+		clear(v.cache)
+	}
+	v.cache[token] = verified{p: p, exp: c.ExpiresAt.Time}
+	v.mu.Unlock()
+	return p, nil
 }
 
 // VerifyHeader verifies an Authorization header value ("Bearer <token>").

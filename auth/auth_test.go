@@ -136,3 +136,21 @@ func TestDevSecret(t *testing.T) {
 		t.Fatalf("secret file mode = %v, %v; want 0600", st.Mode(), err)
 	}
 }
+
+func TestVerifyCacheHonoursExpiry(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	v, err := NewVerifier(Config{Secret: secret, Leeway: time.Nanosecond, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := Mint(secret, Principal{ActorID: "a", Partition: "p"}, time.Minute, now)
+	for range 2 { // the second call is served from the cache
+		if _, err := v.Verify(tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := v.Verify(tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("expired token accepted from the cache: %v", err)
+	}
+}
