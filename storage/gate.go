@@ -213,7 +213,12 @@ type CheckpointActivateParams struct {
 	// Sources are the tables the projection is derived from; a change to
 	// any of them above Watermark makes the activation stale.
 	Sources []string
-	NowMs   int64
+	// OwnClientID, when set, is the client id of the backfill's own
+	// commits: their changes are the projection's writes, not source
+	// changes, so a backfill may write into a source table (a new column
+	// of the table it is computed from).
+	OwnClientID string
+	NowMs       int64
 }
 
 // ActivateOutcome is the result of CheckpointActivate.

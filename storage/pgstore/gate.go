@@ -42,6 +42,9 @@ const (
 		WHERE schema_version = $1 AND state <> 'activated' ORDER BY partition, name`
 	qSourceAbove = `SELECT EXISTS (SELECT 1 FROM sync_changes
 		WHERE partition = $1 AND seq > $2 AND tbl = ANY($3::text[]))`
+	qSourceAboveExcept = `SELECT EXISTS (SELECT 1 FROM sync_changes ch
+		WHERE ch.partition = $1 AND ch.seq > $2 AND ch.tbl = ANY($3::text[])
+		AND NOT EXISTS (SELECT 1 FROM sync_commits c WHERE c.partition = ch.partition AND c.seq = ch.seq AND c.client_id = $4))`
 	qSourceCoverage = `SELECT seq FROM sync_changes
 		WHERE partition = $1 AND tbl = ANY($2::text[]) ORDER BY seq DESC LIMIT 1`
 )
@@ -326,7 +329,7 @@ func (s *Store) CheckpointActivate(ctx context.Context, p storage.CheckpointActi
 		if !fenced || required < p.SchemaVersion {
 			return storage.FenceMissing(p.CheckpointKey, required, fenced)
 		}
-		switch ch, err := sourceChangesAbove(ctx, tx, p.Partition, part.HorizonSeq, p.Sources, p.Watermark); {
+		switch ch, err := sourceChangesAbove(ctx, tx, p.Partition, part.HorizonSeq, p.Sources, p.Watermark, p.OwnClientID); {
 		case err != nil:
 			return err
 		case ch == storage.SourceChanged:
@@ -395,7 +398,7 @@ func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		out, err = sourceChangesAbove(ctx, tx, partition, horizon, tables, seq)
+		out, err = sourceChangesAbove(ctx, tx, partition, horizon, tables, seq, "")
 		return err
 	})
 	if err != nil {
@@ -405,16 +408,21 @@ func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables
 }
 
 // sourceChangesAbove reads the log forward from seq: only the changes
-// committed since the watermark.
-func sourceChangesAbove(ctx context.Context, q dbtx, partition string, horizon int64, tables []string, seq int64) (storage.SourceChange, error) {
+// committed since the watermark. Changes of commits by ownClientID ("":
+// none) do not count.
+func sourceChangesAbove(ctx context.Context, q dbtx, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
 	if len(tables) == 0 {
 		return storage.SourceClean, nil
 	}
 	if horizon > seq {
 		return storage.SourceUnverifiable, nil
 	}
+	sql, args := qSourceAbove, []any{partition, seq, tables}
+	if ownClientID != "" {
+		sql, args = qSourceAboveExcept, append(args, ownClientID)
+	}
 	var found bool
-	if err := q.QueryRow(ctx, qSourceAbove, partition, seq, tables).Scan(&found); err != nil {
+	if err := q.QueryRow(ctx, sql, args...).Scan(&found); err != nil {
 		return "", err
 	}
 	if found {

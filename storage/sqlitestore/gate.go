@@ -40,6 +40,10 @@ const (
 		WHERE schema_version = ? AND state <> 'activated' ORDER BY partition, name`
 	qSourceAbove = `SELECT 1 FROM sync_changes
 		WHERE partition = ? AND seq > ? AND tbl IN (SELECT value FROM json_each(?)) LIMIT 1`
+	qSourceAboveExcept = `SELECT 1 FROM sync_changes ch
+		WHERE ch.partition = ? AND ch.seq > ? AND ch.tbl IN (SELECT value FROM json_each(?))
+		AND NOT EXISTS (SELECT 1 FROM sync_commits c WHERE c.partition = ch.partition AND c.seq = ch.seq AND c.client_id = ?)
+		LIMIT 1`
 	qSourceCoverage = `SELECT seq FROM sync_changes
 		WHERE partition = ? AND tbl IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT 1`
 )
@@ -295,7 +299,7 @@ func (s *Store) CheckpointActivate(ctx context.Context, p storage.CheckpointActi
 		if !fenced || required < p.SchemaVersion {
 			return storage.FenceMissing(p.CheckpointKey, required, fenced)
 		}
-		switch ch, err := sourceChangesAbove(ctx, c, p.Partition, part.HorizonSeq, p.Sources, p.Watermark); {
+		switch ch, err := sourceChangesAbove(ctx, c, p.Partition, part.HorizonSeq, p.Sources, p.Watermark, p.OwnClientID); {
 		case err != nil:
 			return err
 		case ch == storage.SourceChanged:
@@ -379,7 +383,7 @@ func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables
 			if err != nil {
 				return err
 			}
-			out, err = sourceChangesAbove(ctx, c, partition, p.HorizonSeq, tables, seq)
+			out, err = sourceChangesAbove(ctx, c, partition, p.HorizonSeq, tables, seq, "")
 			return err
 		})
 	})
@@ -390,16 +394,21 @@ func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables
 }
 
 // sourceChangesAbove walks the log forward from seq: only the changes
-// committed since the watermark are read.
-func sourceChangesAbove(ctx context.Context, c *conn, partition string, horizon int64, tables []string, seq int64) (storage.SourceChange, error) {
+// committed since the watermark are read. Changes of commits by
+// ownClientID ("": none) do not count.
+func sourceChangesAbove(ctx context.Context, c *conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
 	if len(tables) == 0 {
 		return storage.SourceClean, nil
 	}
 	if horizon > seq {
 		return storage.SourceUnverifiable, nil
 	}
+	q, args := qSourceAbove, []any{partition, seq, jsonStrings(tables)}
+	if ownClientID != "" {
+		q, args = qSourceAboveExcept, append(args, ownClientID)
+	}
 	var one int64
-	found, err := c.queryRow(ctx, qSourceAbove, []any{partition, seq, jsonStrings(tables)}, &one)
+	found, err := c.queryRow(ctx, q, args, &one)
 	if err != nil {
 		return "", err
 	}

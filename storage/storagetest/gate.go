@@ -462,7 +462,23 @@ func testGateActivateStale(t *testing.T, e *env) {
 		t.Fatalf("activate after a source write = %s, want stale", out)
 	}
 	unchanged(t, "a stale activation", before, s, p.ID)
-	// With the watermark at the racing write, it activates.
+	// The backfill's own writes to a source table (a new column of the
+	// table it is computed from) do not count; another client's do.
+	writeTx(t, s, p.ID, func(tx storage.Tx) error {
+		rw := task(t, sc, "t1", "p1", 1, "projected")
+		_, err := tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: gateNow, ActorID: "backfill", ClientID: "backfill-client",
+			ClientCommitID: "batch-1", SchemaVersion: 1, Changes: []storage.Change{change(rw, "tasks", 2)}})
+		return err
+	})
+	act.Watermark, act.OwnClientID = raced, "backfill-client"
+	before = snapshot(t, s, p.ID)
+	act.Watermark = seq
+	if out, err := s.CheckpointActivate(ctx, act); err != nil || out != storage.ActivateStale {
+		t.Fatalf("activate below another client's write, own writes excluded = %s, %v; want stale", out, err)
+	}
+	unchanged(t, "a stale activation", before, s, p.ID)
+	// With the watermark at the racing write, it activates; the own
+	// commit above it is not a source change.
 	act.Watermark = raced
 	out, err = s.CheckpointActivate(ctx, act)
 	check(t, err)
