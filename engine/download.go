@@ -25,6 +25,9 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID st
 	if err != nil {
 		return segments.Publication{}, internal("touch partition", err)
 	}
+	if err := e.verifyGate(ctx, id.Partition); err != nil {
+		return segments.Publication{}, err
+	}
 	pubs, err := e.cfg.Segments.Publications(ctx, segmentID, id.Partition, part.LogEpoch)
 	if err != nil {
 		return segments.Publication{}, internal("read publications", err)

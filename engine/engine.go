@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
@@ -56,7 +57,9 @@ type Config struct {
 	// OnCommit is called after a push commit is durable, outside any
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
-	Logger   *slog.Logger
+	// Gate is the serve gate (gate.go); nil serves every partition.
+	Gate   ServeGate
+	Logger *slog.Logger
 
 	// MaxOperations caps the operations of one request (default 500).
 	MaxOperations int
@@ -179,6 +182,7 @@ type request struct {
 	client  storage.Client
 	hasPrev bool
 	scopes  resolvedScopes
+	ticket  gate.Ticket // the serve gate's admission, checked in every transaction
 	enc     *ssp2.ResponseEncoder
 	w       io.Writer
 	now     int64
@@ -228,6 +232,9 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		return internal("touch partition", err)
 	}
 	r.part = part
+	if r.ticket, err = e.admit(ctx, r.id.Partition); err != nil {
+		return err
+	}
 
 	if req.WireVersion == 1 && part.EpochRequired {
 		return ssp2.Errorf(ssp2.CodeClientWireUnsupported, "this partition's log was rotated: wire version 1 clients must upgrade")
@@ -388,6 +395,9 @@ func (e *Engine) abort(r *request, err error) {
 
 // internal wraps an unexpected failure; its cause is logged, never sent.
 func internal(op string, err error) error {
+	if notReady(err) {
+		return err
+	}
 	if ce := ssp2.CodeOf(err); ce != "" && ce != ssp2.CodeInternalError {
 		if info, ok := ce.Info(); ok && info.Category != ssp2.CategoryInternal {
 			return err

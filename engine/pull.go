@@ -86,6 +86,9 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 	var win storage.Window
 	mode := modeIncremental
 	err = e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
+		if err := r.ticket.Check(ctx, tx); err != nil {
+			return err
+		}
 		var err error
 		if part, err = tx.Partition(ctx, r.id.Partition); err != nil {
 			return err

@@ -33,6 +33,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	var out storage.PushRecord
 	replayed := false
 	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
+		if err := r.ticket.Check(ctx, tx); err != nil {
+			return internal("serve gate", err)
+		}
 		if tx.Locked().LogEpoch != r.part.LogEpoch {
 			return errEpochChanged
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -70,6 +71,14 @@ type Config struct {
 	Validators      map[string]engine.RowValidator
 	CommitValidator engine.CommitValidator
 
+	// Checkpoints are the build's backfill checkpoint declarations
+	// (package gate), installed with the schema; the node serves their
+	// partitions while they backfill.
+	Checkpoints []storage.CheckpointKey
+	// OnGateChange is called when another process changed a partition's
+	// serve gate ("" for every partition); see gate.Config.OnChange.
+	OnGateChange func(partition string)
+
 	// Now is the clock (default wall clock), in Unix ms.
 	Now    func() int64
 	Logger *slog.Logger
@@ -92,6 +101,7 @@ type Node struct {
 	Segments *segments.Store
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
+	Gate     *gate.Gate
 
 	ln         net.Listener
 	srv        *http.Server
@@ -143,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Store, err = openStore(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if err = n.Store.EnsureSchema(ctx, cfg.Schema); err != nil {
+	if err = n.Store.EnsureSchemaWithCheckpoints(ctx, cfg.Schema, cfg.Checkpoints); err != nil {
 		return nil, fmt.Errorf("install schema: %w", err)
 	}
 
@@ -162,6 +172,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("start relay: %w", err)
 	}
 
+	if n.Gate, err = gate.New(gate.Config{
+		Store: n.Store, Schema: cfg.Schema, Declared: cfg.Checkpoints,
+		Conn: n.NATS.Conn(), JetStream: n.NATS.JetStream(), Node: cfg.Name,
+		OnChange: cfg.OnGateChange, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
+	}); err != nil {
+		return nil, err
+	}
+	if err = n.Gate.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+
 	if n.Segments, err = segments.Open(ctx, segments.Config{
 		JetStream: n.NATS.JetStream(), Store: n.Store, TTL: cfg.SegmentTTL,
 		Now: cfg.Now, Logger: cfg.Logger.With("component", "segments"),
@@ -171,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
-		Now: cfg.Now, OnCommit: n.Relay.Notify, Logger: cfg.Logger.With("component", "engine"),
+		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: n.Gate, Logger: cfg.Logger.With("component", "engine"),
 		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
 	}); err != nil {
@@ -211,7 +232,8 @@ func (n *Node) URL() string { return "http://" + n.Addr() }
 // Done reports a fatal HTTP serve error.
 func (n *Node) Done() <-chan error { return n.serveErr }
 
-// ready is /readyz: the store and NATS must answer.
+// ready is /readyz: the store and NATS must answer, and the serve gate
+// must not refuse the node (gate.Gate.Ready says why).
 func (n *Node) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -221,7 +243,7 @@ func (n *Node) ready(ctx context.Context) error {
 	if !n.NATS.Conn().IsConnected() {
 		return errors.New("nats: not connected")
 	}
-	return nil
+	return n.Gate.Ready(ctx)
 }
 
 // Stop shuts down in reverse order: stop accepting requests and let
@@ -245,6 +267,11 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		if n.Segments != nil {
 			if err := n.Segments.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.Gate != nil {
+			if err := n.Gate.Stop(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
