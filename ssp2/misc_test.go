@@ -339,7 +339,7 @@ func TestControlMessages(t *testing.T) {
 		&Wake{Reason: "soon"}, &Ack{Cursor: 1 << 53}, &PresencePublish{ScopeKey: "", Doc: []byte(`{}`)},
 		&PresencePublish{ScopeKey: "k", Doc: []byte(`"x"`)}, &PresenceFanout{Kind: PresenceJoin},
 		&PresenceFanout{Kind: PresenceLeave, Doc: []byte(`{}`)}, &PresenceFanout{Kind: "snapshot", Doc: []byte(`{}`)},
-		&PresenceError{Code: "presence.gone"}, &Hello{SessionID: "\xff"}, nil,
+		&PresenceError{Code: "presence.gone"}, &Hello{SessionID: "\xff"}, nil, (*Ack)(nil),
 	} {
 		if _, err := MarshalControl(m); err == nil {
 			t.Errorf("MarshalControl(%#v) accepted", m)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strconv"
 	"unicode/utf8"
 )
@@ -353,7 +354,7 @@ func fieldDoc(d jsonFields) (json.RawMessage, *Error) {
 // strings escaped as JSON.stringify does. It refuses values a parser would
 // reject.
 func MarshalControl(m ControlMessage) ([]byte, error) {
-	if m == nil {
+	if m == nil || reflect.ValueOf(m).IsNil() {
 		return nil, encodeError(opMarshalControl, "nil control message")
 	}
 	b, err := m.appendJSON(nil)
