@@ -86,11 +86,13 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 	var win storage.Window
 	mode := modeIncremental
 	err = e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
-		if err := r.ticket.Check(ctx, tx); err != nil {
-			return err
-		}
 		var err error
 		if part, err = tx.Partition(ctx, r.id.Partition); err != nil {
+			return err
+		}
+		// In the snapshot that serves; the store answers from the
+		// partition read above.
+		if err := r.ticket.Check(ctx, tx); err != nil {
 			return err
 		}
 		mode = chooseMode(sub, part)

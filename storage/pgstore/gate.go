@@ -462,11 +462,65 @@ func (s *Store) GateRead(ctx context.Context, partition string, running int32) (
 	return scanGate(s.pool.QueryRow(ctx, qGateRead, partition, running))
 }
 
+// gatePrefetch is a gate state read in a transaction together with a
+// partition row (Partition, or the lock of a write transaction), for the
+// installed schema version, in the same statement and round trip. A read
+// transaction is one snapshot. A write transaction cannot see its locked
+// partition's state change: an epoch rotation, a declaration and an
+// activation take the partition lock, a schema migration locks the whole
+// registry. GateRead answers from it without a round trip.
+type gatePrefetch struct {
+	partition string
+	running   int32
+	state     storage.GateState
+}
+
+// qPartitionGate is qPartition with the gate read's columns ($2: the
+// running schema version).
+const qPartitionGate = `SELECT ` + partitionCols + `,
+	m.schema_version IS NOT NULL, coalesce(m.schema_version, 0), coalesce(m.gate_revision, 0), p.gate_revision,
+	coalesce((SELECT string_agg(c.name || ' ' || c.state, ',' ORDER BY c.name) FROM sync_backfill_checkpoints c
+		WHERE c.partition = p.id AND c.schema_version = $2 AND c.state <> 'activated'), '')
+	FROM sync_partitions p LEFT JOIN sync_schema_marker m ON m.id = 1 WHERE p.id = $1`
+
+// readPartitionGate reads a partition row and, with an installed schema,
+// its gate state in the same statement; keep says the transaction cannot
+// see that state change (see gatePrefetch), so GateRead may answer from
+// it.
+func (t *tx) readPartitionGate(ctx context.Context, partition string, keep bool) (p storage.Partition, ok bool, err error) {
+	if t.inst == nil {
+		return t.readPartition(ctx, partition)
+	}
+	g := &gatePrefetch{partition: partition, running: t.inst.schema.Version}
+	var pending string
+	err = t.query(ctx, qPartitionGate, []any{partition, g.running}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		ok = true
+		return rows.Scan(&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+			&g.state.HasMarker, &g.state.SchemaVersion, &g.state.SchemaRevision, &g.state.Revision, &pending)
+	})
+	if err != nil || !ok {
+		return p, ok, err
+	}
+	g.state.Registered, g.state.LogEpoch = true, p.LogEpoch
+	g.state.Pending = storage.ParsePending(pending)
+	if keep {
+		t.gate = g
+	}
+	return p, true, nil
+}
+
 // GateRead implements storage.GateReader in the transaction, after its
-// queued statements, in one round trip.
+// queued statements, in one round trip; from the state read with the
+// partition when there is one.
 func (t *tx) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
 	if err := t.check(); err != nil {
 		return storage.GateState{}, err
+	}
+	if g := t.gate; g != nil && g.running == running && g.partition == partition {
+		return g.state, nil
 	}
 	var (
 		g   storage.GateState
@@ -486,6 +540,9 @@ func (t *tx) GateRead(ctx context.Context, partition string, running int32) (sto
 	}
 	if err != nil {
 		return storage.GateState{}, t.fail("gate read", "", err)
+	}
+	if t.snapshot || partition == t.locked.ID {
+		t.gate = &gatePrefetch{partition: partition, running: running, state: g}
 	}
 	return g, nil
 }

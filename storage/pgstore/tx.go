@@ -37,6 +37,10 @@ type tx struct {
 	// put the records this transaction stored.
 	absent map[idemKey]bool
 	put    map[idemKey]storage.PushRecord
+	// gate is the serve-gate state last read with a partition (gate.go);
+	// snapshot is set on read transactions, which see one snapshot.
+	gate     *gatePrefetch
+	snapshot bool
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -206,7 +210,7 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 	}()
 	t.queue("BEGIN")
 	t.queue(qLockPartition, partition)
-	p, ok, err := t.readPartition(ctx, partition)
+	p, ok, err := t.readPartitionGate(ctx, partition, true)
 	if err != nil {
 		return fmt.Errorf("write transaction: lock partition: %w", err)
 	}
@@ -237,7 +241,7 @@ func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) er
 		return fmt.Errorf("read transaction: %w", err)
 	}
 	defer c.Release()
-	t := &tx{s: s, c: c, inst: s.schema.Load()}
+	t := &tx{s: s, c: c, inst: s.schema.Load(), snapshot: true}
 	t.queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	done := false
 	defer func() {
@@ -277,7 +281,7 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
-	p, ok, err := t.readPartition(ctx, partition)
+	p, ok, err := t.readPartitionGate(ctx, partition, t.snapshot || partition == t.locked.ID)
 	if err != nil {
 		return p, t.fail("read partition", "", err)
 	}

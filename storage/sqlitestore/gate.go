@@ -454,16 +454,68 @@ func (s *Store) GateRead(ctx context.Context, partition string, running int32) (
 	return g, err
 }
 
-// GateRead implements storage.GateReader in the transaction's snapshot.
+// gatePrefetch is a gate state read in a transaction together with a
+// partition row (Partition, or the lock of a write transaction), for the
+// installed schema version. A transaction cannot see it change: a read
+// transaction is one snapshot, and a write transaction holds the writer,
+// which is SQLite's database write lock. GateRead in the transaction
+// answers from it without a statement.
+type gatePrefetch struct {
+	partition string
+	running   int32
+	state     storage.GateState
+}
+
+// qPartitionGate is qPartition with the gate read's columns (?2: the
+// running schema version).
+const qPartitionGate = `SELECT ` + partitionCols + `,
+	m.schema_version IS NOT NULL, coalesce(m.schema_version, 0), coalesce(m.gate_revision, 0), p.gate_revision,
+	coalesce((SELECT group_concat(c.name || ' ' || c.state, ',') FROM sync_backfill_checkpoints c
+		WHERE c.partition = p.id AND c.schema_version = ?2 AND c.state <> 'activated'), '')
+	FROM sync_partitions p LEFT JOIN sync_schema_marker m ON m.id = 1 WHERE p.id = ?1`
+
+// readPartitionGate reads a partition row and, with an installed schema,
+// its gate state in the same statement.
+func readPartitionGate(ctx context.Context, c *conn, partition string, inst *installed) (storage.Partition, *gatePrefetch, bool, error) {
+	if inst == nil {
+		p, ok, err := readPartition(ctx, c, partition)
+		return p, nil, ok, err
+	}
+	var (
+		p       storage.Partition
+		g       = &gatePrefetch{partition: partition, running: inst.schema.Version}
+		pending string
+	)
+	ok, err := c.queryRow(ctx, qPartitionGate, []any{partition, g.running},
+		&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+		&g.state.HasMarker, &g.state.SchemaVersion, &g.state.SchemaRevision, &g.state.Revision, &pending)
+	if err != nil {
+		return p, nil, false, fmt.Errorf("read partition: %w", err)
+	}
+	if !ok {
+		return p, nil, false, nil
+	}
+	g.state.Registered, g.state.LogEpoch = true, p.LogEpoch
+	g.state.Pending = storage.ParsePending(pending)
+	return p, g, true, nil
+}
+
+// GateRead implements storage.GateReader in the transaction's snapshot,
+// from the state read with the partition when there is one.
 func (t *tx) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
 	if err := t.check(); err != nil {
 		return storage.GateState{}, err
 	}
+	if g := t.gate; g != nil && g.running == running && g.partition == partition {
+		return g.state, nil
+	}
 	g, err := gateRead(ctx, t.c, partition, running)
 	if err != nil {
 		t.aborted = true
+		return g, err
 	}
-	return g, err
+	t.gate = &gatePrefetch{partition: partition, running: running, state: g}
+	return g, nil
 }
 
 // fenceError classifies the writer fence's refusal: RAISE inside a

@@ -23,6 +23,8 @@ type tx struct {
 	aborted    bool
 	savepoints []savepoint
 	scratch    txScratch
+	// gate is the serve-gate state last read with a partition (gate.go).
+	gate *gatePrefetch
 }
 
 // txScratch holds buffers reused across calls of one transaction.
@@ -45,14 +47,15 @@ var (
 // the group's COMMIT.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
 	return s.write(ctx, func(c *conn) error {
-		p, ok, err := readPartition(ctx, c, partition)
+		inst := s.schema.Load()
+		p, gate, ok, err := readPartitionGate(ctx, c, partition, inst)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return unregistered("write transaction", partition)
 		}
-		t := &tx{s: s, c: c, inst: s.schema.Load(), locked: p, maxSeq: p.MaxCommitSeq}
+		t := &tx{s: s, c: c, inst: inst, locked: p, maxSeq: p.MaxCommitSeq, gate: gate}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -109,13 +112,16 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
-	p, ok, err := readPartition(ctx, t.c, partition)
+	p, gate, ok, err := readPartitionGate(ctx, t.c, partition, t.inst)
 	if err != nil {
 		t.aborted = true
 		return p, err
 	}
 	if !ok {
 		return p, unregistered("read partition", partition)
+	}
+	if gate != nil {
+		t.gate = gate
 	}
 	return p, nil
 }

@@ -728,6 +728,21 @@ func readGate(t *testing.T, s storage.Store, partition string, running int32) st
 		t.Fatalf("GateRead differs in a ReadTx:\n%+v\n%+v", out, inRead)
 	}
 	if out.Registered {
+		// After the partition row, in the same snapshot (a store may
+		// answer from what it read with the row).
+		check(t, s.ReadTx(ctx, func(tx storage.ReadTx) error {
+			if _, err := tx.Partition(ctx, partition); err != nil {
+				return err
+			}
+			var err error
+			inRead, err = tx.GateRead(ctx, partition, running)
+			return err
+		}))
+		if !reflect.DeepEqual(out, inRead) {
+			t.Fatalf("GateRead differs after Partition in a ReadTx:\n%+v\n%+v", out, inRead)
+		}
+	}
+	if out.Registered {
 		writeTx(t, s, partition, func(tx storage.Tx) (err error) {
 			inWrite, err = tx.GateRead(ctx, partition, running)
 			return err
