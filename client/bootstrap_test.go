@@ -51,6 +51,10 @@ func seed(t testing.TB, srv *server, n int, project string) {
 // resumes from the stored token (it does not start over) and ends with
 // exactly the server's rows.
 func TestBootstrapInterruptedAndResumed(t *testing.T) {
+	bothStores(t, testBootstrapInterruptedAndResumed)
+}
+
+func testBootstrapInterruptedAndResumed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100k rows")
 	}

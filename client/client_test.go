@@ -18,7 +18,9 @@ import (
 // TestTwoClientsConverge interleaves upserts and deletes from two clients
 // over many rounds; both replicas end equal to each other and to the
 // server.
-func TestTwoClientsConverge(t *testing.T) {
+func TestTwoClientsConverge(t *testing.T) { bothStores(t, testTwoClientsConverge) }
+
+func testTwoClientsConverge(t *testing.T) {
 	srv := newServer(t, nil)
 	a := srv.client("alice", []string{"p1", "p2"}, nil)
 	b := srv.client("bob", []string{"p1", "p2"}, nil)
@@ -71,7 +73,9 @@ func TestTwoClientsConverge(t *testing.T) {
 // TestOfflineOutboxAndLostResponse: commits queued offline survive failed
 // rounds; a response lost after the server applied them is answered
 // cached on the retry under the same ids, and nothing applies twice.
-func TestOfflineOutboxAndLostResponse(t *testing.T) {
+func TestOfflineOutboxAndLostResponse(t *testing.T) { bothStores(t, testOfflineOutboxAndLostResponse) }
+
+func testOfflineOutboxAndLostResponse(t *testing.T) {
 	srv := newServer(t, nil)
 	ft := newFaultTransport()
 	c := srv.client("alice", []string{"p1"}, func(cfg *Config) {
@@ -135,7 +139,9 @@ func TestOfflineOutboxAndLostResponse(t *testing.T) {
 // TestConflicts: a stale baseVersion yields a conflict record with the
 // server's row; a baseVersion for an absent row yields row_missing. Both
 // leave the outbox and surface as typed rejections.
-func TestConflicts(t *testing.T) {
+func TestConflicts(t *testing.T) { bothStores(t, testConflicts) }
+
+func testConflicts(t *testing.T) {
 	srv := newServer(t, nil)
 	a := srv.client("alice", []string{"p1"}, nil)
 	b := srv.client("bob", []string{"p1"}, nil)
@@ -179,7 +185,9 @@ func TestConflicts(t *testing.T) {
 
 // TestForbiddenWrite: a write outside the token's scopes is rejected
 // sync.forbidden and changes nothing.
-func TestForbiddenWrite(t *testing.T) {
+func TestForbiddenWrite(t *testing.T) { bothStores(t, testForbiddenWrite) }
+
+func testForbiddenWrite(t *testing.T) {
 	srv := newServer(t, nil)
 	c := srv.client("alice", []string{"p1"}, nil)
 	mustCommit(t, c, Upsert("tasks", task("t1", "p2", "not mine")))
@@ -195,7 +203,9 @@ func TestForbiddenWrite(t *testing.T) {
 // TestScopeRevocation: losing one project's grant purges exactly that
 // project's rows and drops queued writes into it; the other project's
 // rows stay.
-func TestScopeRevocation(t *testing.T) {
+func TestScopeRevocation(t *testing.T) { bothStores(t, testScopeRevocation) }
+
+func testScopeRevocation(t *testing.T) {
 	srv := newServer(t, nil)
 	writer := srv.client("writer", []string{"p1", "p2", "p3"}, nil)
 	for i := range 10 {
@@ -258,7 +268,9 @@ func TestScopeRevocation(t *testing.T) {
 
 // TestCursorBehindHorizon: a client whose cursor fell behind the pruning
 // horizon is answered reset, re-bootstraps and converges.
-func TestCursorBehindHorizon(t *testing.T) {
+func TestCursorBehindHorizon(t *testing.T) { bothStores(t, testCursorBehindHorizon) }
+
+func testCursorBehindHorizon(t *testing.T) {
 	srv := newServer(t, nil)
 	writer := srv.client("writer", []string{"p1"}, nil)
 	lagger := srv.client("lagger", []string{"p1"}, nil)
@@ -297,7 +309,9 @@ func TestCursorBehindHorizon(t *testing.T) {
 // TestEpochRotation: after the server rotates the log epoch, a client
 // with queued commits resets (rows, cursors) and converges, keeping its
 // client id and pushing its outbox under the new epoch.
-func TestEpochRotation(t *testing.T) {
+func TestEpochRotation(t *testing.T) { bothStores(t, testEpochRotation) }
+
+func testEpochRotation(t *testing.T) {
 	srv := newServer(t, nil)
 	c := srv.client("alice", []string{"p1"}, nil)
 	mustCommit(t, c, Upsert("tasks", task("t1", "p1", "before")))

@@ -21,6 +21,8 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/pgstore"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -47,6 +49,33 @@ type server struct {
 	secret []byte
 }
 
+// bothStores runs a scenario on SQLite and on PostgreSQL (skipped without
+// SYNCNODE_TEST_POSTGRES_URL unless CI requires it).
+func bothStores(t *testing.T, f func(t *testing.T)) {
+	t.Run("sqlite", f)
+	t.Run("postgres", f)
+}
+
+// openStore opens the store a test runs on: PostgreSQL in a fresh schema
+// for a "postgres" subtest of bothStores, else a SQLite file.
+func openStore(t testing.TB) storage.Store {
+	t.Helper()
+	ctx := context.Background()
+	if strings.Contains(t.Name(), "/postgres") {
+		url, sch := pgtest.Schema(t)
+		st, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: sch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func mustSchema(t testing.TB, src string) *schema.Schema {
 	t.Helper()
 	s, err := schema.Parse([]byte(src))
@@ -64,10 +93,7 @@ func newServer(t testing.TB, mod func(*engine.Config)) *server {
 func newServerSchema(t testing.TB, s *schema.Schema, mod func(*engine.Config)) *server {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t)
 	t.Cleanup(func() { st.Close() })
 	if err := st.EnsureSchema(ctx, s); err != nil {
 		t.Fatal(err)
