@@ -70,6 +70,21 @@ func (g *Gate) Start(ctx context.Context) error {
 	return nil
 }
 
+// Bind binds the KV bucket without watching it, for short-lived
+// processes that write tokens and serve nothing (the CLI). Start binds by
+// itself.
+func (g *Gate) Bind(ctx context.Context) error {
+	if g.cfg.JetStream == nil {
+		return ErrNoBus
+	}
+	kv, err := g.bind(ctx)
+	if err != nil {
+		return err
+	}
+	g.kv.Store(&kv)
+	return nil
+}
+
 // Stop stops the watcher and the resync; it is idempotent.
 func (g *Gate) Stop(ctx context.Context) error {
 	g.once.Do(func() { close(g.stop) })

@@ -177,9 +177,7 @@ func (k CheckpointKey) Check() error {
 }
 
 func invalidCheckpoint(format string, args ...any) error {
-	e := ssp2.Errorf(ssp2.CodeStorageInvalidCheckpoint, format, args...)
-	e.Op = "checkpoint"
-	return e
+	return ssp2.Errorf(ssp2.CodeStorageInvalidCheckpoint, format, args...)
 }
 
 // Checkpoint is a stored checkpoint row.
@@ -325,21 +323,17 @@ func CheckAdvance(p *CheckpointAdvanceParams) error {
 
 // NotDeclared is CodeStorageCheckpointNotDeclared for key: absent, or
 // activated when activated is true.
-func NotDeclared(op string, key CheckpointKey, activated bool) error {
+func NotDeclared(key CheckpointKey, activated bool) error {
 	what := "is not declared"
 	if activated {
 		what = "is already activated"
 	}
-	e := ssp2.Errorf(ssp2.CodeStorageCheckpointNotDeclared, "checkpoint %s %s", key, what)
-	e.Op = op
-	return e
+	return ssp2.Errorf(ssp2.CodeStorageCheckpointNotDeclared, "checkpoint %s %s", key, what)
 }
 
 // Superseded is CodeStorageCheckpointSuperseded.
 func Superseded(key CheckpointKey, have, want int64) error {
-	e := ssp2.Errorf(ssp2.CodeStorageCheckpointSuperseded, "checkpoint %s: owner epoch %d was superseded by %d", key, have, want)
-	e.Op = "activate checkpoint"
-	return e
+	return ssp2.Errorf(ssp2.CodeStorageCheckpointSuperseded, "checkpoint %s: owner epoch %d is not the owner epoch %d", key, have, want)
 }
 
 // FenceMissing is CodeStorageCheckpointFenceMissing.
@@ -350,7 +344,6 @@ func FenceMissing(key CheckpointKey, required int32, ok bool) error {
 	} else {
 		e = ssp2.Errorf(ssp2.CodeStorageCheckpointFenceMissing, "checkpoint %s: the partition has no writer fence", key)
 	}
-	e.Op = "activate checkpoint"
 	return e
 }
 

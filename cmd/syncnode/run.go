@@ -28,6 +28,7 @@ const usage = `syncnode — an SSP2 sync server with an embedded NATS server
 Usage:
   syncnode serve [flags]     run a node (the default command)
   syncnode client CMD ...    mint a token, push a row, pull a table (see "syncnode client help")
+  syncnode checkpoints CMD   list, declare and activate backfill checkpoints, rotate an epoch (see "syncnode checkpoints help")
   syncnode version           print the version
   syncnode help              show this help
 
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runServe(ctx, args, stdout, stderr)
 	case "client":
 		return runClient(ctx, args, stdout, stderr)
+	case "checkpoints":
+		return runCheckpoints(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "syncnode", buildVersion())
 		return nil

@@ -231,7 +231,7 @@ func (s *Store) CheckpointClaim(ctx context.Context, key storage.CheckpointKey, 
 		if gerr != nil {
 			err = gerr
 		} else {
-			return storage.Checkpoint{}, storage.NotDeclared("claim checkpoint", key, ok && existing.State == storage.CheckpointActivated)
+			return storage.Checkpoint{}, storage.NotDeclared(key, ok && existing.State == storage.CheckpointActivated)
 		}
 	}
 	if err != nil {
@@ -290,7 +290,7 @@ func (s *Store) CheckpointActivate(ctx context.Context, p storage.CheckpointActi
 			return err
 		}
 		if !ok || cp.State == storage.CheckpointActivated {
-			return storage.NotDeclared("activate checkpoint", p.CheckpointKey, ok)
+			return storage.NotDeclared(p.CheckpointKey, ok)
 		}
 		if cp.OwnerEpoch != p.OwnerEpoch {
 			return storage.Superseded(p.CheckpointKey, p.OwnerEpoch, cp.OwnerEpoch)

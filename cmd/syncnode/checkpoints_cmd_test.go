@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// TestCheckpointsCommand drives a running node's serve gate from the
+// command line: a declaration closes the partition on the node (through
+// KV), bad input is refused with typed errors and changes nothing, the
+// activation reopens it.
+func TestCheckpointsCommand(t *testing.T) {
+	ctx := context.Background()
+	sch, err := loadSchema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	n, err := node.Start(ctx, node.Config{
+		DataDir: dataDir, Schema: sch, Name: "cli-test", HTTPAddr: "127.0.0.1:0",
+		NATS: embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1"},
+		Auth: httpapi.AuthenticatorFunc(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); !n.Gate.WatchLive(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node's gate watch did not go live")
+		}
+	}
+	if _, err := n.Store.PartitionTouch(ctx, "acme", time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--data", dataDir, "--nats", n.NATS.ClientURL()}
+	cp := func(args ...string) (string, error) {
+		return cli(t, append(append([]string{"checkpoints"}, args...), common...)...)
+	}
+	mustCP := func(args ...string) string {
+		t.Helper()
+		out, err := cp(args...)
+		if err != nil {
+			t.Fatalf("checkpoints %s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+	admit := func() error {
+		_, err := n.Gate.Admit(ctx, "acme")
+		return err
+	}
+	if err := admit(); err != nil {
+		t.Fatal(err)
+	}
+
+	out := mustCP("declare", "--partition", "acme", "--name", "tasks-projection")
+	if !strings.Contains(out, "tasks-projection") || !strings.Contains(out, "declared") {
+		t.Fatalf("declare printed %q", out)
+	}
+	deadline := time.Now().Add(time.Second)
+	for admit() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the node still serves the partition a second after the declaration")
+		}
+	}
+	if ssp2.CodeOf(admit()) != ssp2.CodeSchemaNotReady {
+		t.Fatalf("admit = %v", admit())
+	}
+	if err := n.Gate.Ready(ctx); err == nil || !strings.Contains(err.Error(), "tasks-projection") {
+		t.Fatalf("Ready = %v", err)
+	}
+
+	var listed []map[string]any
+	if err := json.Unmarshal([]byte(mustCP("list", "--json")), &listed); err != nil || len(listed) != 1 || listed[0]["state"] != "declared" {
+		t.Fatalf("list --json = %v, %v", listed, err)
+	}
+	if out := mustCP("gate", "--partition", "acme"); !strings.Contains(out, "pending        tasks-projection (declared)") || !strings.Contains(out, "writer fence   1") {
+		t.Fatalf("gate printed %q", out)
+	}
+
+	// Bad input: typed errors, nothing changed.
+	before, err := n.Store.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"activate", "--partition", "acme", "--name", "no-such", "--sources", "tasks"}, string(ssp2.CodeStorageCheckpointNotDeclared)},
+		{[]string{"activate", "--partition", "acme", "--name", "tasks-projection", "--sources", "tasks", "--owner-epoch", "7"}, string(ssp2.CodeStorageCheckpointSuperseded)},
+		{[]string{"activate", "--partition", "acme", "--name", "tasks-projection", "--sources", "no_table"}, string(ssp2.CodeStorageInvalidCheckpoint)},
+		{[]string{"activate", "--partition", "acme", "--name", "tasks-projection", "--sources", "tasks", "--watermark", "99"}, string(ssp2.CodeStorageInvalidCheckpoint)},
+		{[]string{"declare", "--partition", "acme", "--name", "bad name"}, string(ssp2.CodeStorageInvalidCheckpoint)},
+		{[]string{"declare", "--partition", "acme"}, "--name is required"},
+		{[]string{"activate", "--partition", "acme", "--name", "tasks-projection"}, "--sources is required"},
+		{[]string{"frobnicate"}, "unknown subcommand"},
+	} {
+		_, err := cp(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("checkpoints %s = %v, want an error with %s", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+	after, err := n.Store.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) || after[0] != before[0] {
+		t.Fatalf("refused commands changed the checkpoints: %+v → %+v", before, after)
+	}
+
+	if out := mustCP("activate", "--partition", "acme", "--name", "tasks-projection", "--sources", "tasks"); !strings.Contains(out, "activated") {
+		t.Fatalf("activate printed %q", out)
+	}
+	deadline = time.Now().Add(time.Second)
+	for admit() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the node still refuses a second after the activation")
+		}
+	}
+	if err := n.Gate.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p, err := n.Store.PartitionGet(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustCP("rotate-epoch", "--partition", "acme"); !strings.Contains(out, "new log epoch") || strings.Contains(out, p.LogEpoch) {
+		t.Fatalf("rotate-epoch printed %q (old epoch %s)", out, p.LogEpoch)
+	}
+	if out := mustCP("republish"); !strings.Contains(out, "rebuilt") {
+		t.Fatalf("republish printed %q", out)
+	}
+	// Without NATS, SQL alone.
+	out, err = cli(t, "checkpoints", "declare", "--partition", "acme", "--name", "offline", "--data", dataDir, "--no-nats")
+	if err != nil || !strings.Contains(out, "offline") {
+		t.Fatalf("declare --no-nats = %q, %v", out, err)
+	}
+	cps, err := n.Store.Checkpoints(ctx, "acme")
+	if err != nil || len(cps) != 2 || cps[0].Name != "offline" || cps[0].State != storage.CheckpointDeclared {
+		t.Fatalf("checkpoints after an offline declaration: %+v, %v", cps, err)
+	}
+}
