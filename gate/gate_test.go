@@ -524,3 +524,38 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaMigrationPropagates: a newer build migrating the database is
+// refused by SQL inside every transaction of an older node at once, and
+// at admission as soon as the newer build's schema token reaches it.
+func TestSchemaMigrationPropagates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	p := e.partition("p")
+	ctx := e.ctx
+	old := e.gate(gateOpts{name: "v1", bus: true})
+	must[gate.Ticket](t)(old.Admit(ctx, p.ID))
+	tk := must[gate.Ticket](t)(old.Admit(ctx, p.ID)) // warm
+
+	if err := e.store.EnsureSchema(ctx, parse(t, 2)); err != nil {
+		t.Fatal(err)
+	}
+	err := e.store.ReadTx(ctx, func(tx storage.ReadTx) error { return tk.Check(ctx, tx) })
+	if r := reason(t, err); r != gate.ReasonSchemaNewer {
+		t.Fatalf("in-transaction reason = %s", r)
+	}
+	if fence, ok, err := e.store.WriterFence(ctx, p.ID); err != nil || !ok || fence != 2 {
+		t.Fatalf("fence after the migration = %d, %v, %v", fence, ok, err)
+	}
+	start := time.Now()
+	e.gate(gateOpts{name: "v2", version: 2, bus: true}) // publishes schema.current
+	waitFor(t, 5*time.Second, "the old node to refuse at admission", func() bool {
+		_, err := old.Admit(ctx, p.ID)
+		return err != nil
+	})
+	t.Logf("v2 start → v1 refusal: %s", time.Since(start))
+	_, err = old.Admit(ctx, p.ID)
+	if r := reason(t, err); r != gate.ReasonSchemaNewer {
+		t.Fatalf("reason = %s", r)
+	}
+}

@@ -164,6 +164,9 @@ func TestTwoNodesGate(t *testing.T) {
 	jsonError(t, post(t, b.URL()+"/sync", tok, httpapi.ContentType, request(t, epoch, &ssp2.PushCommit{ClientCommitID: "c2",
 		Operations: []ssp2.Operation{{Table: "tasks", RowID: "t2", Op: ssp2.OpUpsert, Payload: vectorTaskRow(t, b, "t2")}}}), nil),
 		http.StatusServiceUnavailable, ssp2.CodeSchemaNotReady)
+	// Segment downloads on B are refused too, before any lookup.
+	jsonError(t, get(t, b.URL()+"/segments/sha256:"+strings.Repeat("0", 64), tok, `{"project":["p1"]}`, ""),
+		http.StatusServiceUnavailable, ssp2.CodeSchemaNotReady)
 	// B's readiness says why; A's is fine.
 	ready := get(t, b.URL()+"/readyz", "", "", "")
 	if ready.status != http.StatusServiceUnavailable || !strings.Contains(string(ready.body), "tasks-projection") {
