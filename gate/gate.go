@@ -171,9 +171,9 @@ type Gate struct {
 	view    map[string]*viewEntry
 	viewGen atomic.Uint64
 	// live is set while the watcher runs caught up on a connection that
-	// has not reconnected since (reconnects is its count then).
-	live       atomic.Bool
-	reconnects atomic.Uint64
+	// has not reconnected since it started.
+	live      atomic.Bool
+	reconcile atomic.Bool // a Reconcile runs
 
 	kv      atomic.Pointer[jetstream.KeyValue]
 	started atomic.Bool
@@ -186,6 +186,9 @@ type viewEntry struct {
 	gen     uint64
 	state   *storage.GateState
 	viewGen uint64
+	// partition is the raw id, learned from the token (the key may be a
+	// hash): Reconcile rewrites every token the bucket holds.
+	partition string
 }
 
 // New validates cfg and returns a Gate; Start connects it to KV.
@@ -446,13 +449,20 @@ func (g *Gate) Ready(ctx context.Context) error {
 }
 
 // trusted reports whether the watched view is current: the watcher is
-// caught up and the connection has not reconnected since it started.
+// caught up and the connection is up. A disconnect seen here ends the
+// view at once; the watcher restarts it after the reconnect (it checks
+// the reconnect count every WatchCheck, off the request path: reading it
+// takes the connection's lock).
 func (g *Gate) trusted() bool {
 	if !g.live.Load() {
 		return false
 	}
-	nc := g.cfg.Conn
-	return nc.IsConnected() && nc.Stats().Reconnects == g.reconnects.Load()
+	if !g.cfg.Conn.IsConnected() {
+		g.live.Store(false)
+		g.viewGen.Add(1)
+		return false
+	}
+	return true
 }
 
 // WatchLive reports whether the gate admits from the watched view (true)

@@ -180,7 +180,6 @@ func (g *Gate) watch(ctx context.Context, kv jetstream.KeyValue) error {
 	}
 	defer func() { _ = w.Stop() }()
 	// Anything read before this watcher is suspect: invalidate the view.
-	g.reconnects.Store(reconnects)
 	g.viewGen.Add(1)
 	tick := time.NewTicker(g.cfg.WatchCheck)
 	defer tick.Stop()
@@ -204,11 +203,7 @@ func (g *Gate) watch(ctx context.Context, kv jetstream.KeyValue) error {
 				}
 			}
 		case <-resync:
-			go func() {
-				if err := g.Reconcile(ctx); err != nil && ctx.Err() == nil {
-					g.log.Warn("serve-gate resync", "err", err)
-				}
-			}()
+			g.reconcileAsync(ctx)
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watcher closed")
@@ -216,11 +211,7 @@ func (g *Gate) watch(ctx context.Context, kv jetstream.KeyValue) error {
 			if e == nil {
 				// The initial values are in: the view is current.
 				g.live.Store(true)
-				go func() {
-					if err := g.Reconcile(ctx); err != nil && ctx.Err() == nil {
-						g.log.Warn("serve-gate reconcile", "err", err)
-					}
-				}()
+				g.reconcileAsync(ctx)
 				continue
 			}
 			g.onUpdate(ctx, e)
@@ -243,6 +234,8 @@ func (g *Gate) onUpdate(ctx context.Context, e jetstream.KeyValueEntry) {
 	if !ok {
 		return
 	}
+	var t Token
+	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &t) == nil && t.Partition != ""
 	g.mu.Lock()
 	v := g.view[tok]
 	if v == nil {
@@ -251,14 +244,12 @@ func (g *Gate) onUpdate(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	v.gen++
 	v.state = nil
+	if put {
+		v.partition = t.Partition
+	}
 	gen := v.gen
 	g.mu.Unlock()
-	if !live || e.Operation() != jetstream.KeyValuePut {
-		return
-	}
-	var t Token
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		g.log.Warn("unreadable serve-gate token", "key", e.Key(), "err", err)
+	if !live || !put {
 		return
 	}
 	// Re-read SQL now, so the next request is admitted without a read
@@ -428,9 +419,25 @@ func (g *Gate) PublishSchema(ctx context.Context) error {
 	return g.tokenErr(errors.New("too many concurrent writers"))
 }
 
-// Reconcile rebuilds every token from SQL: the schema token, every
-// registered partition's, and those of partitions with checkpoints. It
-// repairs what a crashed writer or a writer without KV left behind.
+// reconcileAsync runs Reconcile in the background, one at a time.
+func (g *Gate) reconcileAsync(ctx context.Context) {
+	if !g.reconcile.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer g.reconcile.Store(false)
+		if err := g.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("serve-gate resync", "err", err)
+		}
+	}()
+}
+
+// Reconcile rebuilds tokens from SQL: the schema token, and the token of
+// every partition whose gate ever moved — every token the bucket holds
+// (as far as the watcher saw), every partition with checkpoints, every
+// partition whose epoch was rotated. It repairs what a crashed writer or
+// a writer without KV left behind. A partition whose gate never moved
+// needs no token: a node reads it in SQL on first use.
 func (g *Gate) Reconcile(ctx context.Context) error {
 	if g.kv.Load() == nil {
 		return ErrNoBus
@@ -442,9 +449,26 @@ func (g *Gate) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	ids := make([]string, 0, len(parts))
+	var ids []string
 	for _, p := range parts {
-		ids = append(ids, p.ID)
+		if p.EpochRequired { // rotated at least once
+			ids = append(ids, p.ID)
+		}
+	}
+	if g.live.Load() {
+		g.mu.RLock()
+		for _, v := range g.view {
+			if v.partition != "" {
+				ids = append(ids, v.partition)
+			}
+		}
+		g.mu.RUnlock()
+	} else {
+		held, err := g.heldPartitions(ctx)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		ids = append(ids, held...)
 	}
 	cps, err := g.cfg.Store.Checkpoints(ctx)
 	if err != nil {
@@ -467,6 +491,30 @@ func (g *Gate) Reconcile(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heldPartitions lists the partitions whose tokens the bucket holds, for
+// a gate without a watcher (the CLI).
+func (g *Gate) heldPartitions(ctx context.Context) ([]string, error) {
+	kv := *g.kv.Load()
+	lister, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []string
+	for key := range lister.Keys() {
+		if _, ok := bus.ParseGateKey(key); !ok {
+			continue
+		}
+		if t, _, err := g.getToken(ctx, kv, key); err == nil && t != nil && t.Partition != "" {
+			out = append(out, t.Partition)
+		}
+	}
+	return out, nil
 }
 
 // event publishes a control event to SYNC_CONTROL, best effort: the
