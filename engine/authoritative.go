@@ -65,7 +65,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	if err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
 	}
-	ticket, err := e.admit(ctx, c.Partition)
+	ticket, err := e.admit(ctx, part)
 	if err != nil {
 		return AuthoritativeResult{}, err
 	}

@@ -232,7 +232,7 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		return internal("touch partition", err)
 	}
 	r.part = part
-	if r.ticket, err = e.admit(ctx, r.id.Partition); err != nil {
+	if r.ticket, err = e.admit(ctx, part); err != nil {
 		return err
 	}
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
 )
 
 // ServeGate is the serve gate the engine consults (implemented by
@@ -15,17 +16,19 @@ import (
 // verified in SQL. A refusal is sync.schema_not_ready: HTTP 503 before the
 // response starts, an in-band ERROR after.
 type ServeGate interface {
-	Admit(ctx context.Context, partition string) (gate.Ticket, error)
+	// AdmitAt admits a request; logEpoch is the partition's epoch as the
+	// request just read it.
+	AdmitAt(ctx context.Context, partition, logEpoch string) (gate.Ticket, error)
 	Verify(ctx context.Context, partition string) error
 }
 
-// admit admits a request; without a gate it returns the zero Ticket,
-// which checks nothing.
-func (e *Engine) admit(ctx context.Context, partition string) (gate.Ticket, error) {
+// admit admits a request for the partition just touched; without a gate
+// it returns the zero Ticket, which checks nothing.
+func (e *Engine) admit(ctx context.Context, p storage.Partition) (gate.Ticket, error) {
 	if e.cfg.Gate == nil {
 		return gate.Ticket{}, nil
 	}
-	t, err := e.cfg.Gate.Admit(ctx, partition)
+	t, err := e.cfg.Gate.AdmitAt(ctx, p.ID, p.LogEpoch)
 	if err != nil {
 		return t, internal("serve gate", err)
 	}

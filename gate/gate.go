@@ -311,6 +311,14 @@ func (t Ticket) State() storage.GateState { return t.state }
 // live and current, else from one SQL read. It returns a
 // sync.schema_not_ready error when the partition may not be served.
 func (g *Gate) Admit(ctx context.Context, partition string) (Ticket, error) {
+	return g.AdmitAt(ctx, partition, "")
+}
+
+// AdmitAt is Admit for a caller that just read the partition's log epoch
+// in SQL ("" when it did not): a watched view holding another epoch is
+// stale — the epoch moved without a token, by a writer without KV — and
+// is read again.
+func (g *Gate) AdmitAt(ctx context.Context, partition, logEpoch string) (Ticket, error) {
 	t := Ticket{g: g, partition: partition}
 	tok, tokErr := bus.Token(partition)
 	watched := tokErr == nil && g.trusted()
@@ -326,7 +334,7 @@ func (g *Gate) Admit(ctx context.Context, partition string) (Ticket, error) {
 				t.state = *e.state
 			}
 		}
-		cached := e != nil && e.state != nil && e.viewGen == vg
+		cached := e != nil && e.state != nil && e.viewGen == vg && (logEpoch == "" || e.state.LogEpoch == logEpoch)
 		g.mu.RUnlock()
 		if cached {
 			t.trusted, t.gen, t.viewGen = true, gen, vg
@@ -385,6 +393,16 @@ func (t Ticket) Check(ctx context.Context, tx storage.GateReader) error {
 		return err
 	}
 	changed := !st.SameToken(t.state)
+	if changed && t.trusted {
+		// The view admitted on a state SQL no longer has. Unless a watched
+		// update explains it, the view missed a change (made without a
+		// token): drop it, so the retry reads SQL.
+		g.mu.Lock()
+		if e := g.view[t.token]; e != nil && e.gen == t.gen {
+			e.state = nil
+		}
+		g.mu.Unlock()
+	}
 	if !changed && t.trusted && g.trusted() {
 		g.mu.RLock()
 		e := g.view[t.token]

@@ -559,3 +559,42 @@ func TestSchemaMigrationPropagates(t *testing.T) {
 		t.Fatalf("reason = %s", r)
 	}
 }
+
+// TestStaleViewHeals: a change made without a token (an older tool, an
+// operator's SQL) leaves the watched view stale; the epoch the request
+// read skips it, and a refusal in the transaction drops it, so a retry
+// is served.
+func TestStaleViewHeals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	p := e.partition("p")
+	ctx := e.ctx
+	g := e.gate(gateOpts{name: "a", bus: true})
+	must[gate.Ticket](t)(g.Admit(ctx, p.ID))
+	must[gate.Ticket](t)(g.Admit(ctx, p.ID)) // warm
+
+	rotated, err := e.store.PartitionRotateEpoch(ctx, p.ID, 2) // no token
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(tk gate.Ticket) error {
+		return e.store.ReadTx(ctx, func(tx storage.ReadTx) error { return tk.Check(ctx, tx) })
+	}
+	// With the epoch the request read, the stale view is skipped.
+	tk := must[gate.Ticket](t)(g.AdmitAt(ctx, p.ID, rotated.LogEpoch))
+	if err := check(tk); err != nil {
+		t.Fatalf("admitted at the current epoch, then refused: %v", err)
+	}
+
+	if _, err := e.store.PartitionRotateEpoch(ctx, p.ID, 3); err != nil {
+		t.Fatal(err)
+	}
+	tk = must[gate.Ticket](t)(g.Admit(ctx, p.ID)) // from the stale view
+	if r := reason(t, check(tk)); r != gate.ReasonTokenChanged {
+		t.Fatalf("reason = %s", r)
+	}
+	tk = must[gate.Ticket](t)(g.Admit(ctx, p.ID)) // the view was dropped: SQL
+	if err := check(tk); err != nil {
+		t.Fatalf("the retry was refused: %v", err)
+	}
+}
