@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
@@ -271,4 +272,84 @@ func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkRefusalPropagation measures how long a checkpoint declared by
+// one node takes to become a refusal at admission on another: the
+// declaration (SQL, then the KV token), the watch, the other node's SQL
+// re-read. Each round declares a new checkpoint and activates it again;
+// it reports the median and p99 of the rounds.
+func BenchmarkRefusalPropagation(b *testing.B) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			st := openBenchStore(b, backend)
+			sc := parse(b, 1)
+			if err := st.EnsureSchema(ctx, sc); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := st.PartitionTouch(ctx, "p", time.Now().UnixMilli()); err != nil {
+				b.Fatal(err)
+			}
+			srv := embeddedtest.Start(b)
+			if err := bus.EnsureStreams(ctx, srv.JetStream(), bus.StreamsConfig{}.WithDefaults()); err != nil {
+				b.Fatal(err)
+			}
+			node := func(name string) *gate.Gate {
+				nc, err := srv.Connect()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(nc.Close)
+				js, err := jetstream.New(nc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				g, err := gate.New(gate.Config{Store: st, Schema: sc, Node: name, Conn: nc, JetStream: js})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = g.Stop(context.Background()) })
+				waitFor(b, 10*time.Second, name+"'s watch", g.WatchLive)
+				return g
+			}
+			a, other := node("a"), node("b")
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := other.Admit(ctx, "p"); err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				cp, err := a.Declare(ctx, "p", fmt.Sprint("cp", i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := other.Admit(ctx, "p"); err != nil {
+						break
+					}
+					if time.Since(start) > 5*time.Second {
+						b.Fatal("no refusal within 5s")
+					}
+				}
+				lat = append(lat, time.Since(start))
+				if _, err := a.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey}); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := other.Admit(ctx, "p"); err == nil {
+						break
+					}
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "µs-p50")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "µs-p99")
+		})
+	}
 }
