@@ -160,11 +160,12 @@ func benchRound(b *testing.B, backend, round, mode string) {
 	}
 }
 
-// BenchmarkGateOverhead runs the same rounds through two engines on one
-// store, one without the gate and one with it (KV watch live), in
-// alternating order, and reports the median round of each and the
-// overhead of the gate: pairing the rounds cancels the drift of a shared,
-// noisy machine that separate benchmarks cannot.
+// BenchmarkGateOverhead runs the same rounds through three engines on one
+// store and one NATS server — without the gate, with it (KV watch live),
+// and with a gate on SQL alone (a node without NATS) — interleaved, and
+// reports the median round of each and the gate's overhead: interleaving
+// cancels the drift of a shared, noisy machine that separate benchmarks
+// cannot.
 func BenchmarkGateOverhead(b *testing.B) {
 	for _, backend := range []string{"sqlite", "postgres"} {
 		b.Run(backend, func(b *testing.B) {
@@ -201,6 +202,15 @@ func benchOverhead(b *testing.B, backend, round string) {
 		b.Fatal(err)
 	}
 	gated, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: g})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The degraded mode: a node without NATS admits from SQL.
+	sqlGate, err := gate.New(gate.Config{Store: st, Schema: sc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sqlOnly, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: sqlGate})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,26 +253,32 @@ func benchOverhead(b *testing.B, backend, round string) {
 	}
 	pull := body(hdr, &ssp2.PullHeader{Accept: 3},
 		&ssp2.Subscription{ID: "s1", Table: "tasks", Scopes: map[string][]string{"project_id": {"p1"}}, Cursor: maxSeq})
-	var off, on []time.Duration
+	var off, on, sq []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		reqOff, reqOn := pull, pull
+		reqOff, reqOn, reqSQL := pull, pull, pull
 		if round == "push" {
-			reqOff, reqOn = pushBody("off", i), pushBody("on", i)
+			reqOff, reqOn, reqSQL = pushBody("off", i), pushBody("on", i), pushBody("sql", i)
 		}
-		if i%2 == 0 {
-			off = append(off, run(plain, reqOff))
-			on = append(on, run(gated, reqOn))
-		} else {
-			on = append(on, run(gated, reqOn))
-			off = append(off, run(plain, reqOff))
+		// Rotate the order so no variant always runs first.
+		for k := range 3 {
+			switch (i + k) % 3 {
+			case 0:
+				off = append(off, run(plain, reqOff))
+			case 1:
+				on = append(on, run(gated, reqOn))
+			case 2:
+				sq = append(sq, run(sqlOnly, reqSQL))
+			}
 		}
 	}
 	b.StopTimer()
-	mOff, mOn := median(off), median(on)
+	mOff, mOn, mSQL := median(off), median(on), median(sq)
 	b.ReportMetric(float64(mOff.Microseconds()), "µs-none")
 	b.ReportMetric(float64(mOn.Microseconds()), "µs-gate")
+	b.ReportMetric(float64(mSQL.Microseconds()), "µs-sqlonly")
 	b.ReportMetric(100*(float64(mOn)-float64(mOff))/float64(mOff), "%overhead")
+	b.ReportMetric(100*(float64(mSQL)-float64(mOff))/float64(mOff), "%overhead-sqlonly")
 	if m := g.Metrics(); m.AdmitCached.Load() < int64(b.N)/2 {
 		b.Fatalf("the gated rounds were not admitted from the watched view: %d of %d", m.AdmitCached.Load(), b.N)
 	}
