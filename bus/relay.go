@@ -871,6 +871,13 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, 
 		n := 1
 		if !r.single.Load() && r.cfg.BatchMessages > 1 {
 			n = batchLen(events, r.cfg.BatchMessages)
+			if n <= smallRun && singleMessageCommits(events[:n]) {
+				// A few one-message commits go out one by one: each is
+				// atomic on its own, and the server stages every atomic
+				// batch in a temporary store (directories, files, a sync),
+				// which costs more than a handful of in-process publishes.
+				n = 1
+			}
 		}
 		batch := events[:n]
 		seq, err := r.publishBatch(ctx, w, batch, filter, pos.lastStreamSeq)
@@ -902,6 +909,21 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, 
 		events = events[n:]
 	}
 	return pos, nil
+}
+
+// smallRun is the largest run of one-message commits published one by one
+// rather than as an atomic batch.
+const smallRun = 16
+
+// singleMessageCommits reports whether every commit in events has exactly
+// one event (touches one table).
+func singleMessageCommits(events []event) bool {
+	for i := 1; i < len(events); i++ {
+		if events[i].commitSeq == events[i-1].commitSeq {
+			return false
+		}
+	}
+	return true
 }
 
 // batchLen takes whole commits up to max messages; a single commit larger
