@@ -114,7 +114,14 @@ type GateReader interface {
 	// GateRead reads, in one statement, the stored schema version and
 	// schema revision, the partition's log epoch and gate revision, and
 	// every unactivated checkpoint of the partition at schema version
-	// running. It is never cached: each call reads the database.
+	// running. Nothing is cached across calls outside a transaction or
+	// across transactions. Inside one, a store may answer from the gate
+	// columns it read in that transaction with the partition row (Tx's
+	// lock, ReadTx.Partition): a read transaction is one snapshot, and
+	// under the partition write lock nothing can change the locked
+	// partition's gate (rotations, declarations, activations and
+	// migrations all take the lock), so a new statement would answer the
+	// same.
 	GateRead(ctx context.Context, partition string, running int32) (GateState, error)
 }
 
