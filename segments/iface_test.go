@@ -9,6 +9,6 @@ import (
 // The engine and the HTTP layer use *Store through narrow interfaces of
 // their own; this keeps it satisfying them.
 var (
-	_ engine.SegmentStore  = (*segments.Store)(nil)
+	_ engine.SegmentStore   = (*segments.Store)(nil)
 	_ httpapi.SegmentSource = (*segments.Store)(nil)
 )
