@@ -334,9 +334,16 @@ func TestTokenPropagation(t *testing.T) {
 		_, err := b.Admit(ctx, p.ID)
 		return err == nil
 	})
+	// B may serve again (healing from SQL) before the watch delivers the
+	// activation to its change hook; wait for both hook calls.
+	waitFor(t, time.Second, "the change hook to see the activation", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changed) >= 2
+	})
 	mu.Lock()
 	defer mu.Unlock()
-	if len(changed) < 2 || changed[0] != p.ID {
+	if changed[0] != p.ID || changed[1] != p.ID {
 		t.Fatalf("change hook calls = %q", changed)
 	}
 }
