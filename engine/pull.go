@@ -49,7 +49,7 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		accept:  ph.Accept,
 	}
 	var cursors []int64
-	for _, sub := range r.req.Subscriptions {
+	for i, sub := range r.req.Subscriptions {
 		e.metrics.PullSections.Add(1)
 		next, active, err := e.section(ctx, r, sub, lim)
 		if err != nil {
@@ -58,7 +58,11 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		if active {
 			cursors = append(cursors, next)
 		}
-		flush(r.w)
+		if i < len(r.req.Subscriptions)-1 {
+			// Let the client apply this section while the next is read;
+			// after the last one the response ends anyway.
+			flush(r.w)
+		}
 	}
 	return cursors, nil
 }

@@ -144,12 +144,18 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	if err := commitlog.CheckWindow(&p); err != nil {
 		return storage.Window{}, err
 	}
-	part, ok, err := t.readPartition(ctx, p.Partition)
-	if err != nil {
-		return storage.Window{}, t.fail("commit window", "", err)
-	}
-	if !ok {
-		return storage.Window{}, unregistered("commit window", p.Partition)
+	var part storage.Partition
+	if t.snap != nil && t.snap.ID == p.Partition {
+		part = *t.snap // read earlier in this snapshot
+	} else {
+		var ok bool
+		var err error
+		if part, ok, err = t.readPartition(ctx, p.Partition); err != nil {
+			return storage.Window{}, t.fail("commit window", "", err)
+		}
+		if !ok {
+			return storage.Window{}, unregistered("commit window", p.Partition)
+		}
 	}
 	w := commitlog.NewWindow(&p)
 	vars, empty := commitlog.Variables(p.Scopes)

@@ -23,6 +23,9 @@ import (
 // COMMIT. An error of a queued statement therefore surfaces from the call
 // that sent it; the transaction is aborted either way.
 type tx struct {
+	// snap is the partition row a read transaction (one snapshot) last
+	// read; CommitWindow reuses it instead of reading it again.
+	snap   *storage.Partition
 	s      *Store
 	c      *pgxpool.Conn
 	inst   *installed
@@ -287,6 +290,9 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	}
 	if !ok {
 		return p, unregistered("read partition", partition)
+	}
+	if t.snapshot {
+		t.snap = &p
 	}
 	return p, nil
 }

@@ -172,13 +172,20 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	if err := commitlog.CheckWindow(&p); err != nil {
 		return storage.Window{}, err
 	}
-	part, ok, err := readPartition(ctx, t.c, p.Partition)
-	if err != nil {
-		t.aborted = true
-		return storage.Window{}, fmt.Errorf("commit window: %w", err)
-	}
-	if !ok {
-		return storage.Window{}, unregistered("commit window", p.Partition)
+	var part storage.Partition
+	if t.snap != nil && t.snap.ID == p.Partition {
+		part = *t.snap // read earlier in this read-only snapshot
+	} else {
+		var ok bool
+		var err error
+		part, ok, err = readPartition(ctx, t.c, p.Partition)
+		if err != nil {
+			t.aborted = true
+			return storage.Window{}, fmt.Errorf("commit window: %w", err)
+		}
+		if !ok {
+			return storage.Window{}, unregistered("commit window", p.Partition)
+		}
 	}
 	w := commitlog.NewWindow(&p)
 	vars, empty := commitlog.Variables(p.Scopes)

@@ -25,6 +25,10 @@ type tx struct {
 	scratch    txScratch
 	// gate is the serve-gate state last read with a partition (gate.go).
 	gate *gatePrefetch
+	// readOnly marks a ReadTx. snap is the partition row it last read:
+	// its snapshot cannot change, so CommitWindow reuses it.
+	readOnly bool
+	snap     *storage.Partition
 }
 
 // txScratch holds buffers reused across calls of one transaction.
@@ -70,7 +74,7 @@ func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storag
 // transaction whose WAL snapshot is fixed by its first read.
 func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
 	return s.withReader(ctx, func(c *conn) error {
-		t := &tx{s: s, c: c, inst: s.schema.Load()}
+		t := &tx{s: s, c: c, inst: s.schema.Load(), readOnly: true}
 		return readTx(ctx, c, func() error {
 			if err := fn(t); err != nil {
 				return err
@@ -122,6 +126,9 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	}
 	if gate != nil {
 		t.gate = gate
+	}
+	if t.readOnly {
+		t.snap = &p
 	}
 	return p, nil
 }
