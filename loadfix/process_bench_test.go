@@ -3,7 +3,6 @@ package loadfix_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +30,15 @@ var (
 	binPath string
 	binErr  error
 )
+
+// TestMain removes the binary the benchmarks built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
 
 // syncnodeBinary builds cmd/syncnode once per test binary.
 func syncnodeBinary(b *testing.B) string {
@@ -294,7 +302,6 @@ func BenchmarkPushPull20Clients(b *testing.B) {
 	lat := make([][]time.Duration, clients)
 	errs := make(chan error, clients)
 	var wg sync.WaitGroup
-	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
 	for c := range clients {
@@ -334,7 +341,6 @@ func BenchmarkPushPull20Clients(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	_ = ctx
 	elapsed := time.Since(start)
 	b.StopTimer()
 	close(errs)
