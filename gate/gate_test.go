@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/syncnode/syncnode/internal/poll"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -140,13 +141,7 @@ func (e *env) gate(o gateOpts) *gate.Gate {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, d, what, cond)
 }
 
 func reason(t testing.TB, err error) string {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"github.com/syncnode/syncnode/internal/poll"
 	"net/http"
 	"sort"
 	"strconv"
@@ -55,13 +56,7 @@ func twoNodes(t *testing.T, onResolve *atomic.Pointer[func()]) (a, b *Node) {
 		})
 	})
 	for _, n := range []*Node{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for !n.Gate.WatchLive() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the gate's KV watch did not go live", n.cfg.Name)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.Until(t, 10*time.Second, n.cfg.Name+"'s gate KV watch to go live", n.Gate.WatchLive)
 	}
 	return a, b
 }

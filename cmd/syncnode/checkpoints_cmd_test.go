@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/syncnode/syncnode/internal/poll"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +41,7 @@ func TestCheckpointsCommand(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); !n.Gate.WatchLive(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the node's gate watch did not go live")
-		}
-	}
+	poll.Until(t, 10*time.Second, "the node's gate watch to go live", n.Gate.WatchLive)
 	if _, err := n.Store.PartitionTouch(ctx, "acme", time.Now().UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
