@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"github.com/syncnode/syncnode/internal/poll"
 	"net/http"
 	"sort"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/syncnode/syncnode/internal/poll"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
