@@ -346,9 +346,14 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create R3 kv: %v", err)
 	}
-	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	// A freshly created R3 stream may still be electing its leader: the
+	// first puts can go unanswered, so retry until one lands.
+	waitFor(t, 10*time.Second, func() error {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := kv.Put(pctx, "k", []byte("v"))
+		return err
+	}, "the R3 put to land")
 	for i, s := range servers {
 		// Replicas catch up asynchronously: poll with a deadline.
 		waitFor(t, 10*time.Second, func() error {
