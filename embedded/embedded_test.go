@@ -357,11 +357,15 @@ func TestCluster(t *testing.T) {
 	for i, s := range servers {
 		// Replicas catch up asynchronously: poll with a deadline.
 		waitFor(t, 10*time.Second, func() error {
-			kvi, err := s.JetStream().KeyValue(ctx, "r3")
+			// Short attempts: a call to a replica that is not current yet
+			// must not use up the whole deadline (NATS-NOTES pitfall 11).
+			actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			kvi, err := s.JetStream().KeyValue(actx, "r3")
 			if err != nil {
 				return err
 			}
-			e, err := kvi.Get(ctx, "k")
+			e, err := kvi.Get(actx, "k")
 			if err != nil {
 				return err
 			}
