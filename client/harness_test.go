@@ -19,7 +19,6 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/schema"
-	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
@@ -250,11 +249,6 @@ func mustCommit(t testing.TB, c *Client, ops ...Op) string {
 	return id
 }
 
-// roundTripFunc adapts a function to http.RoundTripper.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 var errOffline = errors.New("network is unreachable")
 
 // faultTransport forwards to the default transport and lets a test break
@@ -353,10 +347,3 @@ func (b *cutBody) Read(p []byte) (int, error) {
 }
 
 func (b *cutBody) Close() error { return b.c.Close() }
-
-func wantCode(t testing.TB, err error, code ssp2.Code) {
-	t.Helper()
-	if !errors.Is(err, &Error{Code: code}) {
-		t.Fatalf("error = %v, want code %s", err, code)
-	}
-}

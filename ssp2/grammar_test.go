@@ -52,7 +52,6 @@ func pl(fn func(w *writer)) []byte {
 }
 
 func i64p(v int64) *int64 { return &v }
-func i32p(v int32) *int32 { return &v }
 func strp(s string) *string {
 	return &s
 }

@@ -120,14 +120,6 @@ func (r *reader) i64(what string) int64 {
 	return v
 }
 
-func (r *reader) f64(what string) float64 {
-	s := r.take(8, what)
-	if s == nil {
-		return 0
-	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(s))
-}
-
 func (r *reader) bool(what string) bool {
 	at := r.pos()
 	b := r.u8(what)
@@ -279,10 +271,6 @@ func appendBool(b []byte, v bool) []byte {
 		return append(b, 1)
 	}
 	return append(b, 0)
-}
-
-func appendF64(b []byte, v float64) []byte {
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
 }
 
 // writer accumulates an encoded record and keeps the first refusal, the

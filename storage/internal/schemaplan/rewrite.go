@@ -17,7 +17,6 @@ type Rewriter struct {
 	stored  *ssp2.RowCodec
 	running *schema.Table
 	added   int
-	buf     []byte
 }
 
 // NewRewriter prepares the rewrite of k.
