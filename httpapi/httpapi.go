@@ -311,11 +311,7 @@ type errorBody struct {
 
 // writeError answers err as JSON with its code's status.
 func writeError(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
-	if info, ok := ssp2.CodeOf(err).Info(); ok {
-		status = info.HTTPStatus
-	}
-	writeErrorStatus(w, status, err)
+	writeErrorStatus(w, Status(ssp2.CodeOf(err)), err)
 }
 
 // writeErrorStatus answers err as JSON with an explicit status. Internal

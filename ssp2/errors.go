@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Code is a stable machine identifier from the SSP2 error catalog (SPEC.md
@@ -83,64 +82,63 @@ const (
 	CategoryRateLimited    = "rate-limited"
 )
 
-// CodeInfo is the fixed metadata of a catalog code. Category, Retryable and
-// Action are pinned by SPEC.md §10.2; HTTPStatus is the status a JSON error
-// with this code is sent with before a response has started.
+// CodeInfo is the fixed metadata of a catalog code, pinned by SPEC.md
+// §10.2. The HTTP status a code is sent with is the HTTP binding's
+// (httpapi.Status).
 type CodeInfo struct {
-	Category   string
-	Retryable  bool
-	Action     string
-	HTTPStatus int
+	Category  string
+	Retryable bool
+	Action    string
 }
 
 var catalog = map[Code]CodeInfo{
-	CodeAuthRequired:            {CategoryAuthRequired, true, "refreshAuth", http.StatusUnauthorized},
-	CodeAuthLeaseRequired:       {CategoryAuthRequired, true, "refreshAuth", http.StatusUnauthorized},
-	CodeAuthLeaseRevoked:        {CategoryAuthRequired, true, "refreshAuth", http.StatusUnauthorized},
-	CodeForbidden:               {CategoryForbidden, false, "checkPermissions", http.StatusForbidden},
-	CodeInvalidRequest:          {CategoryInvalidRequest, false, "fixRequest", http.StatusBadRequest},
-	CodeInvalidClientID:         {CategoryInvalidRequest, false, "resetClientId", http.StatusBadRequest},
-	CodeInvalidSubscription:     {CategoryInvalidRequest, false, "fixRequest", http.StatusBadRequest},
-	CodeEmptyCommit:             {CategoryInvalidRequest, false, "fixRequest", http.StatusBadRequest},
-	CodeUnknownTable:            {CategorySchemaMismatch, false, "regenerateClient", http.StatusBadRequest},
-	CodeRowMissing:              {CategoryNotFound, false, "forceResync", http.StatusNotFound},
-	CodeVersionConflict:         {CategoryConflict, false, "resolveConflict", http.StatusConflict},
-	CodeConstraintViolation:     {CategoryInvalidRequest, false, "fixRequest", http.StatusBadRequest},
-	CodeMissingScopes:           {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeCrdtMergeFailed:         {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeIdempotencyCacheMiss:    {CategoryInternal, true, "retryLater", http.StatusInternalServerError},
-	CodeInternalError:           {CategoryInternal, true, "retryLater", http.StatusInternalServerError},
-	CodeSchemaNotReady:          {CategoryInternal, true, "retryLater", http.StatusServiceUnavailable},
-	CodeTooManyOperations:       {CategoryInvalidRequest, false, "splitBatch", http.StatusBadRequest},
-	CodeNotFound:                {CategoryNotFound, false, "forceResync", http.StatusNotFound},
-	CodeSegmentExpired:          {CategoryNotFound, true, "retryLater", http.StatusNotFound},
-	CodeCursorExpired:           {CategoryResetRequired, false, "rebootstrap", http.StatusBadRequest},
-	CodeScopeRevoked:            {CategoryScopeRevoked, false, "checkPermissions", http.StatusForbidden},
-	CodeRateLimited:             {CategoryRateLimited, true, "retryLater", http.StatusTooManyRequests},
-	CodeSchemaMismatch:          {CategorySchemaMismatch, false, "regenerateClient", http.StatusBadRequest},
-	CodeClientSchemaUnsupported: {CategorySchemaMismatch, false, "upgradeClient", http.StatusBadRequest},
-	CodeClientWireUnsupported:   {CategorySchemaMismatch, false, "upgradeClient", http.StatusBadRequest},
-	CodeWebsocketLimit:          {CategoryRateLimited, true, "retryLater", http.StatusTooManyRequests},
-	CodeBlobNotFound:            {CategoryNotFound, false, "fixRequest", http.StatusNotFound},
-	CodeBlobForbidden:           {CategoryForbidden, false, "checkPermissions", http.StatusForbidden},
-	CodeBlobHashMismatch:        {CategoryInvalidRequest, false, "fixRequest", http.StatusBadRequest},
-	CodeBlobTooLarge:            {CategoryInvalidRequest, false, "fixRequest", http.StatusRequestEntityTooLarge},
+	CodeAuthRequired:            {CategoryAuthRequired, true, "refreshAuth"},
+	CodeAuthLeaseRequired:       {CategoryAuthRequired, true, "refreshAuth"},
+	CodeAuthLeaseRevoked:        {CategoryAuthRequired, true, "refreshAuth"},
+	CodeForbidden:               {CategoryForbidden, false, "checkPermissions"},
+	CodeInvalidRequest:          {CategoryInvalidRequest, false, "fixRequest"},
+	CodeInvalidClientID:         {CategoryInvalidRequest, false, "resetClientId"},
+	CodeInvalidSubscription:     {CategoryInvalidRequest, false, "fixRequest"},
+	CodeEmptyCommit:             {CategoryInvalidRequest, false, "fixRequest"},
+	CodeUnknownTable:            {CategorySchemaMismatch, false, "regenerateClient"},
+	CodeRowMissing:              {CategoryNotFound, false, "forceResync"},
+	CodeVersionConflict:         {CategoryConflict, false, "resolveConflict"},
+	CodeConstraintViolation:     {CategoryInvalidRequest, false, "fixRequest"},
+	CodeMissingScopes:           {CategoryInternal, false, "inspectServer"},
+	CodeCrdtMergeFailed:         {CategoryInternal, false, "inspectServer"},
+	CodeIdempotencyCacheMiss:    {CategoryInternal, true, "retryLater"},
+	CodeInternalError:           {CategoryInternal, true, "retryLater"},
+	CodeSchemaNotReady:          {CategoryInternal, true, "retryLater"},
+	CodeTooManyOperations:       {CategoryInvalidRequest, false, "splitBatch"},
+	CodeNotFound:                {CategoryNotFound, false, "forceResync"},
+	CodeSegmentExpired:          {CategoryNotFound, true, "retryLater"},
+	CodeCursorExpired:           {CategoryResetRequired, false, "rebootstrap"},
+	CodeScopeRevoked:            {CategoryScopeRevoked, false, "checkPermissions"},
+	CodeRateLimited:             {CategoryRateLimited, true, "retryLater"},
+	CodeSchemaMismatch:          {CategorySchemaMismatch, false, "regenerateClient"},
+	CodeClientSchemaUnsupported: {CategorySchemaMismatch, false, "upgradeClient"},
+	CodeClientWireUnsupported:   {CategorySchemaMismatch, false, "upgradeClient"},
+	CodeWebsocketLimit:          {CategoryRateLimited, true, "retryLater"},
+	CodeBlobNotFound:            {CategoryNotFound, false, "fixRequest"},
+	CodeBlobForbidden:           {CategoryForbidden, false, "checkPermissions"},
+	CodeBlobHashMismatch:        {CategoryInvalidRequest, false, "fixRequest"},
+	CodeBlobTooLarge:            {CategoryInvalidRequest, false, "fixRequest"},
 
-	CodeStorageStoredLayoutMismatch:   {CategoryInternal, false, "inspectServer", http.StatusServiceUnavailable},
-	CodeStoragePhysicalLayoutMismatch: {CategoryInternal, false, "inspectServer", http.StatusServiceUnavailable},
-	CodeStorageSchemaVersionNewer:     {CategoryInternal, false, "inspectServer", http.StatusServiceUnavailable},
-	CodeStorageWriterFenceRejected:    {CategoryInternal, false, "inspectServer", http.StatusServiceUnavailable},
-	CodeStorageCheckpointIncomplete:   {CategoryInternal, true, "retryLater", http.StatusServiceUnavailable},
-	CodeStorageCheckpointFenceMissing: {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeStorageCheckpointNotDeclared:  {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeStorageCheckpointSuperseded:   {CategoryInternal, false, "inspectServer", http.StatusConflict},
-	CodeStorageInvalidCheckpoint:      {CategoryInternal, false, "inspectServer", http.StatusBadRequest},
-	CodeStorageScanRequiresScope:      {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeStorageInvalidLimit:           {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeStorageInvalidPruneCursor:     {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
-	CodeStoragePruneEpochMismatch:     {CategoryInternal, false, "inspectServer", http.StatusConflict},
-	CodeStoragePartitionUnregistered:  {CategoryInternal, false, "inspectServer", http.StatusNotFound},
-	CodeStorageContentCollision:       {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
+	CodeStorageStoredLayoutMismatch:   {CategoryInternal, false, "inspectServer"},
+	CodeStoragePhysicalLayoutMismatch: {CategoryInternal, false, "inspectServer"},
+	CodeStorageSchemaVersionNewer:     {CategoryInternal, false, "inspectServer"},
+	CodeStorageWriterFenceRejected:    {CategoryInternal, false, "inspectServer"},
+	CodeStorageCheckpointIncomplete:   {CategoryInternal, true, "retryLater"},
+	CodeStorageCheckpointFenceMissing: {CategoryInternal, false, "inspectServer"},
+	CodeStorageCheckpointNotDeclared:  {CategoryInternal, false, "inspectServer"},
+	CodeStorageCheckpointSuperseded:   {CategoryInternal, false, "inspectServer"},
+	CodeStorageInvalidCheckpoint:      {CategoryInternal, false, "inspectServer"},
+	CodeStorageScanRequiresScope:      {CategoryInternal, false, "inspectServer"},
+	CodeStorageInvalidLimit:           {CategoryInternal, false, "inspectServer"},
+	CodeStorageInvalidPruneCursor:     {CategoryInternal, false, "inspectServer"},
+	CodeStoragePruneEpochMismatch:     {CategoryInternal, false, "inspectServer"},
+	CodeStoragePartitionUnregistered:  {CategoryInternal, false, "inspectServer"},
+	CodeStorageContentCollision:       {CategoryInternal, false, "inspectServer"},
 }
 
 // Info returns the catalog metadata of c. Unknown codes (host validator

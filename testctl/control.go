@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -299,10 +300,7 @@ func writeControlError(w http.ResponseWriter, status int, err error) {
 // shape (SPEC.md §10.1), as the production handler does.
 func writeProtocolError(w http.ResponseWriter, err error) {
 	f := ssp2.NewErrorFrame(err)
-	status := http.StatusInternalServerError
-	if info, ok := ssp2.Code(f.Code).Info(); ok {
-		status = info.HTTPStatus
-	}
+	status := httpapi.Status(ssp2.Code(f.Code))
 	b, _ := json.Marshal(struct {
 		Code              string          `json:"code"`
 		Category          string          `json:"category"`
