@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/syncnode/syncnode/schema"
-	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -74,7 +73,7 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 	}
 	digest := ssp2.ScopeDigest(eff)
 	for page := 0; page < lim.pages; page++ {
-		key := segments.Key{
+		key := storage.SegmentKey{
 			Partition: r.id.Partition, LogEpoch: part.LogEpoch, Table: t.Name,
 			SchemaVersion: e.cfg.Schema.Version, MediaType: ssp2.MediaRows,
 			ScopeDigest: digest, AsOfCommitSeq: asOf, RowCursor: cursor, PageRows: lim.rows,
@@ -127,22 +126,22 @@ var errNoSegmentStore = ssp2.Errorf(ssp2.CodeInternalError, "the client accepts 
 // page returns one page's publication, through the segment store when
 // there is one (build once, reuse by key), else built in memory. data is
 // the segment's bytes when they are at hand.
-func (e *Engine) page(ctx context.Context, key segments.Key, now int64, build segments.BuildFunc) (segments.Publication, []byte, error) {
+func (e *Engine) page(ctx context.Context, key storage.SegmentKey, now int64, build BuildFunc) (storage.SegmentPublication, []byte, error) {
 	if e.cfg.Segments == nil {
 		var buf bytes.Buffer
 		n, next, err := build(ctx, &buf)
 		if err != nil {
-			return segments.Publication{}, nil, internal("build segment", err)
+			return storage.SegmentPublication{}, nil, internal("build segment", err)
 		}
 		e.metrics.SegmentsBuilt.Add(1)
-		return segments.Publication{
-			SegmentID: ssp2.SegmentID(buf.Bytes()), Key: key, NextRowCursor: next,
+		return storage.SegmentPublication{
+			SegmentID: ssp2.SegmentID(buf.Bytes()), SegmentKey: key, NextRowCursor: next,
 			RowCount: n, ByteLength: int64(buf.Len()),
 		}, buf.Bytes(), nil
 	}
 	pub, built, err := e.cfg.Segments.GetOrBuild(ctx, key, now, build)
 	if err != nil {
-		return segments.Publication{}, nil, internal("build segment", err)
+		return storage.SegmentPublication{}, nil, internal("build segment", err)
 	}
 	if built {
 		e.metrics.SegmentsBuilt.Add(1)
@@ -155,7 +154,7 @@ func (e *Engine) page(ctx context.Context, key segments.Key, now int64, build se
 // pageBuilder returns the BuildFunc of one page: a keyset scan of the
 // table's rows matching the effective scopes after cursor, written as an
 // SSG2 rows segment of the stored row payloads.
-func (e *Engine) pageBuilder(partition string, t *schema.Table, eff map[string][]string, cursor string, limit int) segments.BuildFunc {
+func (e *Engine) pageBuilder(partition string, t *schema.Table, eff map[string][]string, cursor string, limit int) BuildFunc {
 	return func(ctx context.Context, w io.Writer) (int64, string, error) {
 		var rows []storage.Row
 		err := e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {

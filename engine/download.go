@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 
-	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
 )
 
 // AuthorizeSegment re-authorizes a direct segment download (SPEC.md §5.5):
@@ -17,40 +17,27 @@ import (
 // in another partition or epoch, sync.segment_expired when every matching
 // publication expired, and sync.forbidden when the scopes do not match or
 // the resolver fails.
-func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID string, requested map[string][]string) (segments.Publication, error) {
+func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID string, requested map[string][]string) (storage.SegmentPublication, error) {
 	if e.cfg.Segments == nil {
-		return segments.Publication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
+		return storage.SegmentPublication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
 	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.cfg.Now())
 	if err != nil {
-		return segments.Publication{}, internal("touch partition", err)
+		return storage.SegmentPublication{}, internal("touch partition", err)
 	}
 	if err := e.verifyGate(ctx, id.Partition); err != nil {
-		return segments.Publication{}, err
+		return storage.SegmentPublication{}, err
 	}
-	pubs, err := e.cfg.Segments.Publications(ctx, segmentID, id.Partition, part.LogEpoch)
+	live, err := e.cfg.Segments.Grants(ctx, segmentID, id.Partition, part.LogEpoch, e.cfg.Now())
 	if err != nil {
-		return segments.Publication{}, internal("read publications", err)
-	}
-	if len(pubs) == 0 {
-		return segments.Publication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
-	}
-	now := e.cfg.Now()
-	var live []segments.Publication
-	for _, p := range pubs {
-		if p.ExpiresAtMs > now {
-			live = append(live, p)
-		}
-	}
-	if len(live) == 0 {
-		return segments.Publication{}, ssp2.Errorf(ssp2.CodeSegmentExpired, "segment expired")
+		return storage.SegmentPublication{}, internal("read publications", err)
 	}
 	rs, err := resolve(ctx, id.Scopes, e.cfg.Schema, id.Partition, id.ActorID)
 	if err != nil {
 		if ssp2.CodeOf(err) == ssp2.CodeInvalidSubscription {
-			return segments.Publication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
+			return storage.SegmentPublication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
 		}
-		return segments.Publication{}, internal("resolve scopes", err)
+		return storage.SegmentPublication{}, internal("resolve scopes", err)
 	}
 	for _, p := range live {
 		t, ok := e.cfg.Schema.Table(p.Table)
@@ -62,5 +49,5 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID st
 			return p, nil
 		}
 	}
-	return segments.Publication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
+	return storage.SegmentPublication{}, ssp2.Errorf(ssp2.CodeForbidden, "forbidden")
 }

@@ -25,9 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/schema"
-	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -37,13 +35,20 @@ import (
 type SegmentStore interface {
 	// GetOrBuild returns the live publication for key, building it with
 	// build when there is none; built reports which.
-	GetOrBuild(ctx context.Context, key segments.Key, nowMs int64, build segments.BuildFunc) (pub segments.Publication, built bool, err error)
+	GetOrBuild(ctx context.Context, key storage.SegmentKey, nowMs int64, build BuildFunc) (pub storage.SegmentPublication, built bool, err error)
 	// Bytes returns a segment's bytes, verified against its address.
 	Bytes(ctx context.Context, segmentID string) ([]byte, error)
-	// Publications lists the segment's publications in one partition and
-	// log epoch, expired ones included.
-	Publications(ctx context.Context, segmentID, partition, logEpoch string) ([]segments.Publication, error)
+	// Grants returns the segment's publications in one partition and log
+	// epoch that are live at nowMs: sync.not_found when there are none at
+	// all, sync.segment_expired when none is live (SPEC.md §5.5).
+	Grants(ctx context.Context, segmentID, partition, logEpoch string, nowMs int64) ([]storage.SegmentPublication, error)
 }
+
+// BuildFunc writes one bootstrap page's SSG2 segment to w and reports its
+// row count and the continuation cursor ("" on the table's last page).
+// It is an unnamed function type, so the segment store's own declaration
+// of it (segments.BuildFunc) is the same type.
+type BuildFunc = func(ctx context.Context, w io.Writer) (rowCount int64, nextRowCursor string, err error)
 
 // Config configures an Engine.
 type Config struct {
@@ -57,7 +62,8 @@ type Config struct {
 	// OnCommit is called after a push commit is durable, outside any
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
-	// Gate is the serve gate (gate.go); nil serves every partition.
+	// Gate is the serve gate (gate.go; GateOf adapts a *gate.Gate); nil
+	// serves every partition.
 	Gate   ServeGate
 	Logger *slog.Logger
 
@@ -182,7 +188,7 @@ type request struct {
 	client  storage.Client
 	hasPrev bool
 	scopes  resolvedScopes
-	ticket  gate.Ticket // the serve gate's admission, checked in every transaction
+	ticket  Ticket // the serve gate's admission, checked in every transaction
 	enc     *ssp2.ResponseEncoder
 	w       io.Writer
 	now     int64

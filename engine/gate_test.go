@@ -24,7 +24,7 @@ func gated(t *testing.T) (*harness, *gate.Gate) {
 		if other, err = gate.New(gate.Config{Store: c.Store.(gate.Store), Schema: c.Schema}); err != nil {
 			t.Fatal(err)
 		}
-		c.Gate = g
+		c.Gate = GateOf(g)
 	})
 	return h, other
 }

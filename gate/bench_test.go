@@ -77,6 +77,7 @@ func benchRound(b *testing.B, backend, round, mode string) {
 		b.Fatal(err)
 	}
 	cfg := engine.Config{Schema: sc, Store: st}
+	var g *gate.Gate
 	if mode != "none" {
 		gc := gate.Config{Store: st, Schema: sc, Node: "bench"}
 		if mode == "gate" {
@@ -87,8 +88,8 @@ func benchRound(b *testing.B, backend, round, mode string) {
 			}
 			gc.Conn, gc.JetStream = srv.Conn(), js
 		}
-		g, err := gate.New(gc)
-		if err != nil {
+		var err error
+		if g, err = gate.New(gc); err != nil {
 			b.Fatal(err)
 		}
 		if err := g.Start(ctx); err != nil {
@@ -98,7 +99,7 @@ func benchRound(b *testing.B, backend, round, mode string) {
 		if mode == "gate" {
 			waitFor(b, 10*time.Second, "the watch to go live", g.WatchLive)
 		}
-		cfg.Gate = g
+		cfg.Gate = engine.GateOf(g)
 	}
 	e, err := engine.New(cfg)
 	if err != nil {
@@ -154,8 +155,8 @@ func benchRound(b *testing.B, backend, round, mode string) {
 		}
 	}
 	b.StopTimer()
-	if os.Getenv("GATE_BENCH_VERBOSE") != "" && cfg.Gate != nil {
-		m := cfg.Gate.(*gate.Gate).Metrics()
+	if os.Getenv("GATE_BENCH_VERBOSE") != "" && g != nil {
+		m := g.Metrics()
 		b.Logf("admitted %d (cached %d), checks %d, refused %d", m.Admitted.Load(), m.AdmitCached.Load(), m.Checks.Load(), m.Refused.Load())
 	}
 }
@@ -201,7 +202,7 @@ func benchOverhead(b *testing.B, backend, round string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gated, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: g})
+	gated, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: engine.GateOf(g)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func benchOverhead(b *testing.B, backend, round string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sqlOnly, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: sqlGate})
+	sqlOnly, err := engine.New(engine.Config{Schema: sc, Store: st, Gate: engine.GateOf(sqlGate)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,7 +25,6 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
-	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -51,7 +50,7 @@ type SegmentSource interface {
 	// Bytes returns a whole segment; for small and hot segments.
 	Bytes(ctx context.Context, segmentID string) ([]byte, error)
 	// Open streams a segment; for large ones.
-	Open(ctx context.Context, segmentID string) (*segments.Reader, error)
+	Open(ctx context.Context, segmentID string) (io.ReadCloser, error)
 }
 
 // Config configures the handler.

@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
-		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: n.Gate, Logger: cfg.Logger.With("component", "engine"),
+		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
 		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
 	}); err != nil {

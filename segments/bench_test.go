@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/syncnode/syncnode/storage"
 )
 
 // Benchmarks run on a real embedded NATS server and a real SQLite store.
@@ -89,7 +91,7 @@ func BenchmarkPut(b *testing.B) {
 			b.SetBytes(int64(sz.size))
 			for b.Loop() {
 				i++
-				if _, err := s.Put(e.ctx, uniqueData(b, base, i), Publication{Key: testKey(fmt.Sprint("p", i), "e1", "d1")}); err != nil {
+				if _, err := s.Put(e.ctx, uniqueData(b, base, i), storage.SegmentPublication{SegmentKey: testKey(fmt.Sprint("p", i), "e1", "d1")}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -106,7 +108,7 @@ func BenchmarkRead(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			e := newEnv(b, openSQLite)
 			s := e.node(Config{CacheBytes: -1})
-			pub, err := s.Put(e.ctx, randomBytes(b, sz.size), Publication{Key: testKey("pa", "e1", "d1")})
+			pub, err := s.Put(e.ctx, randomBytes(b, sz.size), storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -140,7 +142,7 @@ func BenchmarkFind(b *testing.B) {
 			s := e.node(Config{KeyCacheEntries: keys})
 			data := segmentBytes(b, 100, 10)
 			for i := range 1000 { // an index with some rows
-				if _, err := s.Put(e.ctx, data, Publication{Key: testKey(fmt.Sprint("p", i), "e1", "d1")}); err != nil {
+				if _, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentKey: testKey(fmt.Sprint("p", i), "e1", "d1")}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -212,8 +212,8 @@ func rowsBuild(tb testing.TB, n, bodyLen int, calls *atomic.Int64) BuildFunc {
 }
 
 // testKey is a first-page key.
-func testKey(partition, epoch, digest string) Key {
-	return Key{Partition: partition, LogEpoch: epoch, Table: "tasks", SchemaVersion: 1,
+func testKey(partition, epoch, digest string) storage.SegmentKey {
+	return storage.SegmentKey{Partition: partition, LogEpoch: epoch, Table: "tasks", SchemaVersion: 1,
 		MediaType: ssp2.MediaRows, ScopeDigest: digest, AsOfCommitSeq: 7, PageRows: 1000}
 }
 

@@ -299,13 +299,13 @@ func (s *Store) deleteObject(ctx context.Context, hexDigest string) error {
 	return nil
 }
 
-// Reader streams one stored segment chunk by chunk (one direct get per
+// reader streams one stored segment chunk by chunk (one direct get per
 // chunk: bounded memory, no consumer, no deadline on the whole read),
 // and verifies it as it goes: the recorded digest must be the address's,
 // the chunks must add up to the recorded size and count, and the SHA-256
 // of what was read must equal the address. Any mismatch fails the read
 // with ErrCorrupt, at the latest instead of io.EOF.
-type Reader struct {
+type reader struct {
 	ctx     context.Context
 	stream  jetstream.Stream
 	subject string
@@ -321,21 +321,18 @@ type Reader struct {
 	err     error
 }
 
-// Size is the segment's byte length.
-func (r *Reader) Size() int64 { return r.size }
+// Close releases nothing today; Open returns an io.ReadCloser so that a
+// reader may hold resources later.
+func (r *reader) Close() error { return nil }
 
-// Close releases nothing today; it exists so a Reader is an
-// io.ReadCloser and may hold resources later.
-func (r *Reader) Close() error { return nil }
-
-func (r *Reader) corrupt(format string, args ...any) error {
+func (r *reader) corrupt(format string, args ...any) error {
 	r.err = fmt.Errorf("read segment %s: %w: "+format, append([]any{r.id, ErrCorrupt}, args...)...)
 	return r.err
 }
 
 // chunk fetches the next chunk. Past the recorded size it checks the
 // totals and returns io.EOF.
-func (r *Reader) chunk() ([]byte, error) {
+func (r *reader) chunk() ([]byte, error) {
 	if r.read == r.size {
 		if r.got != r.chunks {
 			return nil, r.corrupt("%d chunks read, %d recorded", r.got, r.chunks)
@@ -365,7 +362,7 @@ func (r *Reader) chunk() ([]byte, error) {
 }
 
 // Read implements io.Reader.
-func (r *Reader) Read(p []byte) (int, error) {
+func (r *reader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
@@ -383,7 +380,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 
 // readAll reads the whole segment, verified. A single-chunk segment is
 // returned without a copy.
-func (r *Reader) readAll() ([]byte, error) {
+func (r *reader) readAll() ([]byte, error) {
 	var out []byte
 	for {
 		b, err := r.chunk()
@@ -407,11 +404,17 @@ func (r *Reader) readAll() ([]byte, error) {
 	}
 }
 
-// Open streams a segment's bytes, verified against its address as they
-// are read (see Reader). An unknown or malformed id is sync.not_found; a
-// recorded digest that is not the address's fails here with ErrCorrupt.
-// Open does not authorize: callers check a publication first.
-func (s *Store) Open(ctx context.Context, segmentID string) (*Reader, error) {
+// Open streams a segment's bytes, one chunk at a time, verified against
+// its address as they are read: a mismatch fails a Read with ErrCorrupt,
+// at the latest instead of io.EOF. An unknown or malformed id is
+// sync.not_found; a recorded digest that is not the address's fails here
+// with ErrCorrupt. Open does not authorize: callers check a publication
+// first.
+func (s *Store) Open(ctx context.Context, segmentID string) (io.ReadCloser, error) {
+	return s.open(ctx, segmentID)
+}
+
+func (s *Store) open(ctx context.Context, segmentID string) (*reader, error) {
 	hexDigest, ok := parseID(segmentID)
 	if !ok {
 		return nil, notFound()
@@ -424,7 +427,7 @@ func (s *Store) Open(ctx context.Context, segmentID string) (*Reader, error) {
 		return nil, fmt.Errorf("open segment %s: %w", segmentID, err)
 	}
 	want, _ := hex.DecodeString(hexDigest)
-	r := &Reader{
+	r := &reader{
 		ctx: ctx, stream: s.stream, subject: bus.ObjectChunkSubject(s.bucket, info.NUID), id: segmentID,
 		size: int64(info.Size), chunks: info.Chunks, want: want, h: sha256.New(), next: 1,
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/storage"
 )
 
 // pruneBatch is how many index rows one SQL statement of Prune handles,
@@ -39,7 +40,7 @@ func (s *Store) Prune(ctx context.Context, nowMs int64) (PruneResult, error) {
 			break
 		}
 	}
-	s.keys.removeIf(func(_ Key, p Publication) bool { return p.ExpiresAtMs <= nowMs })
+	s.keys.removeIf(func(_ storage.SegmentKey, p storage.SegmentPublication) bool { return p.ExpiresAtMs <= nowMs })
 	var errs []error
 	for {
 		segs, err := s.index.SegmentUnpublished(ctx, pruneBatch)
@@ -86,7 +87,7 @@ func (s *Store) deleteAddress(ctx context.Context, id string) (deleted, busy boo
 		return false, false, err // republished meanwhile, or gone
 	}
 	s.data.remove(id)
-	s.keys.removeIf(func(_ Key, p Publication) bool { return p.SegmentID == id })
+	s.keys.removeIf(func(_ storage.SegmentKey, p storage.SegmentPublication) bool { return p.SegmentID == id })
 	return true, false, s.deleteObject(ctx, hexDigest)
 }
 

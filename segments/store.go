@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/storage"
 )
 
 // Store is the segment store: bytes in the Object Store, the publication
@@ -30,10 +31,10 @@ type Store struct {
 	owner     string // claim value: this Store's random id
 
 	locks  keyedLock
-	builds flight[Key, buildResult]
+	builds flight[storage.SegmentKey, buildResult]
 	reads  flight[string, []byte]
-	keys   *lru[Key, Publication] // GetOrBuild's reuse cache
-	data   *lru[string, []byte]   // segment bytes by id
+	keys   *lru[storage.SegmentKey, storage.SegmentPublication] // GetOrBuild's reuse cache
+	data   *lru[string, []byte]                                 // segment bytes by id
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -77,7 +78,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, index: cfg.Store, bucket: bucket, owner: nuid.Next(),
 		chunkSize: cfg.ChunkSize,
-		keys:      newLRU[Key, Publication](int64(cfg.KeyCacheEntries), func(Publication) int64 { return 1 }),
+		keys:      newLRU[storage.SegmentKey, storage.SegmentPublication](int64(cfg.KeyCacheEntries), func(storage.SegmentPublication) int64 { return 1 }),
 		data:      newLRU[string, []byte](cfg.CacheBytes, func(b []byte) int64 { return int64(len(b)) }),
 	}
 	// A chunk is one message: it must fit the server's max payload.
@@ -174,7 +175,7 @@ func (s *Store) now() int64 { return s.cfg.Now() }
 func (s *Store) Bucket() string { return s.bucket }
 
 // Put stores data as a segment and records pub for it (see PutSpool).
-func (s *Store) Put(ctx context.Context, data []byte, pub Publication) (Publication, error) {
+func (s *Store) Put(ctx context.Context, data []byte, pub storage.SegmentPublication) (storage.SegmentPublication, error) {
 	return s.PutSpool(ctx, spoolOf(data), pub)
 }
 
@@ -186,13 +187,13 @@ func (s *Store) Put(ctx context.Context, data []byte, pub Publication) (Publicat
 // in the index — is refused with sync.storage.content_collision. An
 // identical publication merges: its expiry is raised. It returns the
 // stored publication.
-func (s *Store) PutSpool(ctx context.Context, sp *Spool, pub Publication) (Publication, error) {
+func (s *Store) PutSpool(ctx context.Context, sp *Spool, pub storage.SegmentPublication) (storage.SegmentPublication, error) {
 	id, hexDigest := sp.ID(), sp.hexDigest()
 	if pub.SegmentID != "" && pub.SegmentID != id {
-		return Publication{}, fmt.Errorf("put segment: publication names %s, the bytes hash to %s", pub.SegmentID, id)
+		return storage.SegmentPublication{}, fmt.Errorf("put segment: publication names %s, the bytes hash to %s", pub.SegmentID, id)
 	}
 	if pub.ByteLength != 0 && pub.ByteLength != sp.Size() {
-		return Publication{}, fmt.Errorf("put segment %s: publication says %d bytes, there are %d", id, pub.ByteLength, sp.Size())
+		return storage.SegmentPublication{}, fmt.Errorf("put segment %s: publication says %d bytes, there are %d", id, pub.ByteLength, sp.Size())
 	}
 	pub.SegmentID, pub.ByteLength = id, sp.Size()
 	if pub.CreatedAtMs == 0 {
@@ -203,25 +204,25 @@ func (s *Store) PutSpool(ctx context.Context, sp *Spool, pub Publication) (Publi
 	}
 	release, _, err := s.claim(ctx, hexDigest, true)
 	if err != nil {
-		return Publication{}, fmt.Errorf("put segment %s: %w", id, err)
+		return storage.SegmentPublication{}, fmt.Errorf("put segment %s: %w", id, err)
 	}
 	defer release()
 	uploaded, err := s.ensureObject(ctx, hexDigest, sp)
 	if err != nil {
-		return Publication{}, fmt.Errorf("put segment %s: %w", id, err)
+		return storage.SegmentPublication{}, fmt.Errorf("put segment %s: %w", id, err)
 	}
 	if uploaded {
 		s.counters.uploads.Add(1)
 	} else {
 		s.counters.uploadsSkipped.Add(1)
 	}
-	stored, err := s.index.SegmentPublish(ctx, toStorage(pub))
+	stored, err := s.index.SegmentPublish(ctx, pub)
 	if err != nil {
-		return Publication{}, fmt.Errorf("put segment %s: %w", id, err)
+		return storage.SegmentPublication{}, fmt.Errorf("put segment %s: %w", id, err)
 	}
 	s.counters.puts.Add(1)
-	out := fromStorage(stored)
-	s.keys.put(out.Key, out)
+	out := stored
+	s.keys.put(out.SegmentKey, out)
 	if b, ok := sp.Bytes(); ok && int64(len(b)) <= s.cfg.CacheMaxSegment {
 		s.data.put(id, b)
 	}
@@ -230,38 +231,38 @@ func (s *Store) PutSpool(ctx context.Context, sp *Spool, pub Publication) (Publi
 
 // Find returns the live publication for key (ExpiresAtMs > nowMs) that
 // expires last: the reuse lookup. It reads the key cache, then SQL.
-func (s *Store) Find(ctx context.Context, key Key, nowMs int64) (Publication, bool, error) {
+func (s *Store) Find(ctx context.Context, key storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error) {
 	if p, ok := s.keys.get(key); ok && p.ExpiresAtMs > nowMs {
 		return p, true, nil
 	}
-	sp, ok, err := s.index.SegmentFind(ctx, storageKey(key), nowMs)
+	sp, ok, err := s.index.SegmentFind(ctx, key, nowMs)
 	if err != nil || !ok {
-		return Publication{}, false, err
+		return storage.SegmentPublication{}, false, err
 	}
-	p := fromStorage(sp)
+	p := sp
 	s.keys.put(key, p)
 	return p, true, nil
 }
 
 // Get returns a segment with all its publications, expired ones
 // included; an unknown id is sync.not_found.
-func (s *Store) Get(ctx context.Context, segmentID string) (Segment, error) {
+func (s *Store) Get(ctx context.Context, segmentID string) (storage.Segment, error) {
 	if _, ok := parseID(segmentID); !ok {
-		return Segment{}, notFound()
+		return storage.Segment{}, notFound()
 	}
 	seg, ok, err := s.index.SegmentGet(ctx, segmentID)
 	if err != nil {
-		return Segment{}, err
+		return storage.Segment{}, err
 	}
 	if !ok {
-		return Segment{}, notFound()
+		return storage.Segment{}, notFound()
 	}
-	return Segment{ID: seg.ID, ByteLength: seg.ByteLength, CreatedAtMs: seg.CreatedAtMs, Publications: fromStorageAll(seg.Publications)}, nil
+	return seg, nil
 }
 
 // Publications lists the segment's publications in one partition and log
 // epoch, expired ones included (none for an unknown or malformed id).
-func (s *Store) Publications(ctx context.Context, segmentID, partition, logEpoch string) ([]Publication, error) {
+func (s *Store) Publications(ctx context.Context, segmentID, partition, logEpoch string) ([]storage.SegmentPublication, error) {
 	if _, ok := parseID(segmentID); !ok {
 		return nil, nil
 	}
@@ -269,7 +270,7 @@ func (s *Store) Publications(ctx context.Context, segmentID, partition, logEpoch
 	if err != nil {
 		return nil, err
 	}
-	return fromStorageAll(pubs), nil
+	return pubs, nil
 }
 
 // Grants returns the segment's live publications in one partition and log
@@ -277,7 +278,7 @@ func (s *Store) Publications(ctx context.Context, segmentID, partition, logEpoch
 // another partition or epoch, sync.segment_expired when every matching
 // publication expired (SPEC.md §5.5). The caller still compares scope
 // digests.
-func (s *Store) Grants(ctx context.Context, segmentID, partition, logEpoch string, nowMs int64) ([]Publication, error) {
+func (s *Store) Grants(ctx context.Context, segmentID, partition, logEpoch string, nowMs int64) ([]storage.SegmentPublication, error) {
 	pubs, err := s.Publications(ctx, segmentID, partition, logEpoch)
 	if err != nil {
 		return nil, err
@@ -306,7 +307,7 @@ func (s *Store) Bytes(ctx context.Context, segmentID string) ([]byte, error) {
 		s.counters.cacheMisses.Add(1)
 		rctx, cancel := context.WithTimeout(s.ctx, s.cfg.UploadTimeout)
 		defer cancel()
-		r, err := s.Open(rctx, segmentID)
+		r, err := s.open(rctx, segmentID)
 		if err != nil {
 			return nil, err
 		}
@@ -329,7 +330,7 @@ func (s *Store) Bytes(ctx context.Context, segmentID string) ([]byte, error) {
 // duplicate build harmless (the bytes are stored once, the publications
 // merge). A reuse reads the key cache or SQL, never writes. A publication
 // is reused only while it has more than ReuseMargin left.
-func (s *Store) GetOrBuild(ctx context.Context, key Key, nowMs int64, build BuildFunc) (Publication, bool, error) {
+func (s *Store) GetOrBuild(ctx context.Context, key storage.SegmentKey, nowMs int64, build BuildFunc) (storage.SegmentPublication, bool, error) {
 	horizon := nowMs + s.cfg.ReuseMargin.Milliseconds()
 	if p, ok := s.keys.get(key); ok && p.ExpiresAtMs > horizon {
 		s.counters.reuses.Add(1)
@@ -340,10 +341,10 @@ func (s *Store) GetOrBuild(ctx context.Context, key Key, nowMs int64, build Buil
 		defer cancel()
 		stop := context.AfterFunc(s.ctx, cancel) // Close aborts builds
 		defer stop()
-		if sp, ok, err := s.index.SegmentFind(bctx, storageKey(key), horizon); err != nil {
+		if sp, ok, err := s.index.SegmentFind(bctx, key, horizon); err != nil {
 			return buildResult{}, err
 		} else if ok {
-			p := fromStorage(sp)
+			p := sp
 			s.keys.put(key, p)
 			return buildResult{pub: p}, nil
 		}
@@ -351,7 +352,7 @@ func (s *Store) GetOrBuild(ctx context.Context, key Key, nowMs int64, build Buil
 		return buildResult{pub: p, built: true}, err
 	})
 	if err != nil {
-		return Publication{}, false, fmt.Errorf("get or build segment: %w", err)
+		return storage.SegmentPublication{}, false, fmt.Errorf("get or build segment: %w", err)
 	}
 	built := leader && r.built
 	if !built {
@@ -362,20 +363,20 @@ func (s *Store) GetOrBuild(ctx context.Context, key Key, nowMs int64, build Buil
 
 // buildResult is what concurrent GetOrBuild calls share.
 type buildResult struct {
-	pub   Publication
+	pub   storage.SegmentPublication
 	built bool
 }
 
-func (s *Store) build(ctx context.Context, key Key, nowMs int64, build BuildFunc) (Publication, error) {
+func (s *Store) build(ctx context.Context, key storage.SegmentKey, nowMs int64, build BuildFunc) (storage.SegmentPublication, error) {
 	sp := NewSpool(s.cfg.TempDir, s.cfg.SpillBytes)
 	defer sp.Close()
 	rows, next, err := build(ctx, sp)
 	if err != nil {
-		return Publication{}, fmt.Errorf("build: %w", err)
+		return storage.SegmentPublication{}, fmt.Errorf("build: %w", err)
 	}
 	s.counters.builds.Add(1)
-	return s.PutSpool(ctx, sp, Publication{
-		Key: key, NextRowCursor: next, RowCount: rows,
+	return s.PutSpool(ctx, sp, storage.SegmentPublication{
+		SegmentKey: key, NextRowCursor: next, RowCount: rows,
 		CreatedAtMs: nowMs, ExpiresAtMs: nowMs + s.cfg.TTL.Milliseconds(),
 	})
 }

@@ -125,11 +125,11 @@ func TestGrants(t *testing.T) {
 		s := e.node(Config{TTL: time.Hour})
 		data := segmentBytes(t, 1000, 30)
 		id := ssp2.SegmentID(data)
-		var short Publication
+		var short storage.SegmentPublication
 		for _, part := range []string{"pa", "pb"} {
 			for _, epoch := range []string{"e1", "e2"} {
 				for _, digest := range []string{"d1", "d2"} {
-					pub := Publication{Key: testKey(part, epoch, digest), RowCount: 1000}
+					pub := storage.SegmentPublication{SegmentKey: testKey(part, epoch, digest), RowCount: 1000}
 					if part == "pb" && epoch == "e2" && digest == "d2" {
 						pub.ExpiresAtMs = e.t0 + time.Minute.Milliseconds() // expires first
 					}
@@ -137,7 +137,7 @@ func TestGrants(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Put(%s/%s/%s): %v", part, epoch, digest, err)
 					}
-					if got.SegmentID != id || got.ByteLength != int64(len(data)) || got.CreatedAtMs != e.t0 || got.Key != pub.Key {
+					if got.SegmentID != id || got.ByteLength != int64(len(data)) || got.CreatedAtMs != e.t0 || got.SegmentKey != pub.SegmentKey {
 						t.Fatalf("Put returned %+v", got)
 					}
 					if pub.ExpiresAtMs != 0 {
@@ -154,7 +154,7 @@ func TestGrants(t *testing.T) {
 			t.Fatalf("Stats after 8 puts = %+v", st)
 		}
 
-		grants := func(part, epoch string, now int64) ([]Publication, error) {
+		grants := func(part, epoch string, now int64) ([]storage.SegmentPublication, error) {
 			return s.Grants(e.ctx, id, part, epoch, now)
 		}
 		for _, part := range []string{"pa", "pb"} {
@@ -195,7 +195,7 @@ func TestGrants(t *testing.T) {
 			t.Fatalf("Get after prune = %d publications, %v", len(seg.Publications), err)
 		}
 		for _, p := range seg.Publications {
-			if p.Key == short.Key {
+			if p.SegmentKey == short.SegmentKey {
 				t.Fatal("the expired publication survived Prune")
 			}
 		}
@@ -225,7 +225,7 @@ func TestGrants(t *testing.T) {
 			t.Fatalf("Stats after pruning everything = %+v", st)
 		}
 		// The address can be stored again.
-		if _, err := s.Put(e.ctx, data, Publication{Key: testKey("pa", "e1", "d1")}); err != nil {
+		if _, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")}); err != nil {
 			t.Fatalf("Put after prune: %v", err)
 		}
 		if got, err := other.Bytes(e.ctx, id); err != nil || !bytes.Equal(got, data) {
@@ -240,7 +240,7 @@ func TestDownloadErrors(t *testing.T) {
 	e := newEnv(t, openSQLite)
 	s := e.node(Config{TTL: time.Hour})
 	data := segmentBytes(t, 10, 10)
-	pub, err := s.Put(e.ctx, data, Publication{Key: testKey("pa", "e1", "d1")})
+	pub, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestDownloadErrors(t *testing.T) {
 		t.Fatalf("Live(nil) = %v", err)
 	}
 	// A publication naming other bytes is refused before anything is stored.
-	if _, err := s.Put(e.ctx, data, Publication{SegmentID: unknown, Key: testKey("pa", "e1", "d2")}); err == nil {
+	if _, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentID: unknown, SegmentKey: testKey("pa", "e1", "d2")}); err == nil {
 		t.Fatal("Put with a foreign segment id accepted")
 	}
 }
@@ -284,7 +284,7 @@ func TestCollision(t *testing.T) {
 		if err := s.upload(e.ctx, bus.SegmentObject(hexA), spoolOf(b)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Put(e.ctx, a, Publication{Key: testKey("pa", "e1", "d1")})
+		_, err := s.Put(e.ctx, a, storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")})
 		wantCode(t, err, ssp2.CodeStorageContentCollision)
 		if st, _ := s.Stats(e.ctx); st.Objects != 0 || st.Publications != 0 {
 			t.Fatalf("Stats after a collision = %+v", st)
@@ -314,7 +314,7 @@ func TestConcurrentPutsLeaveNoOrphans(t *testing.T) {
 		for n, s := range nodes {
 			for i := range perNode {
 				wg.Go(func() {
-					_, err := s.Put(e.ctx, data, Publication{Key: testKey(fmt.Sprint("p", n, "-", i), "e1", "d1")})
+					_, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentKey: testKey(fmt.Sprint("p", n, "-", i), "e1", "d1")})
 					errs <- err
 				})
 			}
@@ -430,7 +430,7 @@ func TestCorruptionDetected(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, openSQLite)
 			s := e.node(Config{ChunkSize: 4 << 10})
-			pub, err := s.Put(e.ctx, data, Publication{Key: testKey("pa", "e1", "d1")})
+			pub, err := s.Put(e.ctx, data, storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -472,7 +472,7 @@ func TestGetOrBuildStorm(t *testing.T) {
 		var calls atomic.Int64
 		build := rowsBuild(t, 5000, 50, &calls)
 		const n = 50
-		pubs := make([]Publication, 2*n)
+		pubs := make([]storage.SegmentPublication, 2*n)
 		builtN := make([]atomic.Int64, 2)
 		var wg sync.WaitGroup
 		for i := range 2 * n {
@@ -499,7 +499,7 @@ func TestGetOrBuildStorm(t *testing.T) {
 			t.Fatalf("build ran %d times on two nodes", c)
 		}
 		for i, p := range pubs {
-			if p.SegmentID != pubs[0].SegmentID || p.Key != key || p.RowCount != 5000 {
+			if p.SegmentID != pubs[0].SegmentID || p.SegmentKey != key || p.RowCount != 5000 {
 				t.Fatalf("answer %d = %+v, answer 0 = %+v", i, p, pubs[0])
 			}
 		}
@@ -625,7 +625,7 @@ func TestMaintenanceLoop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, openSQLite)
 	s := e.node(Config{MaintenanceInterval: time.Second, TTL: time.Minute})
-	if _, err := s.Put(e.ctx, segmentBytes(t, 10, 10), Publication{Key: testKey("pa", "e1", "d1")}); err != nil {
+	if _, err := s.Put(e.ctx, segmentBytes(t, 10, 10), storage.SegmentPublication{SegmentKey: testKey("pa", "e1", "d1")}); err != nil {
 		t.Fatal(err)
 	}
 	e.advance(2 * time.Minute)

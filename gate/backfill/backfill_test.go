@@ -97,7 +97,7 @@ func newEnv(t *testing.T, n int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, err := engine.New(engine.Config{Schema: v2, Store: st, Gate: g})
+	e2, err := engine.New(engine.Config{Schema: v2, Store: st, Gate: engine.GateOf(g)})
 	if err != nil {
 		t.Fatal(err)
 	}
