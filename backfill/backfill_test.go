@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/backfill"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
-	"github.com/syncnode/syncnode/gate/backfill"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"

@@ -5,6 +5,10 @@
 // so a batch and its progress commit together — then activates it, and
 // runs the pass again when the activation finds a source change above the
 // watermark (stale) or a pruned window (unverifiable).
+//
+// It sits above the engine and the serve gate and drives both through
+// narrow interfaces (Writer, Gate). A program embedding a node gets a
+// runner wired to it from node.Node.Backfiller.
 package backfill
 
 import (
