@@ -1,7 +1,8 @@
 // Package bus is syncnode's event bus on NATS: the only place where
 // subjects, stream names, bucket names and KV keys are built; the
-// CloudEvents encoding of commits; the relay that publishes the commit log
-// to JetStream; and the subscriptions the node reacts to.
+// CloudEvents encoding of commits (Encoder); the streams (EnsureStreams);
+// and the subscriptions the node reacts to. Package relay publishes the
+// commit log with this encoding.
 //
 // # Subject grammar
 //
@@ -67,15 +68,11 @@
 //
 // # The relay
 //
-// The commit log in SQL is the outbox. After a push commits, the engine
-// calls Relay.Notify; the relay reads the partition's last event from the
-// stream, publishes every later commit, and makes each publish conditional
-// on the partition's last stream sequence (Nats-Expected-Last-Subject-
-// Sequence over sync.<partition>.commit.>). A replay after a crash, a
-// stale cache or a relay on another node sharing the same PostgreSQL is
-// refused by the server and resolved by re-reading the stream's tail:
-// every commit is in the stream exactly once and in order, inside or
-// outside the duplicate window.
+// Package relay publishes the commit log: after a push commits, the engine
+// calls relay.Relay.Notify, and every commit reaches SYNC_COMMITS exactly
+// once and in order, each publish compare-and-set on the partition's last
+// stream sequence (Nats-Expected-Last-Subject-Sequence over
+// sync.<partition>.commit.>).
 //
 // # Control events
 //

@@ -25,10 +25,10 @@ var (
 	hvContentType = []string{ContentTypeJSON}
 )
 
-// encoder turns commits into commit-event messages: one per (commit,
-// table), CloudEvents binary mode. It keeps scratch buffers and is used by
-// one goroutine at a time.
-type encoder struct {
+// Encoder turns commits into commit-event messages: one per (commit,
+// table), CloudEvents binary mode (see the package doc). It keeps scratch
+// buffers: use one Encoder per goroutine.
+type Encoder struct {
 	source     []string // ce-source header value
 	schema     *schema.Schema
 	maxPayload int // largest message (headers + body) the server accepts
@@ -38,28 +38,32 @@ type encoder struct {
 	keys   []string
 }
 
-// event is one encoded message and the commit it belongs to.
-type event struct {
-	msg       *nats.Msg
-	commitSeq int64
+// CommitMsg is one encoded commit-event message and the commit it
+// belongs to.
+type CommitMsg struct {
+	Msg       *nats.Msg
+	CommitSeq int64
 }
 
-// newEncoder builds an encoder for events from node. maxPayload <= 0
-// means unlimited.
-func newEncoder(node string, s *schema.Schema, maxPayload int) *encoder {
-	return &encoder{source: []string{Source(node)}, schema: s, maxPayload: maxPayload}
+// NewEncoder builds an Encoder for events from node (ce-source
+// syncnode://<node>, see CheckNode). Rows are rendered with s. A message
+// whose body would exceed maxPayload (the server's max_payload; <= 0 is
+// unlimited) leaves out its rows, then its changes.
+func NewEncoder(node string, s *schema.Schema, maxPayload int) *Encoder {
+	return &Encoder{source: []string{Source(node)}, schema: s, maxPayload: maxPayload}
 }
 
-// appendCommit appends the messages of one commit, tables in order of
-// first appearance, each table's changes in commit order.
-func (e *encoder) appendCommit(dst []event, p Partition, logEpoch string, c storage.Commit) []event {
+// AppendCommit appends the messages of one commit to dst, tables in order
+// of first appearance, each table's changes in commit order. Each header
+// map has room for the publisher's compare-and-set and batch headers.
+func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c storage.Commit) []CommitMsg {
 	e.tables = e.tables[:0]
 	for i := range c.Changes {
 		if !slices.Contains(e.tables, c.Changes[i].Table) {
 			e.tables = append(e.tables, c.Changes[i].Table)
 		}
 	}
-	epoch := escapeEpoch(logEpoch)
+	epoch := EscapeEpoch(logEpoch)
 	hEpoch := []string{epoch}
 	hSeq := []string{strconv.FormatInt(c.CommitSeq, 10)}
 	hTime := []string{time.UnixMilli(c.CreatedAtMs).UTC().Format(timeLayoutMillis)}
@@ -98,9 +102,9 @@ func (e *encoder) appendCommit(dst []event, p Partition, logEpoch string, c stor
 				body = e.body(p, logEpoch, c, table, bodyNoChanges)
 			}
 		}
-		dst = append(dst, event{
-			msg:       &nats.Msg{Subject: subject, Header: h, Data: body},
-			commitSeq: c.CommitSeq,
+		dst = append(dst, CommitMsg{
+			Msg:       &nats.Msg{Subject: subject, Header: h, Data: body},
+			CommitSeq: c.CommitSeq,
 		})
 	}
 	return dst
@@ -126,7 +130,7 @@ const (
 
 // body renders the CommitBody JSON of one table's changes by hand: the
 // field order is fixed and the rows come straight from the row codec.
-func (e *encoder) body(p Partition, logEpoch string, c storage.Commit, table string, mode bodyMode) []byte {
+func (e *Encoder) body(p Partition, logEpoch string, c storage.Commit, table string, mode bodyMode) []byte {
 	n := 0
 	for i := range c.Changes {
 		if c.Changes[i].Table == table {
@@ -183,7 +187,7 @@ func (e *encoder) body(p Partition, logEpoch string, c storage.Commit, table str
 	return append(b, '}')
 }
 
-func (e *encoder) appendChange(b []byte, t *schema.Table, ch *storage.Change, rows bool) []byte {
+func (e *Encoder) appendChange(b []byte, t *schema.Table, ch *storage.Change, rows bool) []byte {
 	b = append(b, `{"rowId":`...)
 	b = appendString(b, ch.RowID)
 	if ch.Op == storage.OpDelete {
@@ -224,7 +228,7 @@ func (e *encoder) appendChange(b []byte, t *schema.Table, ch *storage.Change, ro
 
 // appendRow appends ,"row":{column: value} or reports false, leaving b
 // as it was.
-func (e *encoder) appendRow(b []byte, t *schema.Table, payload []byte) ([]byte, bool) {
+func (e *Encoder) appendRow(b []byte, t *schema.Table, payload []byte) ([]byte, bool) {
 	if t == nil {
 		return b, false
 	}

@@ -12,37 +12,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/bus/bustest"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
-
-const testSchemaJSON = `{"version": 3, "tables": [
- {"name": "todos", "primaryKey": "id", "scopes": ["project:{project_id}"],
-  "columns": [
-   {"name": "id", "type": "string"},
-   {"name": "project_id", "type": "string"},
-   {"name": "title", "type": "string"},
-   {"name": "done", "type": "boolean"},
-   {"name": "rank", "type": "integer"},
-   {"name": "score", "type": "float", "nullable": true},
-   {"name": "meta", "type": "json", "nullable": true},
-   {"name": "blob", "type": "bytes", "nullable": true},
-   {"name": "note", "type": "string", "nullable": true}]},
- {"name": "projects", "primaryKey": "id", "scopes": ["project:{id}"],
-  "columns": [
-   {"name": "id", "type": "string"},
-   {"name": "name", "type": "string"}]}]}`
-
-func testSchema(t testing.TB) *schema.Schema {
-	t.Helper()
-	s, err := schema.Parse([]byte(testSchemaJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func str(s string) ssp2.Value { return ssp2.Value{Bytes: []byte(s)} }
 
@@ -84,16 +59,16 @@ func multiTableCommit(t testing.TB, s *schema.Schema) storage.Commit {
 
 func TestEncodeCommit(t *testing.T) {
 	t.Parallel()
-	s := testSchema(t)
+	s := bustest.Schema(t)
 	p := mustPartition(t, "acme/eu")
-	enc := newEncoder("node-1", s, 1<<20)
-	evs := enc.appendCommit(nil, p, "ep1", multiTableCommit(t, s))
+	enc := NewEncoder("node-1", s, 1<<20)
+	evs := enc.AppendCommit(nil, p, "ep1", multiTableCommit(t, s))
 	if len(evs) != 2 {
 		t.Fatalf("%d messages, want 2 (one per table)", len(evs))
 	}
-	m := evs[0].msg
-	if m.Subject != "sync.acme=2Feu.commit.todos" || evs[1].msg.Subject != "sync.acme=2Feu.commit.projects" {
-		t.Fatalf("subjects %q, %q", m.Subject, evs[1].msg.Subject)
+	m := evs[0].Msg
+	if m.Subject != "sync.acme=2Feu.commit.todos" || evs[1].Msg.Subject != "sync.acme=2Feu.commit.projects" {
+		t.Fatalf("subjects %q, %q", m.Subject, evs[1].Msg.Subject)
 	}
 	want := map[string]string{
 		"ce-specversion": "1.0",
@@ -147,14 +122,14 @@ func TestEncodeCommit(t *testing.T) {
 
 func TestEncodeHashedPartition(t *testing.T) {
 	t.Parallel()
-	s := testSchema(t)
+	s := bustest.Schema(t)
 	p := mustPartition(t, strings.Repeat("tenant.", 20))
-	evs := newEncoder("n", s, 0).appendCommit(nil, p, "e", multiTableCommit(t, s))
-	h := evs[0].msg.Header
+	evs := NewEncoder("n", s, 0).AppendCommit(nil, p, "e", multiTableCommit(t, s))
+	h := evs[0].Msg.Header
 	if h.Get(HeaderPartition) != p.Token() || h.Get(HeaderSyncPartition) != p.Escaped() {
 		t.Fatalf("headers %v", h)
 	}
-	meta, err := ParseMeta(evs[0].msg.Subject, h)
+	meta, err := ParseMeta(evs[0].Msg.Subject, h)
 	if err != nil || meta.Partition.ID() != p.ID() {
 		t.Fatalf("ParseMeta = %+v, %v", meta, err)
 	}
@@ -162,21 +137,21 @@ func TestEncodeHashedPartition(t *testing.T) {
 
 func TestEncodeOversizeAndUndecodable(t *testing.T) {
 	t.Parallel()
-	s := testSchema(t)
+	s := bustest.Schema(t)
 	p := mustPartition(t, "p")
 	c := multiTableCommit(t, s)
 	big := strings.Repeat("x", 4000)
 	c.Changes[0].Row = todoRow(t, s, "t1", "p1", big, 1)
-	evs := newEncoder("n", s, 3000).appendCommit(nil, p, "e", c)
-	b, err := DecodeBody(evs[0].msg.Data)
+	evs := NewEncoder("n", s, 3000).AppendCommit(nil, p, "e", c)
+	b, err := DecodeBody(evs[0].Msg.Data)
 	if err != nil || !b.RowsOmitted || len(b.Changes) != 2 || b.Changes[0].Row != nil {
 		t.Fatalf("oversize row: %+v, %v", b, err)
 	}
 	for i := range 200 {
 		c.Changes = append(c.Changes, storage.Change{Table: "todos", RowID: strings.Repeat("r", 40) + string(rune('a'+i%26)), Op: storage.OpDelete})
 	}
-	evs = newEncoder("n", s, 3000).appendCommit(nil, p, "e", c)
-	b, err = DecodeBody(evs[0].msg.Data)
+	evs = NewEncoder("n", s, 3000).AppendCommit(nil, p, "e", c)
+	b, err = DecodeBody(evs[0].Msg.Data)
 	if err != nil || !b.ChangesOmitted || b.ChangeCount != 202 || len(b.Changes) != 0 {
 		t.Fatalf("oversize change list: changes %d, count %d, omitted %v, %v", len(b.Changes), b.ChangeCount, b.ChangesOmitted, err)
 	}
@@ -185,11 +160,11 @@ func TestEncodeOversizeAndUndecodable(t *testing.T) {
 	c = multiTableCommit(t, s)
 	c.Changes[0].Row = []byte{1, 2, 3}
 	c.Changes[1].Table = "gone"
-	evs = newEncoder("n", s, 0).appendCommit(nil, p, "e", c)
+	evs = NewEncoder("n", s, 0).AppendCommit(nil, p, "e", c)
 	for _, ev := range evs {
-		b, err := DecodeBody(ev.msg.Data)
+		b, err := DecodeBody(ev.Msg.Data)
 		if err != nil || b.Changes[0].Row != nil || len(b.Changes[0].RowPayload) == 0 {
-			t.Errorf("%s: undecodable row: %+v, %v", ev.msg.Subject, b.Changes[0], err)
+			t.Errorf("%s: undecodable row: %+v, %v", ev.Msg.Subject, b.Changes[0], err)
 		}
 	}
 }
@@ -211,7 +186,7 @@ func TestAppendValueNonFinite(t *testing.T) {
 // SDK's NATS binding (binary mode).
 func TestCloudEventsSDKDecodes(t *testing.T) {
 	t.Parallel()
-	s := testSchema(t)
+	s := bustest.Schema(t)
 	srv := embeddedtest.Start(t)
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -226,9 +201,9 @@ func TestCloudEventsSDKDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := mustPartition(t, "acme")
-	evs := newEncoder("node-1", s, 0).appendCommit(nil, p, "ep1", multiTableCommit(t, s))
+	evs := NewEncoder("node-1", s, 0).AppendCommit(nil, p, "ep1", multiTableCommit(t, s))
 	for _, ev := range evs {
-		if err := srv.Conn().PublishMsg(ev.msg); err != nil {
+		if err := srv.Conn().PublishMsg(ev.Msg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,7 +219,7 @@ func TestCloudEventsSDKDecodes(t *testing.T) {
 		if err := ev.Validate(); err != nil {
 			t.Fatalf("sdk validate: %v", err)
 		}
-		if ev.ID() != want.msg.Header.Get(HeaderID) || ev.Type() != EventTypeCommit || ev.Source() != "syncnode://node-1" ||
+		if ev.ID() != want.Msg.Header.Get(HeaderID) || ev.Type() != EventTypeCommit || ev.Source() != "syncnode://node-1" ||
 			ev.DataContentType() != ContentTypeJSON || ev.Time().UnixMilli() != 1767225600123 || ev.SpecVersion() != "1.0" {
 			t.Errorf("sdk event = %s", ev)
 		}
@@ -256,5 +231,22 @@ func TestCloudEventsSDKDecodes(t *testing.T) {
 		if err := ev.DataAs(&body); err != nil || body.CommitSeq != 42 {
 			t.Errorf("DataAs = %+v, %v", body, err)
 		}
+	}
+}
+
+// BenchmarkEncodeCommit: one three-change, two-table commit encoded into
+// its two messages, as the relay does for every commit.
+func BenchmarkEncodeCommit(b *testing.B) {
+	s := bustest.Schema(b)
+	p := mustPartition(b, "acme")
+	c := multiTableCommit(b, s)
+	enc := NewEncoder("node-1", s, 1<<20)
+	var evs []CommitMsg
+	b.ReportAllocs()
+	for b.Loop() {
+		evs = enc.AppendCommit(evs[:0], p, "ep1", c)
+	}
+	if len(evs) != 2 {
+		b.Fatalf("%d messages", len(evs))
 	}
 }

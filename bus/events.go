@@ -46,11 +46,28 @@ const (
 // Source is the ce-source of events published by node: syncnode://<node>.
 func Source(node string) string { return SourcePrefix + node }
 
+// ErrInvalidNode is returned for a node name that cannot appear in a
+// ce-source.
+var ErrInvalidNode = errors.New("invalid node name")
+
+// CheckNode reports whether node is a valid node name: [A-Za-z0-9._-]+.
+func CheckNode(node string) error {
+	if node == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidNode)
+	}
+	for i := 0; i < len(node); i++ {
+		if c := node[i]; !keep(c) && c != '.' {
+			return fmt.Errorf("%w: %q must match [A-Za-z0-9._-]+", ErrInvalidNode, node)
+		}
+	}
+	return nil
+}
+
 // EventID is the ce-id and Nats-Msg-Id of one commit event:
 // <partition token>:<logEpoch>:<commitSeq>:<table>, the epoch escaped like
 // a partition id so that ':' cannot appear inside a field.
 func EventID(p Partition, logEpoch string, commitSeq int64, table string) string {
-	return eventID(p.token, escapeEpoch(logEpoch), commitSeq, table)
+	return eventID(p.token, EscapeEpoch(logEpoch), commitSeq, table)
 }
 
 func eventID(token, epoch string, seq int64, table string) string {
@@ -66,9 +83,10 @@ func eventID(token, epoch string, seq int64, table string) string {
 	return b.String()
 }
 
-// escapeEpoch makes a log epoch safe in a header and an event id. Epochs
-// are short random strings; only unusual bytes change.
-func escapeEpoch(epoch string) string { return escape(epoch) }
+// EscapeEpoch is a log epoch as it appears in ce-logepoch and event ids:
+// escaped like a partition id. Epochs are short random strings; only
+// unusual bytes change.
+func EscapeEpoch(epoch string) string { return escape(epoch) }
 
 // Meta is what a commit event's headers and subject say about it.
 type Meta struct {

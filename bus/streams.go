@@ -199,7 +199,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil
 	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 		// Reconcile below.
-	case isAPIError(err, jsErrSubjectOverlap):
+	case IsAPIError(err, JSErrSubjectOverlap):
 		return &StreamConflictError{Stream: want.Name, Field: "subjects", Have: "bound by another stream", Want: fmt.Sprint(want.Subjects), Err: err}
 	default:
 		return fmt.Errorf("ensure stream %s: %w", want.Name, err)
@@ -254,18 +254,21 @@ func ownedEqual(a, b jetstream.StreamConfig) bool {
 		a.AllowAtomicPublish == b.AllowAtomicPublish && a.AllowDirect == b.AllowDirect && a.DenyDelete == b.DenyDelete
 }
 
-// JetStream API error codes the bus reacts to.
+// JetStream API error codes the bus and the relay react to (nats-server's
+// server/errors.json).
 const (
-	jsErrStreamNotFound           jetstream.ErrorCode = 10059
-	jsErrSubjectOverlap           jetstream.ErrorCode = 10065
-	jsErrWrongLastSequence        jetstream.ErrorCode = 10071
-	jsErrDuplicateMessageConflict jetstream.ErrorCode = 10158
-	jsErrWrongLastSequenceConst   jetstream.ErrorCode = 10164
-	jsErrBatchPublishDisabled     jetstream.ErrorCode = 10174
-	jsErrBatchDuplicateMsgID      jetstream.ErrorCode = 10201
+	JSErrStreamNotFound           jetstream.ErrorCode = 10059
+	JSErrSubjectOverlap           jetstream.ErrorCode = 10065
+	JSErrWrongLastSequence        jetstream.ErrorCode = 10071
+	JSErrDuplicateMessageConflict jetstream.ErrorCode = 10158
+	JSErrWrongLastSequenceConst   jetstream.ErrorCode = 10164
+	JSErrBatchPublishDisabled     jetstream.ErrorCode = 10174
+	JSErrBatchDuplicateMsgID      jetstream.ErrorCode = 10201
 )
 
-func isAPIError(err error, codes ...jetstream.ErrorCode) bool {
+// IsAPIError reports whether err is a JetStream API error with one of
+// codes.
+func IsAPIError(err error, codes ...jetstream.ErrorCode) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false

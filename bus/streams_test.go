@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/bus/bustest"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 )
 
@@ -16,16 +16,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	js := embeddedtest.Start(t).JetStream()
-	ctx := testCtx(t)
+	ctx := bustest.Context(t)
 	cfg := StreamsConfig{Commits: StreamConfig{MaxAge: time.Hour, Duplicates: 10 * time.Second, MaxBytes: 1 << 30}}
 	if err := EnsureStreams(ctx, js, cfg); err != nil {
 		t.Fatalf("first: %v", err)
@@ -54,7 +48,7 @@ func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
 func TestEnsureStreamsReconcilesDrift(t *testing.T) {
 	t.Parallel()
 	js := embeddedtest.Start(t).JetStream()
-	ctx := testCtx(t)
+	ctx := bustest.Context(t)
 	old := CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
 	old.AllowAtomicPublish = false
 	old.MaxMsgsPerSubject = 10
@@ -91,7 +85,7 @@ func TestEnsureStreamsConflicts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			js := embeddedtest.Start(t, embeddedtest.WithDontListen()).JetStream()
-			ctx := testCtx(t)
+			ctx := bustest.Context(t)
 			if _, err := js.CreateStream(ctx, tt.pre); err != nil {
 				t.Fatal(err)
 			}

@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/storage"
@@ -97,7 +97,7 @@ type Node struct {
 	log      *slog.Logger
 	Store    storage.Store
 	NATS     *embedded.Server
-	Relay    *bus.Relay
+	Relay    *relay.Relay
 	Segments *segments.Store
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
@@ -163,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("start NATS: %w", err)
 	}
 
-	if n.Relay, err = bus.NewRelay(n.NATS.JetStream(), n.Store, bus.RelayConfig{
+	if n.Relay, err = relay.New(n.NATS.JetStream(), n.Store, relay.Config{
 		Node: cfg.Name, Schema: cfg.Schema, Logger: cfg.Logger.With("component", "relay"),
 	}); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)

@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 )
@@ -40,7 +41,7 @@ func TestRelayCoreSubscriberMultiTableCommit(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r := e.relay(RelayConfig{Node: "node-7"})
+	r := e.relay(Config{Node: "node-7"})
 	e.start(r)
 	seq := e.commit("acme", "todos", "projects", "todos")
 	r.Notify("acme")
@@ -56,7 +57,7 @@ func TestRelayCoreSubscriberMultiTableCommit(t *testing.T) {
 		}
 		id := fmt.Sprintf("acme:%s:%d:%s", part.LogEpoch, seq, table)
 		want := map[string]string{
-			"ce-specversion": "1.0", "ce-id": id, "ce-type": EventTypeCommit, "ce-source": "syncnode://node-7",
+			"ce-specversion": "1.0", "ce-id": id, "ce-type": bus.EventTypeCommit, "ce-source": "syncnode://node-7",
 			"ce-subject": "acme/" + table, "ce-partition": "acme", "ce-logepoch": part.LogEpoch,
 			"ce-commitseq": fmt.Sprint(seq), "ce-table": table, "content-type": "application/json",
 			"Nats-Msg-Id": id,
@@ -70,7 +71,7 @@ func TestRelayCoreSubscriberMultiTableCommit(t *testing.T) {
 		if err != nil || ev.Validate() != nil {
 			t.Fatalf("sdk: %v", err)
 		}
-		var body CommitBody
+		var body bus.CommitBody
 		if err := ev.DataAs(&body); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func TestRelayCoreSubscriberMultiTableCommit(t *testing.T) {
 		}
 		for _, ch := range body.Changes {
 			var row map[string]any
-			if err := json.Unmarshal(ch.Row, &row); err != nil || row["id"] != ch.RowID || ch.Op != OpUpsert || ch.RowVersion != 1 {
+			if err := json.Unmarshal(ch.Row, &row); err != nil || row["id"] != ch.RowID || ch.Op != bus.OpUpsert || ch.RowVersion != 1 {
 				t.Errorf("%s change = %+v (%v)", table, ch, err)
 			}
 		}
@@ -106,7 +107,7 @@ func TestRelayExampleEvent(t *testing.T) {
 	defer nc.Close()
 	sub, _ := nc.SubscribeSync("sync.>")
 	_ = nc.Flush()
-	r := e.relay(RelayConfig{Node: "node-1"})
+	r := e.relay(Config{Node: "node-1"})
 	e.start(r)
 	e.commit("acme", "todos")
 	r.Notify("acme")
@@ -137,12 +138,12 @@ func TestRelayExampleEvent(t *testing.T) {
 func TestRelayExactlyOnceInOrder(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r := e.relay(RelayConfig{BatchMessages: 7, CommitsPerRead: 5})
+	r := e.relay(Config{BatchMessages: 7, CommitsPerRead: 5})
 	e.start(r)
 
 	var mu sync.Mutex
 	got := map[string][]eventKey{}
-	f, err := Follow(e.ctx, e.js, FollowParams{StartSeq: 1}, func(ev Event) {
+	f, err := bus.Follow(e.ctx, e.js, bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
 		mu.Lock()
 		got[ev.Partition.ID()] = append(got[ev.Partition.ID()], eventKey{ev.CommitSeq, ev.Table})
 		mu.Unlock()
@@ -195,7 +196,7 @@ func TestRelayExactlyOnceInOrder(t *testing.T) {
 func TestRelayCatchUpOnStart(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r1 := e.relay(RelayConfig{})
+	r1 := e.relay(Config{})
 	e.start(r1)
 	e.commit("a", "todos")
 	r1.Notify("a")
@@ -207,7 +208,7 @@ func TestRelayCatchUpOnStart(t *testing.T) {
 		e.commit("a", "todos", "projects")
 		e.commit("b", "projects")
 	}
-	r2 := e.relay(RelayConfig{})
+	r2 := e.relay(Config{})
 	e.start(r2)
 	e.flush(r2) // no Notify: the start-up sweep finds the gaps
 	e.checkLogInStream("a")
@@ -234,7 +235,7 @@ func TestRelayForgottenAck(t *testing.T) {
 			t.Parallel()
 			e := newRelayEnv(t)
 			window := time.Second
-			r := e.relay(RelayConfig{BatchMessages: tc.batch, Streams: StreamsConfig{Commits: StreamConfig{Duplicates: window}}})
+			r := e.relay(Config{BatchMessages: tc.batch, Streams: bus.StreamsConfig{Commits: bus.StreamConfig{Duplicates: window}}})
 			var forgot atomic.Int32
 			r.testHookAfterAck = func(context.Context) error {
 				if forgot.Add(1) != 1 {
@@ -265,7 +266,7 @@ func TestRelayRestartAfterDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
 	window := time.Second
-	cfg := RelayConfig{Streams: StreamsConfig{Commits: StreamConfig{Duplicates: window}}}
+	cfg := Config{Streams: bus.StreamsConfig{Commits: bus.StreamConfig{Duplicates: window}}}
 	r1 := e.relay(cfg)
 	acked := make(chan struct{})
 	var once sync.Once
@@ -295,7 +296,7 @@ func TestRelayRestartAfterDuplicateWindow(t *testing.T) {
 func TestRelayAbandonedBatch(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	if err := EnsureStreams(e.ctx, e.js, StreamsConfig{}); err != nil {
+	if err := bus.EnsureStreams(e.ctx, e.js, bus.StreamsConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
@@ -304,23 +305,23 @@ func TestRelayAbandonedBatch(t *testing.T) {
 	// Encode the log as the relay would and publish half a batch.
 	part, _ := e.store.PartitionGet(e.ctx, "p")
 	commits, _ := e.store.CommitRange(e.ctx, "p", 0, 100)
-	enc := newEncoder("node-1", e.schema, 0)
-	var evs []event
+	enc := bus.NewEncoder("node-1", e.schema, 0)
+	var evs []bus.CommitMsg
 	for _, c := range commits {
-		evs = enc.appendCommit(evs, mustPartition(t, "p"), part.LogEpoch, c)
+		evs = enc.AppendCommit(evs, mustPartition(t, "p"), part.LogEpoch, c)
 	}
 	bp, err := jetstreamext.NewBatchPublisher(e.js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range evs[:3] {
-		if err := bp.AddMsg(ev.msg); err != nil {
+		if err := bp.AddMsg(ev.Msg); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// ... and never commit it.
 
-	r := e.relay(RelayConfig{})
+	r := e.relay(Config{})
 	e.start(r)
 	e.flush(r)
 	e.checkLogInStream("p")
@@ -334,7 +335,7 @@ func TestRelayResumesInsideCommit(t *testing.T) {
 	e.commit("p", "todos")
 	e.commit("p", "projects", "todos")
 	e.commit("p", "todos")
-	r1 := e.relay(RelayConfig{BatchMessages: 1})
+	r1 := e.relay(Config{BatchMessages: 1})
 	var n atomic.Int32
 	crashed := make(chan struct{})
 	r1.testHookAfterAck = func(ctx context.Context) error {
@@ -352,7 +353,7 @@ func TestRelayResumesInsideCommit(t *testing.T) {
 	if len(got) != 2 || got[1].Table != "projects" {
 		t.Fatalf("after the crash the stream holds %d events", len(got))
 	}
-	r2 := e.relay(RelayConfig{BatchMessages: 1})
+	r2 := e.relay(Config{BatchMessages: 1})
 	e.start(r2)
 	e.flush(r2)
 	e.checkLogInStream("p")
@@ -369,8 +370,8 @@ func TestRelayTwoRelaysShareLog(t *testing.T) {
 	}
 	defer nc2.Close()
 	js2, _ := jetstream.New(nc2)
-	r1 := e.relay(RelayConfig{Node: "n1", BatchMessages: 3, CommitsPerRead: 2})
-	r2 := e.relayOn(js2, RelayConfig{Node: "n2", BatchMessages: 3, CommitsPerRead: 2})
+	r1 := e.relay(Config{Node: "n1", BatchMessages: 3, CommitsPerRead: 2})
+	r2 := e.relayOn(js2, Config{Node: "n2", BatchMessages: 3, CommitsPerRead: 2})
 	e.start(r1)
 	e.start(r2)
 	var wg sync.WaitGroup
@@ -396,7 +397,7 @@ func TestRelayTwoRelaysShareLog(t *testing.T) {
 func TestRelayEpochRotation(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r := e.relay(RelayConfig{})
+	r := e.relay(Config{})
 	e.start(r)
 	for range 5 {
 		e.commit("p", "todos")
@@ -423,7 +424,7 @@ func TestRelayEpochRotation(t *testing.T) {
 func TestRelayStreamWipedOrLost(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r := e.relay(RelayConfig{})
+	r := e.relay(Config{})
 	e.start(r)
 	for range 3 {
 		e.commit("p", "todos", "projects")
@@ -431,7 +432,7 @@ func TestRelayStreamWipedOrLost(t *testing.T) {
 	r.Notify("p")
 	e.flush(r)
 
-	s, err := e.js.Stream(e.ctx, StreamCommits)
+	s, err := e.js.Stream(e.ctx, bus.StreamCommits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestRelayStreamWipedOrLost(t *testing.T) {
 	e.flush(r)
 	e.checkLogInStream("p")
 
-	if err := e.js.DeleteStream(e.ctx, StreamCommits); err != nil {
+	if err := e.js.DeleteStream(e.ctx, bus.StreamCommits); err != nil {
 		t.Fatal(err)
 	}
 	e.commit("p", "todos")
@@ -457,10 +458,10 @@ func TestRelayStreamWipedOrLost(t *testing.T) {
 func TestRelayBadPartitions(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r := e.relay(RelayConfig{})
+	r := e.relay(Config{})
 	e.start(r)
 	r.Notify("bad\xff")
-	r.Notify(strings.Repeat("x", MaxPartitionIDBytes+1))
+	r.Notify(strings.Repeat("x", bus.MaxPartitionIDBytes+1))
 	r.Notify("never-registered")
 	e.commit("good", "todos")
 	r.Notify("good")
@@ -489,7 +490,7 @@ func TestRelaySurvivesNATSOutage(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	r := e.relayOn(js, RelayConfig{PublishTimeout: 200 * time.Millisecond})
+	r := e.relayOn(js, Config{PublishTimeout: 200 * time.Millisecond})
 	e.start(r)
 	e.commit("p", "todos")
 	r.Notify("p")

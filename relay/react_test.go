@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"errors"
@@ -10,21 +10,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 )
 
 // changeLog records a watcher's callbacks and checks they never overlap.
 type changeLog struct {
 	mu      sync.Mutex
-	last    map[string]PartitionChange
+	last    map[string]bus.PartitionChange
 	calls   int
 	inCall  atomic.Int32
 	overlap atomic.Bool
 }
 
-func newChangeLog() *changeLog { return &changeLog{last: map[string]PartitionChange{}} }
+func newChangeLog() *changeLog { return &changeLog{last: map[string]bus.PartitionChange{}} }
 
-func (c *changeLog) onChange(ch PartitionChange) {
+func (c *changeLog) onChange(ch bus.PartitionChange) {
 	if c.inCall.Add(1) > 1 {
 		c.overlap.Store(true)
 	}
@@ -51,7 +52,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 	t.Parallel()
 	servers := embeddedtest.StartCluster(t, 2)
 	e := newRelayEnvOn(t, servers[0])
-	r := e.relay(RelayConfig{Streams: StreamsConfig{Commits: StreamConfig{Replicas: 2}, Control: StreamConfig{Replicas: 2}}})
+	r := e.relay(Config{Streams: bus.StreamsConfig{Commits: bus.StreamConfig{Replicas: 2}, Control: bus.StreamConfig{Replicas: 2}}})
 	e.start(r)
 
 	parts := []string{"a", "b", "c"}
@@ -65,7 +66,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 	for i, srv := range servers {
 		v := &nodeView{watch: newChangeLog(), follow: map[string][]int64{}}
 		views[i] = v
-		w, err := WatchPartitions(srv.Conn(), WatchConfig{OnChange: v.watch.onChange})
+		w, err := bus.WatchPartitions(srv.Conn(), bus.WatchConfig{OnChange: v.watch.onChange})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +76,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		sub, err := nc.Subscribe(SubjectAll, func(*nats.Msg) { v.mu.Lock(); v.core++; v.mu.Unlock() })
+		sub, err := nc.Subscribe(bus.SubjectAll, func(*nats.Msg) { v.mu.Lock(); v.core++; v.mu.Unlock() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +84,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		f, err := Follow(e.ctx, srv.JetStream(), FollowParams{StartSeq: 1}, func(ev Event) {
+		f, err := bus.Follow(e.ctx, srv.JetStream(), bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
 			v.mu.Lock()
 			v.follow[ev.Partition.ID()] = append(v.follow[ev.Partition.ID()], ev.CommitSeq)
 			v.mu.Unlock()
@@ -145,7 +146,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 			}
 		}
 	}
-	info, err := servers[1].JetStream().Stream(e.ctx, StreamCommits)
+	info, err := servers[1].JetStream().Stream(e.ctx, bus.StreamCommits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +189,8 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	var first sync.Once
 	log := newChangeLog()
 	resynced := atomic.Int32{}
-	w, err := WatchPartitions(e.srv.Conn(), WatchConfig{
-		OnChange: func(ch PartitionChange) {
+	w, err := bus.WatchPartitions(e.srv.Conn(), bus.WatchConfig{
+		OnChange: func(ch bus.PartitionChange) {
 			first.Do(func() { <-block }) // a slow consumer
 			log.onChange(ch)
 		},
@@ -199,7 +200,7 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	r := e.relay(RelayConfig{BatchMessages: 1})
+	r := e.relay(Config{BatchMessages: 1})
 	e.start(r)
 	for range 50 {
 		e.commit("p", "todos")
@@ -224,17 +225,17 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	if log.overlap.Load() {
 		t.Errorf("callbacks overlapped or went backwards")
 	}
-	if _, err := WatchPartitions(e.srv.Conn(), WatchConfig{}); err == nil {
+	if _, err := bus.WatchPartitions(e.srv.Conn(), bus.WatchConfig{}); err == nil {
 		t.Errorf("WatchPartitions without OnChange accepted")
 	}
 }
 
-// Follow catches up from a stream sequence and filters by partition and
+// bus.Follow catches up from a stream sequence and filters by partition and
 // table.
 func TestFollowCatchUpAndFilters(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	r := e.relay(RelayConfig{})
+	r := e.relay(Config{})
 	e.start(r)
 	for range 10 {
 		e.commit("p", "todos", "projects")
@@ -245,11 +246,11 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 	e.flush(r)
 	all := e.streamEvents()
 
-	collect := func(fp FollowParams, want int) []Event {
+	collect := func(fp bus.FollowParams, want int) []bus.Event {
 		t.Helper()
 		var mu sync.Mutex
-		var got []Event
-		f, err := Follow(e.ctx, e.js, fp, func(ev Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
+		var got []bus.Event
+		f, err := bus.Follow(e.ctx, e.js, fp, func(ev bus.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,29 +272,29 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 		return got
 	}
 	from := all[10].StreamSeq
-	got := collect(FollowParams{StartSeq: from}, len(all)-10)
+	got := collect(bus.FollowParams{StartSeq: from}, len(all)-10)
 	if got[0].StreamSeq != from || got[len(got)-1].StreamSeq != all[len(all)-1].StreamSeq {
 		t.Errorf("catch-up range %d..%d", got[0].StreamSeq, got[len(got)-1].StreamSeq)
 	}
 	p := mustPartition(t, "p")
-	for _, ev := range collect(FollowParams{StartSeq: 1, Partition: p}, 20) {
+	for _, ev := range collect(bus.FollowParams{StartSeq: 1, Partition: p}, 20) {
 		if ev.Partition.ID() != "p" {
 			t.Fatalf("partition filter let %q through", ev.Partition.ID())
 		}
 	}
-	for _, ev := range collect(FollowParams{StartSeq: 1, Table: "projects"}, 10) {
+	for _, ev := range collect(bus.FollowParams{StartSeq: 1, Table: "projects"}, 10) {
 		if ev.Table != "projects" {
 			t.Fatalf("table filter let %q through", ev.Table)
 		}
 	}
-	collect(FollowParams{StartSeq: 1, Partition: p, Table: "todos"}, 10)
-	if _, err := Follow(e.ctx, e.js, FollowParams{Table: "bad.table"}, func(Event) {}); !errors.Is(err, ErrInvalidTable) {
+	collect(bus.FollowParams{StartSeq: 1, Partition: p, Table: "todos"}, 10)
+	if _, err := bus.Follow(e.ctx, e.js, bus.FollowParams{Table: "bad.table"}, func(bus.Event) {}); !errors.Is(err, bus.ErrInvalidTable) {
 		t.Errorf("bad table: %v", err)
 	}
 
-	// New-only delivery starts after Follow returns.
+	// New-only delivery starts after bus.Follow returns.
 	var n atomic.Int32
-	f, err := Follow(e.ctx, e.js, FollowParams{}, func(Event) { n.Add(1) })
+	f, err := bus.Follow(e.ctx, e.js, bus.FollowParams{}, func(bus.Event) { n.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}

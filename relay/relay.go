@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"container/heap"
@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -49,7 +50,7 @@ const (
 	// MaxBatchMessages is the server's default atomic batch limit.
 	MaxBatchMessages       = 1000
 	DefaultCommitsPerRead  = 1000
-	DefaultRelayWorkers    = 4
+	DefaultWorkers         = 4
 	DefaultPublishTimeout  = 5 * time.Second
 	DefaultRetryMin        = 50 * time.Millisecond
 	DefaultRetryMax        = 5 * time.Second
@@ -59,8 +60,8 @@ const (
 	defaultReadLastTimeout = 2 * time.Second
 )
 
-// RelayConfig configures a Relay.
-type RelayConfig struct {
+// Config configures a Relay.
+type Config struct {
 	// Node names this node in ce-source (syncnode://<Node>). Required;
 	// [A-Za-z0-9._-]+.
 	Node string
@@ -69,7 +70,7 @@ type RelayConfig struct {
 	Schema *schema.Schema
 	// Streams configures the streams the relay creates or reconciles at
 	// Start and recreates if they disappear.
-	Streams StreamsConfig
+	Streams bus.StreamsConfig
 	// BatchMessages bounds one atomic batch (1..MaxBatchMessages, default
 	// MaxBatchMessages). 1 publishes every event on its own.
 	BatchMessages int
@@ -93,7 +94,7 @@ type RelayConfig struct {
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
-func (c RelayConfig) WithDefaults() RelayConfig {
+func (c Config) WithDefaults() Config {
 	c.Streams = c.Streams.WithDefaults()
 	if c.BatchMessages == 0 {
 		c.BatchMessages = MaxBatchMessages
@@ -102,7 +103,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 		c.CommitsPerRead = DefaultCommitsPerRead
 	}
 	if c.Workers == 0 {
-		c.Workers = DefaultRelayWorkers
+		c.Workers = DefaultWorkers
 	}
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = DefaultPublishTimeout
@@ -126,16 +127,13 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 }
 
 // Validate reports invalid fields (call after WithDefaults).
-func (c RelayConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Node == "" {
 		errs = append(errs, errors.New("relay config: Node is required"))
 	}
-	for i := 0; i < len(c.Node); i++ {
-		if ch := c.Node[i]; !keep(ch) && ch != '.' {
-			errs = append(errs, fmt.Errorf("relay config: Node %q must match [A-Za-z0-9._-]+", c.Node))
-			break
-		}
+	if err := bus.CheckNode(c.Node); c.Node != "" && err != nil {
+		errs = append(errs, fmt.Errorf("relay config: Node: %w", err))
 	}
 	if c.BatchMessages < 1 || c.BatchMessages > MaxBatchMessages {
 		errs = append(errs, fmt.Errorf("relay config: BatchMessages %d outside 1..%d", c.BatchMessages, MaxBatchMessages))
@@ -156,11 +154,11 @@ func (c RelayConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ErrRelayNotRunning is returned by Flush before Start and after Stop.
-var ErrRelayNotRunning = errors.New("relay not running")
+// ErrNotRunning is returned by Flush before Start and after Stop.
+var ErrNotRunning = errors.New("relay not running")
 
-// RelayStats are cumulative counters.
-type RelayStats struct {
+// Stats are cumulative counters.
+type Stats struct {
 	Events    int64 // events stored in the stream by this relay
 	Batches   int64 // publish round trips (atomic batches or single events)
 	Conflicts int64 // compare-and-set rejections that led to a resync
@@ -177,7 +175,7 @@ type RelayStats struct {
 // can never duplicate or reorder events, inside or outside the duplicate
 // window.
 type Relay struct {
-	cfg       RelayConfig
+	cfg       Config
 	js        jetstream.JetStream
 	nc        *nats.Conn
 	log       LogReader
@@ -211,8 +209,8 @@ type Relay struct {
 	testHookAfterAck func(ctx context.Context) error
 }
 
-// NewRelay builds a relay publishing with js the log read from log.
-func NewRelay(js jetstream.JetStream, log LogReader, cfg RelayConfig) (*Relay, error) {
+// New builds a relay publishing with js the log read from log.
+func New(js jetstream.JetStream, log LogReader, cfg Config) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -257,7 +255,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.state = 1
 	r.mu.Unlock()
 
-	if err := EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
 		return fmt.Errorf("relay start: %w", err)
 	}
 	r.maxPayload = int(r.nc.MaxPayload())
@@ -331,13 +329,13 @@ func (r *Relay) Flush(ctx context.Context) error {
 		idle, lastErr, state := r.idle, r.lastErr, r.state
 		r.mu.Unlock()
 		if state != 1 {
-			return ErrRelayNotRunning
+			return ErrNotRunning
 		}
 		select {
 		case <-idle:
 			return nil
 		case <-r.stopCh:
-			return ErrRelayNotRunning
+			return ErrNotRunning
 		case <-ctx.Done():
 			if lastErr != nil {
 				return fmt.Errorf("relay flush: %w (last relay error: %v)", ctx.Err(), lastErr)
@@ -348,8 +346,8 @@ func (r *Relay) Flush(ctx context.Context) error {
 }
 
 // Stats returns cumulative counters.
-func (r *Relay) Stats() RelayStats {
-	return RelayStats{
+func (r *Relay) Stats() Stats {
+	return Stats{
 		Events:    r.events.Load(),
 		Batches:   r.batches.Load(),
 		Conflicts: r.conflicts.Load(),
@@ -473,9 +471,9 @@ func (r *Relay) dispatch(ctx context.Context) {
 	var workers sync.WaitGroup
 	for range r.cfg.Workers {
 		workers.Go(func() {
-			w := &worker{encs: [2]*encoder{
-				newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
-				newEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
+			w := &worker{encs: [2]*bus.Encoder{
+				bus.NewEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
+				bus.NewEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
 			}}
 			for j := range jobs {
 				pos, err := r.relayPartition(ctx, w, j.st.id, j.pos)
@@ -618,8 +616,8 @@ func (h *retryHeap) Pop() any {
 // worker holds one relay goroutine's buffers: two encoders and event
 // buffers (the chunk being published and the one read ahead).
 type worker struct {
-	encs [2]*encoder
-	bufs [2][]event
+	encs [2]*bus.Encoder
+	bufs [2][]bus.CommitMsg
 	msgs []*nats.Msg
 }
 
@@ -640,7 +638,7 @@ type chunk struct {
 	part    storage.Partition // read before the commits
 	again   storage.Partition // read after them
 	commits []storage.Commit
-	events  []event
+	events  []bus.CommitMsg
 	err     error
 }
 
@@ -648,18 +646,18 @@ type chunk struct {
 // (reusing its capacity). part, when non-nil, is the partition row already
 // read for this chunk. The events of commit after+1 up to and including
 // table skipThrough are left out (they are in the stream already).
-func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *storage.Partition, enc *encoder, events []event, skipThrough string) chunk {
+func (r *Relay) readChunk(ctx context.Context, p bus.Partition, after int64, part *storage.Partition, enc *bus.Encoder, events []bus.CommitMsg, skipThrough string) chunk {
 	ch := chunk{after: after, events: events[:0]}
 	if part != nil {
 		ch.part = *part
 	} else {
 		var err error
-		if ch.part, err = r.log.PartitionGet(ctx, p.id); err != nil {
+		if ch.part, err = r.log.PartitionGet(ctx, p.ID()); err != nil {
 			ch.err = fmt.Errorf("read partition: %w", err)
 			return ch
 		}
 	}
-	commits, err := r.log.CommitRange(ctx, p.id, after, r.cfg.CommitsPerRead)
+	commits, err := r.log.CommitRange(ctx, p.ID(), after, r.cfg.CommitsPerRead)
 	if err != nil {
 		ch.err = fmt.Errorf("read commits after %d: %w", after, err)
 		return ch
@@ -670,7 +668,7 @@ func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *s
 	}
 	// The commits belong to part.LogEpoch only if no rotation happened
 	// around the read.
-	if ch.again, err = r.log.PartitionGet(ctx, p.id); err != nil {
+	if ch.again, err = r.log.PartitionGet(ctx, p.ID()); err != nil {
 		ch.err = fmt.Errorf("read partition: %w", err)
 		return ch
 	}
@@ -679,7 +677,7 @@ func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *s
 	}
 	for _, c := range commits {
 		n := len(ch.events)
-		ch.events = enc.appendCommit(ch.events, p, ch.part.LogEpoch, c)
+		ch.events = enc.AppendCommit(ch.events, p, ch.part.LogEpoch, c)
 		if c.CommitSeq == after+1 && skipThrough != "" {
 			// Drop the tables of a partly published commit that the
 			// stream already holds. (If the table is not in the commit
@@ -687,7 +685,7 @@ func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *s
 			// whole commit.)
 			drop := len(ch.events)
 			for i := n; i < len(ch.events); i++ {
-				if tableOf(ch.events[i].msg) == skipThrough {
+				if tableOf(ch.events[i].Msg) == skipThrough {
 					drop = i + 1
 					break
 				}
@@ -702,11 +700,11 @@ func (r *Relay) readChunk(ctx context.Context, p Partition, after int64, part *s
 // does not hold yet. With a backlog it reads and encodes the next chunk of
 // the log while the current one is being published.
 func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos position) (position, error) {
-	p, err := NewPartition(id)
+	p, err := bus.NewPartition(id)
 	if err != nil {
 		return pos, fmt.Errorf("%w: %w", errPermanent, err)
 	}
-	filter := PartitionCommits(p)
+	filter := bus.PartitionCommits(p)
 	conflicts := 0
 	// cursor is the last commit this run has fully published (or read
 	// and found without events); -1 until then.
@@ -736,7 +734,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 			slot ^= 1
 			w.bufs[slot] = ch.events
 			usable := ch.err == nil && pos.synced && cursor == ch.after && len(ch.commits) > 0 &&
-				ch.again.LogEpoch == ch.part.LogEpoch && escapeEpoch(ch.part.LogEpoch) == pos.epoch
+				ch.again.LogEpoch == ch.part.LogEpoch && bus.EscapeEpoch(ch.part.LogEpoch) == pos.epoch
 			if !usable {
 				ch = chunk{}
 			}
@@ -747,7 +745,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 				return pos, fmt.Errorf("%w: %w", errPermanent, err)
 			}
 			if err != nil {
-				return pos, fmt.Errorf("relay %s: read partition: %w", p.token, err)
+				return pos, fmt.Errorf("relay %s: read partition: %w", p.Token(), err)
 			}
 			if !pos.synced {
 				if pos, err = r.readLast(ctx, filter); err != nil {
@@ -762,12 +760,12 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 					// window still remembers the ids. The
 					// compare-and-set alone keeps the republish
 					// exactly-once.
-					r.logger.Info("relay: stream purged within its duplicate window; republishing without Nats-Msg-Id", "partition", p.id)
+					r.logger.Info("relay: stream purged within its duplicate window; republishing without Nats-Msg-Id", "partition", p.ID())
 					noMsgID = true
 				}
 				dupTail = -1
 			}
-			after, skipThrough := r.resumePoint(p, part, escapeEpoch(part.LogEpoch), pos)
+			after, skipThrough := r.resumePoint(p, part, bus.EscapeEpoch(part.LogEpoch), pos)
 			if cursor > after {
 				after, skipThrough = cursor, ""
 			}
@@ -777,7 +775,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 			ch = r.readChunk(ctx, p, after, &part, w.encs[slot], w.bufs[slot], skipThrough)
 			w.bufs[slot] = ch.events
 			if ch.err != nil {
-				return pos, fmt.Errorf("relay %s: %w", p.token, ch.err)
+				return pos, fmt.Errorf("relay %s: %w", p.Token(), ch.err)
 			}
 			if len(ch.commits) == 0 {
 				return pos, nil // pruned meanwhile; the next run starts at the horizon
@@ -796,11 +794,11 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 		}
 		if noMsgID {
 			for _, ev := range ch.events {
-				ev.msg.Header.Del(jetstream.MsgIDHeader)
+				ev.Msg.Header.Del(jetstream.MsgIDHeader)
 			}
 		}
 		tail := pos.lastStreamSeq
-		pos, err = r.publish(ctx, w, ch.events, filter, escapeEpoch(ch.part.LogEpoch), pos)
+		pos, err = r.publish(ctx, w, ch.events, filter, bus.EscapeEpoch(ch.part.LogEpoch), pos)
 		switch {
 		case errors.Is(err, errConflict):
 			drain()
@@ -814,14 +812,14 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 			if conflicts >= maxConflictsPerRun {
 				// Someone else keeps moving the tail (a relay on
 				// another node): back off instead of spinning.
-				return pos, fmt.Errorf("relay %s: %w %d times", p.token, errConflict, conflicts)
+				return pos, fmt.Errorf("relay %s: %w %d times", p.Token(), errConflict, conflicts)
 			}
 			continue
 		case errors.Is(err, errStreamMissing):
 			pos.synced = false
 			return pos, r.recreateStreams(ctx, err)
 		case err != nil:
-			return pos, fmt.Errorf("relay %s: %w", p.token, err)
+			return pos, fmt.Errorf("relay %s: %w", p.Token(), err)
 		}
 		cursor = last
 		if cursor >= ch.again.MaxCommitSeq && pending == nil {
@@ -833,13 +831,13 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 }
 
 func tableOf(m *nats.Msg) string {
-	return m.Header.Get(HeaderTable)
+	return m.Header.Get(bus.HeaderTable)
 }
 
 // resumePoint returns the commitSeq after which to read, and, when the
 // stream's last event may be in the middle of its commit, the table of
 // that commit through which events are already published.
-func (r *Relay) resumePoint(p Partition, part storage.Partition, epoch string, pos position) (after int64, skipThrough string) {
+func (r *Relay) resumePoint(p bus.Partition, part storage.Partition, epoch string, pos position) (after int64, skipThrough string) {
 	switch {
 	case pos.lastStreamSeq == 0:
 		return part.HorizonSeq, ""
@@ -847,15 +845,15 @@ func (r *Relay) resumePoint(p Partition, part storage.Partition, epoch string, p
 		// The epoch rotated (a restore): the log is a new log. Publish
 		// what it still holds, under the new epoch.
 		r.logger.Info("relay: log epoch changed; publishing the retained log under the new epoch",
-			"partition", p.id, "stream_epoch", pos.epoch, "epoch", epoch, "from_seq", part.HorizonSeq+1)
+			"partition", p.ID(), "stream_epoch", pos.epoch, "epoch", epoch, "from_seq", part.HorizonSeq+1)
 		return part.HorizonSeq, ""
 	case pos.commitSeq < part.HorizonSeq:
 		r.logger.Warn("relay: commits were pruned before they were published; the stream has a gap",
-			"partition", p.id, "stream_commit_seq", pos.commitSeq, "horizon", part.HorizonSeq)
+			"partition", p.ID(), "stream_commit_seq", pos.commitSeq, "horizon", part.HorizonSeq)
 		return part.HorizonSeq, ""
 	case pos.commitSeq > part.MaxCommitSeq:
 		r.logger.Warn("relay: the stream is ahead of the log under the same epoch (restored without an epoch rotation?)",
-			"partition", p.id, "stream_commit_seq", pos.commitSeq, "max_commit_seq", part.MaxCommitSeq)
+			"partition", p.ID(), "stream_commit_seq", pos.commitSeq, "max_commit_seq", part.MaxCommitSeq)
 		return pos.commitSeq, ""
 	case !pos.complete:
 		return pos.commitSeq - 1, pos.table
@@ -866,7 +864,7 @@ func (r *Relay) resumePoint(p Partition, part storage.Partition, epoch string, p
 // publish sends w.events in atomic batches (whole commits, at most
 // BatchMessages messages each) or one by one, each batch compare-and-set
 // on the partition's last stream sequence.
-func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, epoch string, pos position) (position, error) {
+func (r *Relay) publish(ctx context.Context, w *worker, events []bus.CommitMsg, filter, epoch string, pos position) (position, error) {
 	for len(events) > 0 {
 		n := 1
 		if !r.single.Load() && r.cfg.BatchMessages > 1 {
@@ -882,7 +880,7 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, 
 		batch := events[:n]
 		seq, err := r.publishBatch(ctx, w, batch, filter, pos.lastStreamSeq)
 		if err != nil {
-			if isAPIError(err, jsErrBatchPublishDisabled) {
+			if bus.IsAPIError(err, bus.JSErrBatchPublishDisabled) {
 				r.logger.Warn("relay: atomic batch publish is not enabled on the stream; publishing one by one")
 				r.single.Store(true)
 				continue
@@ -895,13 +893,13 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []event, filter, 
 			}
 		}
 		last := batch[n-1]
-		complete := n == len(events) || events[n].commitSeq != last.commitSeq
+		complete := n == len(events) || events[n].CommitSeq != last.CommitSeq
 		pos = position{
 			synced:        true,
 			lastStreamSeq: seq,
 			epoch:         epoch,
-			commitSeq:     last.commitSeq,
-			table:         tableOf(last.msg),
+			commitSeq:     last.CommitSeq,
+			table:         tableOf(last.Msg),
 			complete:      complete,
 		}
 		r.events.Add(int64(n))
@@ -917,9 +915,9 @@ const smallRun = 16
 
 // singleMessageCommits reports whether every commit in events has exactly
 // one event (touches one table).
-func singleMessageCommits(events []event) bool {
+func singleMessageCommits(events []bus.CommitMsg) bool {
 	for i := 1; i < len(events); i++ {
-		if events[i].commitSeq == events[i-1].commitSeq {
+		if events[i].CommitSeq == events[i-1].CommitSeq {
 			return false
 		}
 	}
@@ -928,12 +926,12 @@ func singleMessageCommits(events []event) bool {
 
 // batchLen takes whole commits up to max messages; a single commit larger
 // than max is split (its tail goes into the next batch).
-func batchLen(events []event, max int) int {
+func batchLen(events []bus.CommitMsg, max int) int {
 	if len(events) <= max {
 		return len(events)
 	}
 	n := max
-	for n > 0 && events[n].commitSeq == events[n-1].commitSeq {
+	for n > 0 && events[n].CommitSeq == events[n-1].CommitSeq {
 		n--
 	}
 	if n == 0 {
@@ -945,10 +943,10 @@ func batchLen(events []event, max int) int {
 // publishBatch publishes msgs (one atomic batch, or a single message) with
 // the compare-and-set headers on the first message and returns the stream
 // sequence of the last one.
-func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filter string, lastSeq uint64) (uint64, error) {
+func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []bus.CommitMsg, filter string, lastSeq uint64) (uint64, error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	first := batch[0].msg
+	first := batch[0].Msg
 	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
 	first.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 	if len(batch) == 1 {
@@ -964,7 +962,7 @@ func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filt
 	}
 	w.msgs = w.msgs[:0]
 	for _, e := range batch {
-		w.msgs = append(w.msgs, e.msg)
+		w.msgs = append(w.msgs, e.Msg)
 	}
 	ack, err := jetstreamext.PublishMsgBatch(pctx, r.js, w.msgs)
 	if err != nil {
@@ -975,11 +973,11 @@ func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []event, filt
 
 func classify(err error) error {
 	switch {
-	case isAPIError(err, jsErrBatchDuplicateMsgID):
+	case bus.IsAPIError(err, bus.JSErrBatchDuplicateMsgID):
 		return fmt.Errorf("%w: %w", errDuplicate, err)
-	case isAPIError(err, jsErrWrongLastSequence, jsErrWrongLastSequenceConst, jsErrDuplicateMessageConflict):
+	case bus.IsAPIError(err, bus.JSErrWrongLastSequence, bus.JSErrWrongLastSequenceConst, bus.JSErrDuplicateMessageConflict):
 		return fmt.Errorf("%w: %w", errConflict, err)
-	case isAPIError(err, jsErrStreamNotFound),
+	case bus.IsAPIError(err, bus.JSErrStreamNotFound),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%w: %w", errStreamMissing, err)
 	}
@@ -988,7 +986,7 @@ func classify(err error) error {
 
 func (r *Relay) recreateStreams(ctx context.Context, cause error) error {
 	r.logger.Warn("relay: stream missing; recreating", "err", cause)
-	if err := EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
 		return fmt.Errorf("relay: recreate streams: %w", err)
 	}
 	// Retry soon through the normal backoff; the next run reads the
@@ -1002,7 +1000,7 @@ func (r *Relay) readLast(ctx context.Context, filter string) (position, error) {
 	rctx, cancel := context.WithTimeout(ctx, defaultReadLastTimeout)
 	defer cancel()
 	req := []byte(`{"last_by_subj":"` + filter + `"}`)
-	msg, err := r.nc.RequestWithContext(rctx, r.apiPrefix+"STREAM.MSG.GET."+StreamCommits, req)
+	msg, err := r.nc.RequestWithContext(rctx, r.apiPrefix+"STREAM.MSG.GET."+bus.StreamCommits, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return position{}, fmt.Errorf("read last event: %w: %w", errStreamMissing, err)
@@ -1024,7 +1022,7 @@ func (r *Relay) readLast(ctx context.Context, filter string) (position, error) {
 		switch resp.Error.ErrorCode {
 		case jetstream.JSErrCodeMessageNotFound:
 			return position{synced: true}, nil
-		case jsErrStreamNotFound:
+		case bus.JSErrStreamNotFound:
 			return position{}, fmt.Errorf("read last event: %w: %w", errStreamMissing, resp.Error)
 		}
 		return position{}, fmt.Errorf("read last event: %w", resp.Error)
@@ -1038,9 +1036,9 @@ func (r *Relay) readLast(ctx context.Context, filter string) (position, error) {
 		r.logger.Warn("relay: last event has unreadable headers", "subject", resp.Message.Subject, "seq", resp.Message.Seq, "err", err)
 		return pos, nil
 	}
-	pos.epoch = h.Get(HeaderLogEpoch)
-	pos.commitSeq, _ = strconv.ParseInt(h.Get(HeaderCommitSeq), 10, 64)
-	pos.table = h.Get(HeaderTable)
+	pos.epoch = h.Get(bus.HeaderLogEpoch)
+	pos.commitSeq, _ = strconv.ParseInt(h.Get(bus.HeaderCommitSeq), 10, 64)
+	pos.table = h.Get(bus.HeaderTable)
 	if pos.commitSeq <= 0 || pos.table == "" {
 		r.logger.Warn("relay: last event on a partition subject is not a commit event", "subject", resp.Message.Subject, "seq", resp.Message.Seq)
 		pos.epoch = ""

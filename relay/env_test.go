@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"context"
@@ -13,7 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/bus/bustest"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/schema"
@@ -21,6 +24,21 @@ import (
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func str(s string) ssp2.Value { return ssp2.Value{Bytes: []byte(s)} }
+
+func mustPartition(t testing.TB, id string) bus.Partition {
+	t.Helper()
+	p, err := bus.NewPartition(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // relayEnv is a real embedded NATS server and a real SQLite store.
 type relayEnv struct {
@@ -41,7 +59,7 @@ func newRelayEnv(t testing.TB, opts ...embeddedtest.Option) *relayEnv {
 // newRelayEnvOn uses an existing server (a cluster member).
 func newRelayEnvOn(t testing.TB, srv *embedded.Server) *relayEnv {
 	t.Helper()
-	e := &relayEnv{t: t, ctx: testCtx(t), schema: testSchema(t)}
+	e := &relayEnv{t: t, ctx: bustest.Context(t), schema: bustest.Schema(t)}
 	e.now.Store(1767225600000)
 	e.srv = srv
 	e.js = e.srv.JetStream()
@@ -68,12 +86,12 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // relay builds a relay over the env's store (not started). It is stopped
 // at cleanup.
-func (e *relayEnv) relay(cfg RelayConfig) *Relay {
+func (e *relayEnv) relay(cfg Config) *Relay {
 	e.t.Helper()
 	return e.relayOn(e.js, cfg)
 }
 
-func (e *relayEnv) relayOn(js jetstream.JetStream, cfg RelayConfig) *Relay {
+func (e *relayEnv) relayOn(js jetstream.JetStream, cfg Config) *Relay {
 	e.t.Helper()
 	if cfg.Node == "" {
 		cfg.Node = "node-1"
@@ -88,7 +106,7 @@ func (e *relayEnv) relayOn(js jetstream.JetStream, cfg RelayConfig) *Relay {
 		cfg.RetryMin = 5 * time.Millisecond
 		cfg.RetryMax = 100 * time.Millisecond
 	}
-	r, err := NewRelay(js, e.store, cfg)
+	r, err := New(js, e.store, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -171,13 +189,13 @@ func (e *relayEnv) commit(partition string, tables ...string) int64 {
 
 // streamEvents reads every commit event in SYNC_COMMITS, in stream order
 // (messages that are not commit events are skipped).
-func (e *relayEnv) streamEvents() []Event {
+func (e *relayEnv) streamEvents() []bus.Event {
 	return streamEventsOf(e.t, e.ctx, e.js)
 }
 
-func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) []Event {
+func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) []bus.Event {
 	t.Helper()
-	s, err := js.Stream(ctx, StreamCommits)
+	s, err := js.Stream(ctx, bus.StreamCommits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,14 +206,14 @@ func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) [
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	var out []Event
+	var out []bus.Event
 	next := uint64(1)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		// In a cluster a fresh consumer may not answer at once: retry
 		// from where the last attempt stopped.
 		cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}
-		cons, err := js.OrderedConsumer(ctx, StreamCommits, cfg)
+		cons, err := js.OrderedConsumer(ctx, bus.StreamCommits, cfg)
 		for err == nil {
 			var m jetstream.Msg
 			m, err = cons.Next(jetstream.FetchMaxWait(2 * time.Second))
@@ -203,8 +221,8 @@ func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) [
 				break
 			}
 			md, _ := m.Metadata()
-			if meta, err := ParseMeta(m.Subject(), m.Headers()); err == nil {
-				out = append(out, Event{Meta: meta, StreamSeq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			if meta, err := bus.ParseMeta(m.Subject(), m.Headers()); err == nil {
+				out = append(out, bus.Event{Meta: meta, StreamSeq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 			}
 			next = md.Sequence.Stream + 1
 			if md.Sequence.Stream >= info.State.LastSeq {
@@ -225,7 +243,7 @@ type eventKey struct {
 // checkLogInStream asserts that the stream holds, for partition under its
 // current epoch, exactly the log's events from the horizon on: each
 // (commit, table) once, in log order.
-func (e *relayEnv) checkLogInStream(partition string) []Event {
+func (e *relayEnv) checkLogInStream(partition string) []bus.Event {
 	e.t.Helper()
 	part, err := e.store.PartitionGet(e.ctx, partition)
 	if err != nil {
@@ -248,9 +266,9 @@ func (e *relayEnv) checkLogInStream(partition string) []Event {
 		}
 	}
 	var got []eventKey
-	var evs []Event
+	var evs []bus.Event
 	for _, ev := range e.streamEvents() {
-		if ev.Partition.ID() == partition && ev.LogEpoch == escapeEpoch(part.LogEpoch) {
+		if ev.Partition.ID() == partition && ev.LogEpoch == bus.EscapeEpoch(part.LogEpoch) {
 			got = append(got, eventKey{ev.CommitSeq, ev.Table})
 			evs = append(evs, ev)
 		}

@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -71,7 +72,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 					names[i] = fmt.Sprintf("part-%d", i)
 					e.fillLog(names[i], per)
 				}
-				r := e.relay(RelayConfig{BatchMessages: mode.batch, Workers: parts, ResyncInterval: -1})
+				r := e.relay(Config{BatchMessages: mode.batch, Workers: parts, ResyncInterval: -1})
 				b.StartTimer()
 				start := time.Now()
 				e.start(r) // the start-up sweep relays every partition
@@ -100,7 +101,7 @@ func BenchmarkCommitToSubscriber(b *testing.B) {
 	}
 	defer nc.Close()
 	got := make(chan time.Time, 16)
-	sub, err := nc.Subscribe(SubjectAll, func(*nats.Msg) { got <- time.Now() })
+	sub, err := nc.Subscribe(bus.SubjectAll, func(*nats.Msg) { got <- time.Now() })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func BenchmarkCommitToSubscriber(b *testing.B) {
 	if err := nc.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	r := e.relay(RelayConfig{ResyncInterval: -1})
+	r := e.relay(Config{ResyncInterval: -1})
 	e.start(r)
 	e.flush(r)
 

@@ -1,4 +1,4 @@
-package bus
+package relay
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func TestRelayPeriodicResync(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
 	clock := newManualClock()
-	r := e.relay(RelayConfig{Clock: clock, ResyncInterval: time.Minute})
+	r := e.relay(Config{Clock: clock, ResyncInterval: time.Minute})
 	e.start(r)
 	e.flush(r)
 	e.commit("p", "todos") // committed, never notified
@@ -99,7 +99,7 @@ func TestRelayBackoffOnClock(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
 	clock := newManualClock()
-	r := e.relay(RelayConfig{Clock: clock, ResyncInterval: -1, RetryMin: time.Second, RetryMax: 10 * time.Second})
+	r := e.relay(Config{Clock: clock, ResyncInterval: -1, RetryMin: time.Second, RetryMax: 10 * time.Second})
 	fail := make(chan bool, 1)
 	fail <- true
 	r.testHookAfterAck = func(context.Context) error {
@@ -138,7 +138,7 @@ func TestRelayBackoffOnClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Notify("p")
-	if err := r.Flush(e.ctx); !errors.Is(err, ErrRelayNotRunning) {
+	if err := r.Flush(e.ctx); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("flush after stop = %v", err)
 	}
 }
