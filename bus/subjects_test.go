@@ -66,3 +66,17 @@ func TestCheckTable(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckNode(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"node-1", "eu.west_2", "N"} {
+		if err := CheckNode(ok); err != nil {
+			t.Errorf("CheckNode(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", "a/b", "*", ">", "é", "a:b"} {
+		if err := CheckNode(bad); !errors.Is(err, ErrInvalidNode) {
+			t.Errorf("CheckNode(%q) = %v, want ErrInvalidNode", bad, err)
+		}
+	}
+}

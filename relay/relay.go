@@ -131,8 +131,7 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Node == "" {
 		errs = append(errs, errors.New("relay config: Node is required"))
-	}
-	if err := bus.CheckNode(c.Node); c.Node != "" && err != nil {
+	} else if err := bus.CheckNode(c.Node); err != nil {
 		errs = append(errs, fmt.Errorf("relay config: Node: %w", err))
 	}
 	if c.BatchMessages < 1 || c.BatchMessages > MaxBatchMessages {
