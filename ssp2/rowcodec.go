@@ -134,9 +134,16 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 			return dst[:start], encodeError(opRow, "column %q is not nullable", c.cols[col].Name)
 		}
 	}
+	return c.appendValues(dst, start, row, nil)
+}
+
+// appendValues appends the non-NULL values of row in column order, only
+// those of present columns when present is not nil (the sparse row's value
+// section). It refuses what a decoder would reject, returning dst[:start].
+func (c *RowCodec) appendValues(dst []byte, start int, row []Value, present ColumnBitmap) ([]byte, *Error) {
 	for i, t := range c.types {
 		v := &row[i]
-		if v.Null {
+		if v.Null || present != nil && !present.Has(i) {
 			continue
 		}
 		switch t {
