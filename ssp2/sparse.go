@@ -263,63 +263,88 @@ func (c *SparseCodec) decode(src []byte, vals []Value) *SparseRowError {
 		return c.fail(SparseNullPadding, -1, presLen+nullLen-1, "null bitmap padding bit set (0x%02x): a NULL for an absent column", nulls[nullLen-1])
 	}
 	body := presLen + nullLen
+	if p == len(rc.kinds) {
+		// Every column present: the rest is exactly a full row.
+		return c.decodeFull(src, presLen, vals)
+	}
 	q := src[body:]
 	j := 0 // index among the present columns
-	for i, k := range rc.kinds {
-		v := &vals[i]
-		if pres[i>>3]&(1<<(i&7)) == 0 {
-			v.set(false, 0, 0, false, nil)
-			continue
-		}
-		null := nulls[j>>3]&(1<<(j&7)) != 0
-		j++
-		if null {
-			if rc.nullMask[i>>3]&(1<<(i&7)) == 0 {
-				return c.fail(SparseNullNotNullable, i, presLen+(j-1)>>3, "null bit set for non-nullable column %q", rc.cols[i].Name)
+	// Columns in runs of 56: one eight-byte load of the null bitmap at the
+	// run's first present column, shifted to it, still holds 57 bits.
+	for base := 0; base < len(rc.kinds); base += 56 {
+		kinds := rc.kinds[base:min(base+56, len(rc.kinds))]
+		vs := vals[base : base+len(kinds)]
+		pw := loadBits(pres[base>>3 : min(base>>3+8, presLen)])
+		nw := loadBits(nulls[j>>3:min(j>>3+8, nullLen)]) >> (j & 7)
+		nn := c.row.nullMask
+		for k, kind := range kinds {
+			present := pw&1 != 0
+			pw >>= 1
+			v := &vs[k]
+			if !present {
+				v.set(false, 0, 0, false, nil)
+				continue
 			}
-			v.set(true, 0, 0, false, nil)
-			continue
-		}
-		at := len(src) - len(q)
-		var fault SparseViolation
-		switch k {
-		case kindVar:
-			if len(q) < 4 || uint64(binary.LittleEndian.Uint32(q)) > uint64(len(q)-4) {
-				fault = SparseMalformed
-				break
+			null := nw&1 != 0
+			nw >>= 1
+			j++
+			i := base + k
+			if null {
+				if nn[i>>3]&(1<<(i&7)) == 0 {
+					return c.fail(SparseNullNotNullable, i, presLen+(j-1)>>3, "null bit set for non-nullable column %q", rc.cols[i].Name)
+				}
+				v.set(true, 0, 0, false, nil)
+				continue
 			}
-			m := binary.LittleEndian.Uint32(q)
-			v.set(false, 0, 0, false, q[4:4+m:4+m])
-			q = q[4+m:]
-		case kindInt:
-			if len(q) < 8 || !safeInt(int64(binary.LittleEndian.Uint64(q))) {
-				fault = SparseMalformed
-				break
+			ok := true
+			switch kind {
+			case kindVar:
+				if len(q) < 4 {
+					ok = false
+					break
+				}
+				m := uint64(binary.LittleEndian.Uint32(q))
+				if m > uint64(len(q)-4) {
+					ok = false
+					break
+				}
+				v.set(false, 0, 0, false, q[4:4+m:4+m])
+				q = q[4+m:]
+			case kindInt:
+				if len(q) < 8 {
+					ok = false
+					break
+				}
+				x := int64(binary.LittleEndian.Uint64(q))
+				if !safeInt(x) {
+					ok = false
+					break
+				}
+				v.set(false, x, 0, false, nil)
+				q = q[8:]
+			case kindFloat:
+				if len(q) < 8 {
+					ok = false
+					break
+				}
+				v.set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(q)), false, nil)
+				q = q[8:]
+			default: // kindBool
+				if len(q) < 1 || q[0] > 1 {
+					ok = false
+					break
+				}
+				v.set(false, 0, 0, q[0] == 1, nil)
+				q = q[1:]
 			}
-			v.set(false, int64(binary.LittleEndian.Uint64(q)), 0, false, nil)
-			q = q[8:]
-		case kindFloat:
-			if len(q) < 8 {
-				fault = SparseMalformed
-				break
+			if !ok {
+				// A NULL on a non-nullable column further on outranks this
+				// value fault (§2.4 check order).
+				if err := c.nullFault(pres, nulls, i+1, j); err != nil {
+					return err
+				}
+				return c.valueFault(i, src, len(src)-len(q))
 			}
-			v.set(false, 0, math.Float64frombits(binary.LittleEndian.Uint64(q)), false, nil)
-			q = q[8:]
-		default: // kindBool
-			if len(q) < 1 || q[0] > 1 {
-				fault = SparseMalformed
-				break
-			}
-			v.set(false, 0, 0, q[0] == 1, nil)
-			q = q[1:]
-		}
-		if fault != 0 {
-			// A NULL on a non-nullable column further on outranks this
-			// value fault (§2.4 check order).
-			if err := c.nullFault(pres, nulls, i+1, j); err != nil {
-				return err
-			}
-			return c.valueFault(i, src, at)
 		}
 	}
 	if len(q) != 0 {
@@ -345,6 +370,33 @@ func (c *SparseCodec) decode(src []byte, vals []Value) *SparseRowError {
 		}
 	}
 	return nil
+}
+
+// decodeFull decodes a sparse row presenting every column, whose null
+// bitmap and values after the presence bitmap are a full row, with the row
+// codec. Null padding was checked by the caller, so a bitmap fault is a
+// NULL on a non-nullable column.
+func (c *SparseCodec) decodeFull(src []byte, presLen int, vals []Value) *SparseRowError {
+	rc := c.row
+	row := src[presLen:]
+	n, f := rc.decode(row, vals)
+	switch f.kind {
+	case faultNone:
+		if n != len(row) {
+			return c.fail(SparseMalformed, -1, presLen+n, "%d trailing bytes after the sparse row", len(row)-n)
+		}
+		return nil
+	case faultBitmap:
+		i := f.col<<3 + trailingZeros8(row[f.col]&^rc.nullMask[f.col])
+		return c.fail(SparseNullNotNullable, i, presLen+f.col, "null bit set for non-nullable column %q", rc.cols[i].Name)
+	}
+	err := rc.faultError(f, row, presLen)
+	err.Op = opSparse
+	v := SparseMalformed
+	if f.kind == faultText {
+		v = SparseBadText
+	}
+	return &SparseRowError{Violation: v, Column: f.col, Err: err}
 }
 
 // nullFault finds a NULL on a non-nullable present column at or after
