@@ -205,3 +205,27 @@ func TestWireWindow(t *testing.T) {
 		t.Error("SparsePayloads disagrees with the wire versions")
 	}
 }
+
+// TestV3Codes: the push error codes of wire version 3 carry the fixed
+// metadata of §10.2.
+func TestV3Codes(t *testing.T) {
+	for _, tt := range []struct {
+		code      Code
+		category  string
+		retryable bool
+		action    string
+	}{
+		{CodeRowMissing, CategoryNotFound, false, "forceResync"},
+		{CodeRowDeleted, CategoryNotFound, false, "fixRequest"},
+		{CodeReferenceViolation, CategoryInvalidRequest, false, "fixRequest"},
+	} {
+		info, ok := tt.code.Info()
+		if !ok || info.Category != tt.category || info.Retryable != tt.retryable || info.Action != tt.action {
+			t.Errorf("%s: %+v (known %v), want %s/%v/%s", tt.code, info, ok, tt.category, tt.retryable, tt.action)
+		}
+		f := NewErrorFrame(Errorf(tt.code, "m"))
+		if f.Code != string(tt.code) || f.Category != tt.category || f.RecommendedAction != tt.action {
+			t.Errorf("%s: error frame %+v", tt.code, f)
+		}
+	}
+}
