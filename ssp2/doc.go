@@ -26,10 +26,11 @@
 //
 // # Wire versions
 //
-// DecodeMessage and DecodeRequest accept every version the codec speaks
-// (1–3); a server passes its accepted WireWindow (DefaultWireWindow is
-// [2, 3]) to DecodeRequestWindow, which refuses any other version before
-// reading a frame. Versions 2 and 3 share every frame layout but one: a v3
+// DecodeMessage accepts every version the codec speaks (1–3).
+// DecodeRequest accepts 1 and 2 only, so a server without version 3 push
+// semantics never sees a sparse payload; a server that has them passes its
+// accepted WireWindow (DefaultWireWindow is [2, 3]) to DecodeRequestWindow,
+// which refuses any other version before reading a frame. Versions 2 and 3 share every frame layout but one: a v3
 // conflict record ends with conflictColumns (OpResult.ConflictColumns, a
 // ColumnBitmap). What changes between them is the content of push
 // payloads, which the envelope carries as opaque bytes: full rows below

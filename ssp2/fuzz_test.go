@@ -84,8 +84,8 @@ func FuzzDecodeMessage(f *testing.F) {
 			if !bytes.Equal(buf.Bytes(), b) {
 				t.Fatalf("streamed bytes differ")
 			}
-		} else if _, err := DecodeRequest(b); err != nil {
-			t.Fatalf("DecodeRequest: %v", err)
+		} else if _, err := DecodeRequestWindow(b, codecWindow); err != nil {
+			t.Fatalf("DecodeRequestWindow: %v", err)
 		}
 		r, err := RenderMessage(b)
 		if err != nil || !json.Valid(r) {

@@ -59,9 +59,14 @@ type WireWindow struct {
 // DefaultWireWindow serves version 2 and version 3 clients side by side.
 var DefaultWireWindow = WireWindow{Min: 2, Max: 3}
 
-// codecWindow is every version the codec speaks: what DecodeMessage and
-// DecodeRequest accept.
+// codecWindow is every version the codec speaks: what DecodeMessage
+// accepts.
 var codecWindow = WireWindow{Min: MinWireVersion, Max: MaxWireVersion}
+
+// preV3Window is what DecodeRequest accepts: the versions whose push
+// payloads are full rows, so a server that has not adopted version 3 push
+// semantics never sees a sparse payload.
+var preV3Window = WireWindow{Min: 1, Max: 2}
 
 // Accepts reports whether v is inside the window.
 func (w WireWindow) Accepts(v uint16) bool { return v >= w.Min && v <= w.Max }
@@ -292,14 +297,14 @@ type Request struct {
 	Message *Message
 }
 
-// DecodeRequest decodes b as a request message of any wire version the
-// codec speaks (see DecodeMessage) and sorts its frames into a Request. A
-// response message is an error.
-func DecodeRequest(b []byte) (*Request, error) { return DecodeRequestWindow(b, codecWindow) }
+// DecodeRequest decodes b as a request message of wire version 1 or 2 (see
+// DecodeMessage) and sorts its frames into a Request. A response message
+// is an error. A server that serves version 3 uses DecodeRequestWindow.
+func DecodeRequest(b []byte) (*Request, error) { return DecodeRequestWindow(b, preV3Window) }
 
-// DecodeRequestWindow is DecodeRequest for a server that accepts only the
-// wire versions of window: any other version is sync.invalid_request, found
-// before a frame is read.
+// DecodeRequestWindow is DecodeRequest for a server that accepts the wire
+// versions of window (DefaultWireWindow: 2 and 3): any other version is
+// sync.invalid_request, found before a frame is read.
 func DecodeRequestWindow(b []byte, window WireWindow) (*Request, error) {
 	m, err := decodeMessage(b, window)
 	if err != nil {

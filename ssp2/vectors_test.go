@@ -151,9 +151,9 @@ func checkMessage(t *testing.T, kind string, bin, want []byte) *Message {
 			t.Fatalf("%d writes, want one per frame plus END = %d", got, want)
 		}
 	case "request":
-		req, err := DecodeRequest(bin)
+		req, err := DecodeRequestWindow(bin, codecWindow)
 		if err != nil {
-			t.Fatalf("DecodeRequest: %v", err)
+			t.Fatalf("DecodeRequestWindow: %v", err)
 		}
 		if req.Header == nil || len(req.Commits)+len(req.Subscriptions) == 0 && req.Pull == nil {
 			t.Fatalf("DecodeRequest lost frames: %+v", req)

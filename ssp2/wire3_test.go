@@ -196,9 +196,12 @@ func TestWireWindow(t *testing.T) {
 		if err != nil && (CodeOf(err) != CodeInvalidRequest || !strings.Contains(err.Error(), "offset 4")) {
 			t.Errorf("v%d: refused with %v, want sync.invalid_request at the version field", v, err)
 		}
-		// DecodeRequest keeps accepting every version the codec speaks.
-		if _, err := DecodeRequest(pull(v)); (err == nil) != SupportedWireVersion(v) {
+		// DecodeRequest keeps its pre-v3 window: v3 is opt-in.
+		if _, err := DecodeRequest(pull(v)); (err == nil) != (v <= 2) {
 			t.Errorf("DecodeRequest v%d: %v", v, err)
+		}
+		if _, err := DecodeMessage(pull(v)); (err == nil) != SupportedWireVersion(v) {
+			t.Errorf("DecodeMessage v%d: %v", v, err)
 		}
 	}
 	if SparsePayloads(2) || !SparsePayloads(3) {
