@@ -281,9 +281,19 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 	if f.kind != faultNone {
 		return 0, f
 	}
+	if i := c.badText(vals, nil); i >= 0 {
+		return 0, rowFault{faultText, i, c.valueOffset(src, i)}
+	}
+	return n, rowFault{}
+}
+
+// badText checks the content of the non-NULL string, json and blob_ref
+// values (of the present columns only, when present is not nil) and
+// returns the first column that fails, or -1.
+func (c *RowCodec) badText(vals []Value, present ColumnBitmap) int {
 	for _, i := range c.textCols {
 		v := &vals[i]
-		if v.Null {
+		if v.Null || present != nil && !present.Has(i) {
 			continue
 		}
 		var ok bool
@@ -296,10 +306,10 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 			ok = checkText(TypeBlobRef, v.Bytes) == ""
 		}
 		if !ok {
-			return 0, rowFault{faultText, i, c.valueOffset(src, i)}
+			return i
 		}
 	}
-	return n, rowFault{}
+	return -1
 }
 
 // decodeLayout is decode's first pass: bitmap, bounds, integer range and

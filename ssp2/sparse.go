@@ -350,24 +350,9 @@ func (c *SparseCodec) decode(src []byte, vals []Value) *SparseRowError {
 	if len(q) != 0 {
 		return c.fail(SparseMalformed, -1, len(src)-len(q), "%d trailing bytes after the sparse row", len(q))
 	}
-	for _, i := range rc.textCols {
-		v := &vals[i]
-		if v.Null || pres[i>>3]&(1<<(i&7)) == 0 {
-			continue
-		}
-		var ok bool
-		switch rc.types[i] {
-		case TypeString:
-			ok = shortASCII(v.Bytes) || validUTF8(v.Bytes)
-		case TypeJSON:
-			ok = validJSON(v.Bytes)
-		default:
-			ok = checkText(TypeBlobRef, v.Bytes) == ""
-		}
-		if !ok {
-			off := body + c.valueOffset(src[body:], pres, nulls, i)
-			return c.fail(SparseBadText, i, off, "column %q: %s", rc.cols[i].Name, checkText(rc.types[i], v.Bytes))
-		}
+	if i := rc.badText(vals, pres); i >= 0 {
+		off := body + c.valueOffset(src[body:], pres, nulls, i)
+		return c.fail(SparseBadText, i, off, "column %q: %s", rc.cols[i].Name, checkText(rc.types[i], vals[i].Bytes))
 	}
 	return nil
 }
