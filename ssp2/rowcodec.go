@@ -134,16 +134,16 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 			return dst[:start], encodeError(opRow, "column %q is not nullable", c.cols[col].Name)
 		}
 	}
-	return c.appendValues(dst, start, row, nil)
+	return c.appendValues(dst, start, row)
 }
 
-// appendValues appends the non-NULL values of row in column order, only
-// those of present columns when present is not nil (the sparse row's value
-// section). It refuses what a decoder would reject, returning dst[:start].
-func (c *RowCodec) appendValues(dst []byte, start int, row []Value, present ColumnBitmap) ([]byte, *Error) {
+// appendValues appends the non-NULL values of row in column order: the
+// value section of a full or sparse row. It refuses what a decoder would
+// reject, returning dst[:start].
+func (c *RowCodec) appendValues(dst []byte, start int, row []Value) ([]byte, *Error) {
 	for i, t := range c.types {
 		v := &row[i]
-		if v.Null || present != nil && !present.Has(i) {
+		if v.Null {
 			continue
 		}
 		switch t {

@@ -188,20 +188,30 @@ func (c *SparseCodec) appendSparseRow(dst []byte, r SparseRow) ([]byte, *Error) 
 	p := r.Present.Count()
 	nullStart := len(dst)
 	dst = append(dst, make([]byte, (p+7)/8)...)
+	// The value section is a full row's with the absent columns left out:
+	// encode a copy in which they read as NULL.
+	var small [16]Value
+	vals := small[:0]
+	if n > len(small) {
+		vals = make([]Value, 0, n)
+	}
 	j := 0
 	for i := range n {
+		v := r.Values[i]
 		if !r.Present.Has(i) {
-			continue
-		}
-		if r.Values[i].Null {
-			if !c.nullable(i) {
-				return dst[:start], encodeError(opSparse, "column %q is not nullable", c.row.cols[i].Name)
+			v = Value{Null: true}
+		} else {
+			if v.Null {
+				if !c.nullable(i) {
+					return dst[:start], encodeError(opSparse, "column %q is not nullable", c.row.cols[i].Name)
+				}
+				dst[nullStart+j>>3] |= 1 << (j & 7)
 			}
-			dst[nullStart+j>>3] |= 1 << (j & 7)
+			j++
 		}
-		j++
+		vals = append(vals, v)
 	}
-	return c.row.appendValues(dst, start, r.Values, r.Present)
+	return c.row.appendValues(dst, start, vals)
 }
 
 // DecodeSparseRow decodes src, which must hold exactly one sparse row, into

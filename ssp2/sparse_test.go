@@ -279,7 +279,7 @@ func checkSparseCorruptions(t *testing.T, codec *SparseCodec, enc []byte, presen
 	}
 }
 
-func TestDecodeSparseRowDoesNotAllocate(t *testing.T) {
+func TestSparseRowDoesNotAllocate(t *testing.T) {
 	codec, rows := notesSparseRows(t, 64, 3)
 	dst := make([]Value, len(notesColumns))
 	allocs := testing.AllocsPerRun(100, func() {
@@ -293,6 +293,26 @@ func TestDecodeSparseRowDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("DecodeSparseRow allocates %.1f times per %d rows", allocs, len(rows))
+	}
+	decoded := make([]SparseRow, len(rows))
+	for i, r := range rows {
+		var err error
+		if decoded[i], err = codec.DecodeSparseRow(r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf []byte
+	allocs = testing.AllocsPerRun(100, func() {
+		buf = buf[:0]
+		for _, r := range decoded {
+			var err error
+			if buf, err = codec.AppendSparseRow(buf, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("AppendSparseRow allocates %.1f times per %d rows", allocs, len(rows))
 	}
 }
 
