@@ -486,7 +486,8 @@ func (s OpStatus) String() string {
 // ConflictColumns is a ColumnBitmap over the table's columns (§6.3): the
 // present columns whose version moved past the operation's baseVersion. The
 // envelope carries it as opaque bytes; its width is the schema's business.
-// Below wire version 3 it must be nil.
+// From wire version 3 on a conflict must carry it (non-nil); below, it must
+// be nil.
 type OpResult struct {
 	OpIndex         int32
 	Status          OpStatus
@@ -586,6 +587,9 @@ func (f *PushResult) appendPayload(w *writer, v uint16) {
 			w.i64("conflict.serverVersion", o.ServerVersion)
 			w.bytes("conflict.serverRow", o.ServerRow)
 			if v >= 3 {
+				if o.ConflictColumns == nil {
+					w.fail("result %d: a wire version 3 conflict carries conflictColumns", i)
+				}
 				w.bytes("conflict.conflictColumns", o.ConflictColumns)
 			} else if o.ConflictColumns != nil {
 				w.fail("result %d: conflictColumns needs wire version 3", i)

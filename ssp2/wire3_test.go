@@ -107,14 +107,19 @@ func TestConflictColumns(t *testing.T) {
 		t.Fatalf("rendering %s", r)
 	}
 
-	// nil encodes as empty bytes.
-	m.Frames[1] = rejected(conflict(nil))
+	// Empty bytes are the decoder's business (§1.7), so they round-trip;
+	// nil is a conflict built without its columns, refused.
+	m.Frames[1] = rejected(conflict([]byte{}))
 	b, err = m.AppendEncode(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if back, err := DecodeMessage(b); err != nil || len(back.Frames[1].(*PushResult).Results[0].ConflictColumns) != 0 {
 		t.Fatalf("empty conflictColumns: %v", err)
+	}
+	m.Frames[1] = rejected(conflict(nil))
+	if _, err := m.AppendEncode(nil); CodeOf(err) != CodeInternalError || !strings.Contains(err.Error(), "carries conflictColumns") {
+		t.Fatalf("v3 conflict without conflictColumns: %v", err)
 	}
 
 	decode := []struct {
