@@ -21,6 +21,8 @@ var statuses = map[ssp2.Code]int{
 	ssp2.CodeEmptyCommit:             http.StatusBadRequest,
 	ssp2.CodeUnknownTable:            http.StatusBadRequest,
 	ssp2.CodeRowMissing:              http.StatusNotFound,
+	ssp2.CodeRowDeleted:              http.StatusNotFound,
+	ssp2.CodeReferenceViolation:      http.StatusBadRequest,
 	ssp2.CodeVersionConflict:         http.StatusConflict,
 	ssp2.CodeConstraintViolation:     http.StatusBadRequest,
 	ssp2.CodeMissingScopes:           http.StatusInternalServerError,

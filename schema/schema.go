@@ -15,6 +15,11 @@
 // These are IR metadata and never reach the wire. A scope may be written as
 // a bare pattern string; without "column" it binds the column named like
 // its variable.
+//
+// A table may declare "references" (SPEC §6.11), each
+// {"column", "parentTable", "onDelete"} with onDelete RESTRICT (the
+// default), CASCADE or SET NULL, and "indexes", each {"name", "columns",
+// "unique"}; see references.go.
 package schema
 
 import (
@@ -36,6 +41,9 @@ type Schema struct {
 
 	byName    map[string]*Table
 	variables map[string]bool
+	// referencing maps a parent table to the references naming it, in
+	// table and declaration order.
+	referencing map[string][]Reference
 }
 
 // Table is one compiled synced table.
@@ -45,10 +53,18 @@ type Table struct {
 	PrimaryKey string
 	Scopes     []Scope
 
+	// References are the table's declared references (SPEC §6.11), in
+	// declaration order; Indexes its declared secondary indexes.
+	References []Reference
+	Indexes    []Index
+
 	// PKIndex is the position of the primary-key column.
 	PKIndex int
 	// Codec encodes and decodes full rows of this table.
 	Codec *ssp2.RowCodec
+	// Sparse encodes and decodes the table's sparse rows, the push payload
+	// of wire version 3.
+	Sparse *ssp2.SparseCodec
 
 	wire       []ssp2.Column
 	colIndex   map[string]int
@@ -77,11 +93,14 @@ type Scope struct {
 	ColumnIndex int
 }
 
-// Error is a schema validation failure naming the table and column it is
-// about. It is returned by Parse and Load.
+// Error is a schema validation failure naming the table, column and IR
+// member it is about. It is returned by Parse and Load.
 type Error struct {
 	Table  string
 	Column string
+	// Field is the IR member at fault when it is not the column itself,
+	// e.g. "references.onDelete" or "indexes.columns".
+	Field  string
 	Reason string
 }
 
@@ -93,6 +112,9 @@ func (e *Error) Error() string {
 	}
 	if e.Column != "" {
 		fmt.Fprintf(&b, ": column %q", e.Column)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": %s", e.Field)
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Reason)
@@ -135,6 +157,8 @@ type irTable struct {
 	Columns    []irColumn      `json:"columns"`
 	PrimaryKey json.RawMessage `json:"primaryKey"`
 	Scopes     []irScope       `json:"scopes"`
+	References []irReference   `json:"references"`
+	Indexes    []irIndex       `json:"indexes"`
 }
 
 type irColumn struct {
@@ -183,9 +207,10 @@ func Parse(data []byte) (*Schema, error) {
 		return nil, &Error{Reason: "no tables"}
 	}
 	s := &Schema{
-		Version:   int32(*doc.Version),
-		byName:    make(map[string]*Table, len(doc.Tables)),
-		variables: make(map[string]bool),
+		Version:     int32(*doc.Version),
+		byName:      make(map[string]*Table, len(doc.Tables)),
+		variables:   make(map[string]bool),
+		referencing: make(map[string][]Reference),
 	}
 	for _, it := range doc.Tables {
 		t, err := compileTable(it)
@@ -199,6 +224,17 @@ func Parse(data []byte) (*Schema, error) {
 		s.Tables = append(s.Tables, t)
 		for _, sc := range t.Scopes {
 			s.variables[sc.Variable] = true
+		}
+	}
+	// References and indexes name other tables and schema-wide index
+	// names, so they compile once every table is known.
+	indexNames := make(map[string]string)
+	for i, t := range s.Tables {
+		if err := s.compileReferences(t, doc.Tables[i].References); err != nil {
+			return nil, err
+		}
+		if err := s.compileIndexes(t, doc.Tables[i].Indexes, indexNames); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
@@ -293,6 +329,9 @@ func compileTable(it irTable) (*Table, error) {
 		return nil, &Error{Table: t.Name, Reason: err.Error()}
 	}
 	t.Codec = codec
+	if t.Sparse, err = ssp2.NewSparseCodec(t.wire, t.PKIndex); err != nil {
+		return nil, &Error{Table: t.Name, Reason: err.Error()}
+	}
 	return t, nil
 }
 

@@ -257,3 +257,36 @@ func BenchmarkSegmentDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSparseRowDecode decodes v3 push payloads of the notes table:
+// "full" presents every column (a v2-style write, comparable with
+// BenchmarkRowDecode), "patch" the key and every third column.
+func BenchmarkSparseRowDecode(b *testing.B) {
+	for _, shape := range []struct {
+		name string
+		k    int
+	}{{"full", 1}, {"patch", 3}} {
+		for _, n := range benchSizes {
+			b.Run(shape.name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				codec, rows := notesSparseRows(b, n, shape.k)
+				dst := make([]Value, len(notesColumns))
+				size := 0
+				for _, r := range rows {
+					size += len(r)
+				}
+				b.SetBytes(int64(size))
+				cpu0 := startRows(b)
+				for range b.N {
+					for _, r := range rows {
+						got, err := codec.DecodeSparseRow(r, dst)
+						if err != nil {
+							b.Fatal(err)
+						}
+						dst = got.Values
+					}
+				}
+				reportRows(b, n, cpu0)
+			})
+		}
+	}
+}

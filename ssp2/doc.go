@@ -1,5 +1,6 @@
 // Package ssp2 is the SSP2 codec: the binary sync protocol of the Syncular
-// project, wire versions 1 and 2 (SPEC.md, release 0.15.48).
+// project, wire versions 1 and 2 (SPEC.md, release 0.15.48) and 3 (SPEC.md
+// of the wire v3 releases).
 //
 // It is pure: no I/O beyond the io.Reader or io.Writer a streaming type is
 // given, and it imports nothing of syncnode's own. Every decode failure is
@@ -23,6 +24,18 @@
 // place and re-encoded byte for byte. DecodeRequest sorts a request's
 // frames for a server; (*Message).AppendEncode writes a message back.
 //
+// # Wire versions
+//
+// DecodeMessage accepts every version the codec speaks (1–3).
+// DecodeRequest accepts 1 and 2 only, so a server without version 3 push
+// semantics never sees a sparse payload; a server that has them passes its
+// accepted WireWindow (DefaultWireWindow is [2, 3]) to DecodeRequestWindow,
+// which refuses any other version before reading a frame. Versions 2 and 3 share every frame layout but one: a v3
+// conflict record ends with conflictColumns (OpResult.ConflictColumns, a
+// ColumnBitmap). What changes between them is the content of push
+// payloads, which the envelope carries as opaque bytes: full rows below
+// version 3, sparse rows from version 3 on (SparsePayloads).
+//
 // ResponseEncoder streams a response frame by frame, one Write per frame,
 // enforcing the grammar as it goes; MessageReader decodes one frame at a
 // time from an io.Reader. Both share the grammar machine with
@@ -31,15 +44,22 @@
 // # Rows and segments
 //
 // A RowCodec, compiled from a column list, encodes and decodes full rows
-// (§2.4) without allocating: decoded bytes alias the input. SegmentWriter
+// (§2.4) without allocating: decoded bytes alias the input. A SparseCodec
+// does the same for sparse rows, the v3 push payload: a presence bitmap, a
+// null bitmap over the present columns, the present values.
+// DecodeSparseRow checks the sparse rules in the spec's order and reports a
+// *SparseRowError (unwrapping to sync.invalid_request) naming the
+// SparseViolation, which a server turns into the commit-level rejection of
+// the enclosing commit. Every other surface (COMMIT rows, segments, the
+// conflict serverRow) stays full-row. SegmentWriter
 // and SegmentReader stream SSG2 rows segments (§5.2) one block at a time;
 // ValidateSegment checks one in memory.
 //
 // # Realtime, rendering, scopes
 //
 // ParseControlMessage and MarshalControl handle the realtime JSON control
-// messages (§8). RenderMessage and RenderSegment produce the canonical
-// debug rendering of §11 the golden vectors pin. CanonicalScopes,
+// messages (§8). RenderMessage, RenderSegment and RenderSparseRow produce
+// the canonical debug rendering of §11 the golden vectors pin. CanonicalScopes,
 // ScopeDigest and ParseScopesHeader implement the scope digest (§3.5,
 // §11.2), escaping strings as JavaScript's JSON.stringify does.
 //

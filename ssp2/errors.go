@@ -13,7 +13,17 @@ type Code string
 
 // Wire codes (SPEC.md §10.2). Reserved names without a producer
 // (sync.integrity_rejected, sync.websocket_not_configured, …) are
-// deliberately absent.
+// deliberately absent. sync.client_wire_unsupported left the v3 catalog but
+// stays here: syncnode still serves wire version 1.
+//
+// Push operation errors of wire version 3 (§6.2, §6.11):
+//   - sync.row_missing: an upsert with baseVersion > 0 on an absent row, or
+//     a partial (sparse) upsert on an absent row without a tombstone;
+//   - sync.row_deleted: an unversioned upsert on a row deleted inside the
+//     tombstone horizon (the delete wins);
+//   - sync.reference_violation: a declared reference failed (missing
+//     parent, RESTRICT delete with children, cascade cap), with reason and
+//     references in PUSH_RESULT_DETAILS.
 const (
 	CodeAuthRequired            Code = "sync.auth_required"
 	CodeAuthLeaseRequired       Code = "sync.auth_lease_required"
@@ -25,8 +35,10 @@ const (
 	CodeEmptyCommit             Code = "sync.empty_commit"
 	CodeUnknownTable            Code = "sync.unknown_table"
 	CodeRowMissing              Code = "sync.row_missing"
+	CodeRowDeleted              Code = "sync.row_deleted"
 	CodeVersionConflict         Code = "sync.version_conflict"
 	CodeConstraintViolation     Code = "sync.constraint_violation"
+	CodeReferenceViolation      Code = "sync.reference_violation"
 	CodeMissingScopes           Code = "sync.missing_scopes"
 	CodeCrdtMergeFailed         Code = "sync.crdt_merge_failed"
 	CodeIdempotencyCacheMiss    Code = "sync.idempotency_cache_miss"
@@ -102,8 +114,10 @@ var catalog = map[Code]CodeInfo{
 	CodeEmptyCommit:             {CategoryInvalidRequest, false, "fixRequest"},
 	CodeUnknownTable:            {CategorySchemaMismatch, false, "regenerateClient"},
 	CodeRowMissing:              {CategoryNotFound, false, "forceResync"},
+	CodeRowDeleted:              {CategoryNotFound, false, "fixRequest"},
 	CodeVersionConflict:         {CategoryConflict, false, "resolveConflict"},
 	CodeConstraintViolation:     {CategoryInvalidRequest, false, "fixRequest"},
+	CodeReferenceViolation:      {CategoryInvalidRequest, false, "fixRequest"},
 	CodeMissingScopes:           {CategoryInternal, false, "inspectServer"},
 	CodeCrdtMergeFailed:         {CategoryInternal, false, "inspectServer"},
 	CodeIdempotencyCacheMiss:    {CategoryInternal, true, "retryLater"},

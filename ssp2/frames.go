@@ -9,7 +9,7 @@ import (
 // FrameType is a frame's type byte (SPEC.md §1.2 registry).
 type FrameType uint8
 
-// Registered frame types for wire versions 1 and 2. Every other value
+// Registered frame types, the same for wire versions 1, 2 and 3. Every other value
 // (0x05–0x0F, 0x17, 0x18, 0x1A, 0x1C–0x1E, 0x20 and up) has no layout and is
 // an unknown frame: skipped and preserved in place.
 const (
@@ -120,8 +120,8 @@ func checkOp(w *writer, what string, o Op) {
 	}
 }
 
-// ReqHeader is REQ_HEADER (0x01, §1.5). LogEpoch exists in wire version 2
-// only; nil is absent (epoch acquisition).
+// ReqHeader is REQ_HEADER (0x01, §1.5). LogEpoch exists from wire version 2
+// on; nil is absent (epoch acquisition).
 type ReqHeader struct {
 	ClientID      string
 	SchemaVersion int32
@@ -179,7 +179,9 @@ func (f *ReqHeader) appendPayload(w *writer, v uint16) {
 
 // Operation is one push operation record (§6.1). Payload is present (non-nil)
 // iff Op is upsert; BaseVersion nil means last-write-wins and may accompany a
-// delete (kept, ignored by the server).
+// delete (kept, ignored by the server). The envelope carries Payload as
+// opaque bytes: a full row below wire version 3, a sparse row from version 3
+// on (SparsePayloads), decoded against the schema by the server.
 type Operation struct {
 	Table       string
 	RowID       string
@@ -350,7 +352,7 @@ func (f *Subscription) appendPayload(w *writer, _ uint16) {
 }
 
 // RespHeader is RESP_HEADER (0x10, §1.6). LogEpoch and ResetRequired exist
-// in wire version 2 only, where LogEpoch is required and non-empty; in
+// from wire version 2 on, where LogEpoch is required and non-empty; in
 // version 1 they must be left zero.
 type RespHeader struct {
 	RequiredSchemaVersion *int32
@@ -476,17 +478,25 @@ func (s OpStatus) String() string {
 }
 
 // OpResult is one result record, a tagged union on Status: applied carries
-// nothing else; conflict carries Code, Message, ServerVersion, ServerRow;
-// error carries Code, Message, Retryable. Fields outside the status's arm
-// must be zero on encode and are zero after decode.
+// nothing else; conflict carries Code, Message, ServerVersion, ServerRow
+// (always a full row) and, from wire version 3 on, ConflictColumns; error
+// carries Code, Message, Retryable. Fields outside the status's arm must be
+// zero on encode and are zero after decode.
+//
+// ConflictColumns is a ColumnBitmap over the table's columns (§6.3): the
+// present columns whose version moved past the operation's baseVersion. The
+// envelope carries it as opaque bytes; its width is the schema's business.
+// From wire version 3 on a conflict must carry it (non-nil); below, it must
+// be nil.
 type OpResult struct {
-	OpIndex       int32
-	Status        OpStatus
-	Code          string
-	Message       string
-	ServerVersion int64
-	ServerRow     []byte
-	Retryable     bool
+	OpIndex         int32
+	Status          OpStatus
+	Code            string
+	Message         string
+	ServerVersion   int64
+	ServerRow       []byte
+	ConflictColumns []byte
+	Retryable       bool
 }
 
 // PushResult is PUSH_RESULT (0x11, §6.3). CommitSeq is present iff Status is
@@ -500,7 +510,7 @@ type PushResult struct {
 
 func (*PushResult) FrameType() FrameType { return FramePushResult }
 
-func decodePushResult(r *reader) *PushResult {
+func decodePushResult(r *reader, v uint16) *PushResult {
 	f := &PushResult{}
 	f.ClientCommitID = r.str("PUSH_RESULT.clientCommitId")
 	at := r.pos()
@@ -530,6 +540,9 @@ func decodePushResult(r *reader) *PushResult {
 			o.Message = r.str("conflict.message")
 			o.ServerVersion = r.i64("conflict.serverVersion")
 			o.ServerRow = r.bytes("conflict.serverRow")
+			if v >= 3 {
+				o.ConflictColumns = r.bytes("conflict.conflictColumns")
+			}
 		case o.Status == OpError:
 			o.Code = r.str("error.code")
 			o.Message = r.str("error.message")
@@ -542,7 +555,7 @@ func decodePushResult(r *reader) *PushResult {
 	return f
 }
 
-func (f *PushResult) appendPayload(w *writer, _ uint16) {
+func (f *PushResult) appendPayload(w *writer, v uint16) {
 	if f.Status < PushApplied || f.Status > PushRejected {
 		w.fail("PUSH_RESULT.status %d is not applied, cached or rejected", f.Status)
 	}
@@ -562,8 +575,8 @@ func (f *PushResult) appendPayload(w *writer, _ uint16) {
 		w.u8(uint8(o.Status))
 		switch o.Status {
 		case OpApplied:
-			if o.Code != "" || o.Message != "" || o.ServerVersion != 0 || o.ServerRow != nil || o.Retryable {
-				w.fail("result %d: applied carries no code, message, server row or retryable", i)
+			if o.Code != "" || o.Message != "" || o.ServerVersion != 0 || o.ServerRow != nil || o.ConflictColumns != nil || o.Retryable {
+				w.fail("result %d: applied carries no code, message, server row, conflict columns or retryable", i)
 			}
 		case OpConflict:
 			if o.Retryable {
@@ -573,9 +586,17 @@ func (f *PushResult) appendPayload(w *writer, _ uint16) {
 			w.str("conflict.message", o.Message)
 			w.i64("conflict.serverVersion", o.ServerVersion)
 			w.bytes("conflict.serverRow", o.ServerRow)
+			if v >= 3 {
+				if o.ConflictColumns == nil {
+					w.fail("result %d: a wire version 3 conflict carries conflictColumns", i)
+				}
+				w.bytes("conflict.conflictColumns", o.ConflictColumns)
+			} else if o.ConflictColumns != nil {
+				w.fail("result %d: conflictColumns needs wire version 3", i)
+			}
 		case OpError:
-			if o.ServerVersion != 0 || o.ServerRow != nil {
-				w.fail("result %d: error carries no server version or row", i)
+			if o.ServerVersion != 0 || o.ServerRow != nil || o.ConflictColumns != nil {
+				w.fail("result %d: error carries no server version, row or conflict columns", i)
 			}
 			w.str("error.code", o.Code)
 			w.str("error.message", o.Message)

@@ -3,6 +3,7 @@ package ssp2
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,18 +13,16 @@ import (
 	"github.com/syncnode/syncnode/internal/testvectors"
 )
 
-// seedFromVectors adds every vector file under the given kinds (valid and
-// invalid) matching ext to the corpus. Without vectors the fuzz targets
-// still run on their own seeds.
+// seedFromVectors adds every vector file of the v1/v2 set under the given
+// kinds (valid and invalid) matching ext to the corpus. Without vectors the
+// fuzz targets still run on their own seeds.
 func seedFromVectors(f *testing.F, ext string, kinds ...string) {
-	dir := os.Getenv("SSP2_VECTORS")
-	if dir == "" {
+	dir, ok := testvectors.Lookup("SSP2_VECTORS", "ssp2-vectors")
+	if !ok {
 		if os.Getenv("CI") != "" {
-			dir = testvectors.Dir(f)
-		} else {
-			root, _ := filepath.Abs(filepath.Join("..", "..", "shared", "ssp2-vectors"))
-			dir = root
+			testvectors.Dir(f) // fails: the vectors are required under CI
 		}
+		return
 	}
 	for _, k := range kinds {
 		for _, pattern := range []string{"*." + ext, "invalid/*." + ext} {
@@ -48,6 +47,11 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add(req(fReq, fUnknown, fPush, fPull, fSub))
 	f.Add(resp(fResp, fLease, fRejErr, fDetails, fStart, fCommit, fEnd, fStart, fRef, fInline, fEnd))
 	f.Add(env(KindRequest, 2, frV(&ReqHeader{ClientID: "c", SchemaVersion: 1, LogEpoch: strp("e")}, 2), fPull, endFrame))
+	// Wire version 3: the v3 set is JSON only, so its cases are encoded.
+	for _, b := range v3Messages(f) {
+		f.Add(b)
+	}
+	f.Add(resp3(fResp3, frV(rejected(conflict([]byte{0x02})), 3)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeMessage(b)
 		if err != nil {
@@ -80,8 +84,8 @@ func FuzzDecodeMessage(f *testing.F) {
 			if !bytes.Equal(buf.Bytes(), b) {
 				t.Fatalf("streamed bytes differ")
 			}
-		} else if _, err := DecodeRequest(b); err != nil {
-			t.Fatalf("DecodeRequest: %v", err)
+		} else if _, err := DecodeRequestWindow(b, codecWindow); err != nil {
+			t.Fatalf("DecodeRequestWindow: %v", err)
 		}
 		r, err := RenderMessage(b)
 		if err != nil || !json.Valid(r) {
@@ -221,6 +225,100 @@ func FuzzRowCodec(f *testing.F) {
 		out, err := codec.AppendRow(nil, vals)
 		if err != nil || !bytes.Equal(out, row) {
 			t.Fatalf("re-encoding differs (%v)\n got: %x\nwant: %x", err, out, row)
+		}
+	})
+}
+
+// FuzzSparseRow: for a column list drawn from the input (column 0 the
+// primary key), decoding never panics, agrees with validation, fails only
+// with a *SparseRowError carrying sync.invalid_request, re-encodes a
+// decoded row to the same bytes, and a row presenting every column is the
+// presence bitmap followed by a full row.
+func FuzzSparseRow(f *testing.F) {
+	spec := make([]byte, len(pushColumns))
+	for i, c := range pushColumns {
+		spec[i] = byte(c.Type) - 1
+		if c.Nullable {
+			spec[i] |= 8
+		}
+	}
+	codec := pushCodec(f)
+	for _, r := range []SparseRow{
+		sparseOf(map[int]Value{0: {Bytes: []byte("n-1")}, 1: {Null: true}, 6: {Bytes: []byte(`{"tags":["a"]}`)}}),
+		sparseOf(map[int]Value{0: {Bytes: []byte("n-2")}, 1: {Null: true}, 2: {Bytes: []byte("body")}, 3: {Int: -7}, 4: {Float: 0.125},
+			5: {}, 6: {Bytes: []byte(`{"k":true}`)}, 7: {Bytes: []byte{0, 1}}, 8: {Bytes: []byte{1, 2, 0xfe}}}),
+	} {
+		b, err := codec.AppendSparseRow(nil, r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(spec, b)
+	}
+	notesSpec := make([]byte, len(notesColumns))
+	for i, c := range notesColumns {
+		notesSpec[i] = byte(c.Type) - 1
+		if c.Nullable {
+			notesSpec[i] |= 8
+		}
+	}
+	for _, b := range v3Messages(f) {
+		if m, err := DecodeMessage(b); err == nil {
+			for _, fr := range m.Frames {
+				if pc, ok := fr.(*PushCommit); ok {
+					for _, op := range pc.Operations {
+						if op.Payload != nil {
+							f.Add(notesSpec, op.Payload)
+						}
+					}
+				}
+			}
+		}
+	}
+	_, rows := notesSparseRows(f, 6, 2)
+	for _, r := range rows {
+		f.Add(notesSpec, r)
+	}
+	f.Fuzz(func(t *testing.T, spec, row []byte) {
+		if len(spec) == 0 {
+			return
+		}
+		if len(spec) > 80 {
+			spec = spec[:80]
+		}
+		cols := make([]Column, len(spec))
+		for i, s := range spec {
+			cols[i] = Column{Name: "c", Type: ColumnType(s&7) + 1, Nullable: s&8 != 0 && i != 0}
+		}
+		codec, err := NewSparseCodec(cols, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := codec.DecodeSparseRow(row, nil)
+		if verr := codec.ValidateSparseRow(row); (verr == nil) != (err == nil) {
+			t.Fatalf("ValidateSparseRow %v, DecodeSparseRow %v", verr, err)
+		}
+		if err != nil {
+			var se *SparseRowError
+			if !errors.As(err, &se) || CodeOf(err) != CodeInvalidRequest {
+				t.Fatalf("decode error %v is not a *SparseRowError with sync.invalid_request", err)
+			}
+			return
+		}
+		out, err := codec.AppendSparseRow(nil, got)
+		if err != nil || !bytes.Equal(out, row) {
+			t.Fatalf("re-encoding differs (%v)\n got: %x\nwant: %x", err, out, row)
+		}
+		if got.Present.Count() == len(cols) {
+			full, err := NewRowCodec(cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr, err := full.AppendRow(nil, got.Values); err != nil || !bytes.Equal(fr, row[len(got.Present):]) {
+				t.Fatalf("full sparse row is not presence + full row (%v)", err)
+			}
+		}
+		if r, err := RenderSparseRow(codec, row); err != nil || !json.Valid(r) {
+			t.Fatalf("rendering failed or is not JSON (%v): %s", err, r)
 		}
 	})
 }

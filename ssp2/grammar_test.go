@@ -100,7 +100,7 @@ func TestDecodeRules(t *testing.T) {
 		// Envelope and framing (§1.2).
 		{"short envelope", []byte("SSP2\x01\x00\x01"), CodeInvalidRequest, "truncated envelope"},
 		{"wire version 0", env(KindRequest, 0, fReq, fPull, endFrame), CodeInvalidRequest, "wire version"},
-		{"wire version 3", env(KindRequest, 3, fReq, fPull, endFrame), CodeInvalidRequest, "wire version"},
+		{"wire version 4", env(KindRequest, 4, fReq, fPull, endFrame), CodeInvalidRequest, "wire version"},
 		{"msgKind 0", env(0, 1, fReq, fPull, endFrame), CodeInvalidRequest, "message kind"},
 		{"msgKind 3", env(3, 1, fReq, fPull, endFrame), CodeInvalidRequest, "message kind"},
 		{"no frames at all", env(KindRequest, 1), CodeInvalidRequest, "no END"},
@@ -409,7 +409,7 @@ func TestEncodeRefusals(t *testing.T) {
 		m    Message
 		msg  string
 	}{
-		{"unsupported version", Message{WireVersion: 3, Kind: KindRequest}, "wire version"},
+		{"unsupported version", Message{WireVersion: 4, Kind: KindRequest}, "wire version"},
 		{"unknown kind", Message{WireVersion: 1, Kind: 9}, "message kind"},
 		{"no frames", Message{WireVersion: 1, Kind: KindRequest}, "must start with REQ_HEADER"},
 		{"nil frame", Message{WireVersion: 1, Kind: KindRequest, Frames: []Frame{nil}}, "nil"},

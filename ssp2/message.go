@@ -33,9 +33,59 @@ const (
 	frameHeaderSize = 5 // type u8, length u32
 )
 
+// Wire versions this codec speaks. Version 3 changed the push payload to
+// the sparse row (SparseCodec) and added conflictColumns to conflict
+// records; every other layout is the version 2 one.
+const (
+	MinWireVersion uint16 = 1
+	MaxWireVersion uint16 = 3
+)
+
 // SupportedWireVersion reports whether v is a wire version this codec
-// speaks (1 and 2).
-func SupportedWireVersion(v uint16) bool { return v == 1 || v == 2 }
+// speaks (1, 2 and 3).
+func SupportedWireVersion(v uint16) bool { return v >= MinWireVersion && v <= MaxWireVersion }
+
+// SparsePayloads reports whether push payloads of wire version v are sparse
+// rows (version 3) rather than full rows (versions 1 and 2).
+func SparsePayloads(v uint16) bool { return v >= 3 }
+
+// WireWindow is the closed range of wire versions a server accepts. A
+// request outside it is refused as an unknown version before any frame is
+// read (§1.2, §9).
+type WireWindow struct {
+	Min, Max uint16
+}
+
+// DefaultWireWindow serves version 2 and version 3 clients side by side.
+var DefaultWireWindow = WireWindow{Min: 2, Max: 3}
+
+// codecWindow is every version the codec speaks: what DecodeMessage
+// accepts.
+var codecWindow = WireWindow{Min: MinWireVersion, Max: MaxWireVersion}
+
+// preV3Window is what DecodeRequest accepts: the versions whose push
+// payloads are full rows, so a server that has not adopted version 3 push
+// semantics never sees a sparse payload.
+var preV3Window = WireWindow{Min: 1, Max: 2}
+
+// Accepts reports whether v is inside the window.
+func (w WireWindow) Accepts(v uint16) bool { return v >= w.Min && v <= w.Max }
+
+// Validate refuses an empty window or one reaching past the versions this
+// codec speaks.
+func (w WireWindow) Validate() error {
+	switch {
+	case !SupportedWireVersion(w.Min):
+		return fmt.Errorf("wire window: min %d is not a supported wire version (%d..%d)", w.Min, MinWireVersion, MaxWireVersion)
+	case !SupportedWireVersion(w.Max):
+		return fmt.Errorf("wire window: max %d is not a supported wire version (%d..%d)", w.Max, MinWireVersion, MaxWireVersion)
+	case w.Min > w.Max:
+		return fmt.Errorf("wire window: min %d is above max %d", w.Min, w.Max)
+	}
+	return nil
+}
+
+func (w WireWindow) String() string { return fmt.Sprintf("[%d, %d]", w.Min, w.Max) }
 
 // Message is one SSP2 message: the envelope fields and its frames in wire
 // order, END excluded. Unknown frames stay in place as *Unknown.
@@ -53,14 +103,16 @@ const opDecodeMessage = "decode message"
 // payloads) alias b. Failures are *Error with code sync.invalid_request, or
 // sync.empty_commit for a PUSH_COMMIT without operations.
 func DecodeMessage(b []byte) (*Message, error) {
-	m, err := decodeMessage(b)
+	m, err := decodeMessage(b, codecWindow)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func decodeMessage(b []byte) (*Message, *Error) {
+// decodeMessage decodes b, refusing a wire version outside window before
+// reading any frame.
+func decodeMessage(b []byte, window WireWindow) (*Message, *Error) {
 	if len(b) < envelopeSize {
 		return nil, decodeError(opDecodeMessage, 0, "truncated envelope header: %d bytes", len(b))
 	}
@@ -71,8 +123,8 @@ func decodeMessage(b []byte) (*Message, *Error) {
 		WireVersion: binary.LittleEndian.Uint16(b[4:6]),
 		Kind:        MsgKind(b[6]),
 	}
-	if !SupportedWireVersion(m.WireVersion) {
-		return nil, decodeError(opDecodeMessage, 4, "unsupported wire version %d", m.WireVersion)
+	if !SupportedWireVersion(m.WireVersion) || !window.Accepts(m.WireVersion) {
+		return nil, decodeError(opDecodeMessage, 4, "unsupported wire version %d (accepted: %s)", m.WireVersion, window)
 	}
 	if m.Kind != KindRequest && m.Kind != KindResponse {
 		return nil, decodeError(opDecodeMessage, 6, "unknown message kind %d", b[6])
@@ -144,7 +196,7 @@ func decodeFrame(t FrameType, payload []byte, base int, m *Message) (Frame, *Err
 	case FrameLease:
 		f = decodeLease(&r)
 	case FramePushResult:
-		f = decodePushResult(&r)
+		f = decodePushResult(&r, m.WireVersion)
 	case FramePushResultDetails:
 		f = decodePushResultDetails(&r)
 	case FrameSubStart:
@@ -232,7 +284,9 @@ func frameIsNil(f Frame) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Request is a decoded request in the shape a server consumes it.
+// Request is a decoded request in the shape a server consumes it. Its
+// operation payloads are full rows (RowCodec) below wire version 3 and
+// sparse rows (SparseCodec) from version 3 on; see SparsePayloads.
 type Request struct {
 	WireVersion   uint16
 	Header        *ReqHeader
@@ -243,10 +297,16 @@ type Request struct {
 	Message *Message
 }
 
-// DecodeRequest decodes b as a request message (see DecodeMessage) and
-// sorts its frames into a Request. A response message is an error.
-func DecodeRequest(b []byte) (*Request, error) {
-	m, err := decodeMessage(b)
+// DecodeRequest decodes b as a request message of wire version 1 or 2 (see
+// DecodeMessage) and sorts its frames into a Request. A response message
+// is an error. A server that serves version 3 uses DecodeRequestWindow.
+func DecodeRequest(b []byte) (*Request, error) { return DecodeRequestWindow(b, preV3Window) }
+
+// DecodeRequestWindow is DecodeRequest for a server that accepts the wire
+// versions of window (DefaultWireWindow: 2 and 3): any other version is
+// sync.invalid_request, found before a frame is read.
+func DecodeRequestWindow(b []byte, window WireWindow) (*Request, error) {
+	m, err := decodeMessage(b, window)
 	if err != nil {
 		return nil, err
 	}

@@ -12,12 +12,13 @@ import (
 // payload included) as standard base64, json fields embedded as JSON,
 // unknown frames as {"type":"UNKNOWN","frameType":n,"payload":…} and
 // non-finite floats as null. PUSH_RESULT_DETAILS entries render their
-// detailsJson embedded under "details", as the reference does.
+// detailsJson embedded under "details", as the reference does. A v3
+// conflict record renders conflictColumns as base64 after serverRow.
 
 // RenderMessage decodes b (failing as DecodeMessage fails) and returns its
 // §11 rendering.
 func RenderMessage(b []byte) ([]byte, error) {
-	m, err := decodeMessage(b)
+	m, err := decodeMessage(b, codecWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +136,10 @@ func renderFrame(j *jsonWriter, f Frame, v uint16) {
 				j.int(o.ServerVersion)
 				j.key("serverRow")
 				j.base64(o.ServerRow)
+				if v >= 3 {
+					j.key("conflictColumns")
+					j.base64(o.ConflictColumns)
+				}
 			case OpError:
 				j.key("retryable")
 				j.bool(o.Retryable)
@@ -309,9 +314,16 @@ func renderSegmentHeader(j *jsonWriter, h *SegmentHeader) {
 	j.str(h.Table)
 	j.key("schemaVersion")
 	j.int(int64(h.SchemaVersion))
+	renderColumns(j, h.Columns)
+	j.key("blocks")
+	j.open('[')
+}
+
+// renderColumns writes the "columns" member of rule 8 (and rule 11).
+func renderColumns(j *jsonWriter, cols []Column) {
 	j.key("columns")
 	j.open('[')
-	for _, c := range h.Columns {
+	for _, c := range cols {
 		j.open('{')
 		j.key("name")
 		j.str(c.Name)
@@ -322,8 +334,30 @@ func renderSegmentHeader(j *jsonWriter, h *SegmentHeader) {
 		j.close('}')
 	}
 	j.close(']')
-	j.key("blocks")
-	j.open('[')
+}
+
+// RenderSparseRow decodes the sparse row b (failing as DecodeSparseRow
+// fails) and returns its §11.1 rule 11 rendering: the codec's columns, and
+// values keyed by name for the present columns only.
+func RenderSparseRow(c *SparseCodec, b []byte) ([]byte, error) {
+	r, err := c.DecodeSparseRow(b, nil)
+	if err != nil {
+		return nil, err
+	}
+	var j jsonWriter
+	j.open('{')
+	renderColumns(&j, c.Columns())
+	j.key("values")
+	j.open('{')
+	for i, col := range c.Columns() {
+		if r.Present.Has(i) {
+			j.key(col.Name)
+			renderValue(&j, col.Type, r.Values[i])
+		}
+	}
+	j.close('}')
+	j.close('}')
+	return j.b, nil
 }
 
 func renderValue(j *jsonWriter, t ColumnType, v Value) {

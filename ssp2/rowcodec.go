@@ -134,6 +134,13 @@ func (c *RowCodec) appendRow(dst []byte, row []Value) ([]byte, *Error) {
 			return dst[:start], encodeError(opRow, "column %q is not nullable", c.cols[col].Name)
 		}
 	}
+	return c.appendValues(dst, start, row)
+}
+
+// appendValues appends the non-NULL values of row in column order: the
+// value section of a full or sparse row. It refuses what a decoder would
+// reject, returning dst[:start].
+func (c *RowCodec) appendValues(dst []byte, start int, row []Value) ([]byte, *Error) {
 	for i, t := range c.types {
 		v := &row[i]
 		if v.Null {
@@ -274,9 +281,19 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 	if f.kind != faultNone {
 		return 0, f
 	}
+	if i := c.badText(vals, nil); i >= 0 {
+		return 0, rowFault{faultText, i, c.valueOffset(src, i)}
+	}
+	return n, rowFault{}
+}
+
+// badText checks the content of the non-NULL string, json and blob_ref
+// values (of the present columns only, when present is not nil) and
+// returns the first column that fails, or -1.
+func (c *RowCodec) badText(vals []Value, present ColumnBitmap) int {
 	for _, i := range c.textCols {
 		v := &vals[i]
-		if v.Null {
+		if v.Null || present != nil && !present.Has(i) {
 			continue
 		}
 		var ok bool
@@ -289,10 +306,10 @@ func (c *RowCodec) decode(src []byte, vals []Value) (int, rowFault) {
 			ok = checkText(TypeBlobRef, v.Bytes) == ""
 		}
 		if !ok {
-			return 0, rowFault{faultText, i, c.valueOffset(src, i)}
+			return i
 		}
 	}
-	return n, rowFault{}
+	return -1
 }
 
 // decodeLayout is decode's first pass: bitmap, bounds, integer range and

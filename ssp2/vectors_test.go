@@ -95,75 +95,88 @@ func TestVectorsMessages(t *testing.T) {
 		for _, c := range m.Cases {
 			t.Run(kind+"/"+c.Name, func(t *testing.T) {
 				bin := readFile(t, filepath.Join(dir, kind, c.Bin))
-				rendered, err := RenderMessage(bin)
-				if err != nil {
-					t.Fatalf("RenderMessage: %v", err)
-				}
-				assertSameJSON(t, rendered, readFile(t, filepath.Join(dir, kind, c.JSON)))
-
-				msg, err := DecodeMessage(bin)
-				if err != nil {
-					t.Fatalf("DecodeMessage: %v", err)
-				}
-				if msg.Kind.String() != kind {
-					t.Fatalf("kind = %s, want %s", msg.Kind, kind)
-				}
-				out, err := msg.AppendEncode(nil)
-				if err != nil {
-					t.Fatalf("AppendEncode: %v", err)
-				}
-				if !bytes.Equal(out, bin) {
-					t.Fatalf("re-encoding differs\n got: %x\nwant: %x", out, bin)
-				}
-
-				switch kind {
-				case "response":
-					// The streaming encoder must produce the same bytes,
-					// one Write per frame.
-					var rec writeRecorder
-					enc := NewResponseEncoder(&rec, msg.WireVersion)
-					for _, f := range msg.Frames {
-						if err := enc.WriteFrame(f); err != nil {
-							t.Fatalf("WriteFrame(%s): %v", f.FrameType(), err)
-						}
-					}
-					if err := enc.End(); err != nil {
-						t.Fatalf("End: %v", err)
-					}
-					if !bytes.Equal(rec.all(), bin) {
-						t.Fatalf("streamed bytes differ\n got: %x\nwant: %x", rec.all(), bin)
-					}
-					if got, want := len(rec.writes), len(msg.Frames)+1; got != want {
-						t.Fatalf("%d writes, want one per frame plus END = %d", got, want)
-					}
-				case "request":
-					req, err := DecodeRequest(bin)
-					if err != nil {
-						t.Fatalf("DecodeRequest: %v", err)
-					}
-					if req.Header == nil || len(req.Commits)+len(req.Subscriptions) == 0 && req.Pull == nil {
-						t.Fatalf("DecodeRequest lost frames: %+v", req)
-					}
-				}
+				checkMessage(t, kind, bin, readFile(t, filepath.Join(dir, kind, c.JSON)))
 			})
 		}
 		for _, c := range m.Invalid {
 			t.Run(kind+"/invalid/"+c.Name, func(t *testing.T) {
-				bin := readFile(t, filepath.Join(dir, kind, c.Bin))
-				_, err := DecodeMessage(bin)
-				if got := CodeOf(err); got != c.Error {
-					t.Fatalf("DecodeMessage error = %v (code %q), want code %q", err, got, c.Error)
-				}
-				if _, err := RenderMessage(bin); CodeOf(err) != c.Error {
-					t.Fatalf("RenderMessage error = %v, want code %q", err, c.Error)
-				}
+				checkInvalidMessage(t, readFile(t, filepath.Join(dir, kind, c.Bin)), c.Error)
 			})
 		}
 	}
 }
 
-func TestVectorsSegments(t *testing.T) {
-	dir := testvectors.Dir(t)
+// checkMessage holds bin, a message of the given kind, to the vector rules:
+// it renders to want, decodes, and re-encodes byte for byte through Message
+// and, for a response, through the streaming encoder (one Write per frame).
+func checkMessage(t *testing.T, kind string, bin, want []byte) *Message {
+	t.Helper()
+	rendered, err := RenderMessage(bin)
+	if err != nil {
+		t.Fatalf("RenderMessage: %v", err)
+	}
+	assertSameJSON(t, rendered, want)
+
+	msg, err := DecodeMessage(bin)
+	if err != nil {
+		t.Fatalf("DecodeMessage: %v", err)
+	}
+	if msg.Kind.String() != kind {
+		t.Fatalf("kind = %s, want %s", msg.Kind, kind)
+	}
+	out, err := msg.AppendEncode(nil)
+	if err != nil {
+		t.Fatalf("AppendEncode: %v", err)
+	}
+	if !bytes.Equal(out, bin) {
+		t.Fatalf("re-encoding differs\n got: %x\nwant: %x", out, bin)
+	}
+
+	switch kind {
+	case "response":
+		var rec writeRecorder
+		enc := NewResponseEncoder(&rec, msg.WireVersion)
+		for _, f := range msg.Frames {
+			if err := enc.WriteFrame(f); err != nil {
+				t.Fatalf("WriteFrame(%s): %v", f.FrameType(), err)
+			}
+		}
+		if err := enc.End(); err != nil {
+			t.Fatalf("End: %v", err)
+		}
+		if !bytes.Equal(rec.all(), bin) {
+			t.Fatalf("streamed bytes differ\n got: %x\nwant: %x", rec.all(), bin)
+		}
+		if got, want := len(rec.writes), len(msg.Frames)+1; got != want {
+			t.Fatalf("%d writes, want one per frame plus END = %d", got, want)
+		}
+	case "request":
+		req, err := DecodeRequestWindow(bin, codecWindow)
+		if err != nil {
+			t.Fatalf("DecodeRequestWindow: %v", err)
+		}
+		if req.Header == nil || len(req.Commits)+len(req.Subscriptions) == 0 && req.Pull == nil {
+			t.Fatalf("DecodeRequest lost frames: %+v", req)
+		}
+	}
+	return msg
+}
+
+// checkInvalidMessage: bin fails to decode and to render with code want.
+func checkInvalidMessage(t *testing.T, bin []byte, want Code) {
+	t.Helper()
+	_, err := DecodeMessage(bin)
+	if got := CodeOf(err); got != want {
+		t.Fatalf("DecodeMessage error = %v (code %q), want code %q", err, got, want)
+	}
+	if _, err := RenderMessage(bin); CodeOf(err) != want {
+		t.Fatalf("RenderMessage error = %v, want code %q", err, want)
+	}
+}
+
+func TestVectorsSegments(t *testing.T) { checkSegmentVectors(t, testvectors.Dir(t)) }
+
+func checkSegmentVectors(t *testing.T, dir string) {
 	m := readManifest(t, dir, "segment")
 	for _, c := range m.Cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -263,8 +276,9 @@ func readSegmentStream(bin []byte) error {
 	return r.Err()
 }
 
-func TestVectorsRealtime(t *testing.T) {
-	dir := testvectors.Dir(t)
+func TestVectorsRealtime(t *testing.T) { checkRealtimeVectors(t, testvectors.Dir(t)) }
+
+func checkRealtimeVectors(t *testing.T, dir string) {
 	m := readManifest(t, dir, "realtime")
 	for _, c := range m.Cases {
 		t.Run(c.Name, func(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package testvectors locates the SSP2 golden vectors for tests.
 //
-// The vectors live beside the project at ../shared/ssp2-vectors, or wherever
-// $SSP2_VECTORS points. Tests skip when they are absent, except under CI
-// (CI=true), where their absence is a failure.
+// The wire v1/v2 set lives beside the project at ../shared/ssp2-vectors, or
+// wherever $SSP2_VECTORS points; the wire v3 set at
+// ../shared/ssp2-vectors-v3, or $SSP2_VECTORS_V3. Tests skip when a set is
+// absent, except under CI (CI=true), where its absence is a failure.
 package testvectors
 
 import (
@@ -11,26 +12,46 @@ import (
 	"testing"
 )
 
-// Dir returns the vector directory, skipping (or, under CI, failing) t when
-// it cannot be found.
+// Dir returns the wire v1/v2 vector directory, skipping (or, under CI,
+// failing) tb when it cannot be found.
 func Dir(tb testing.TB) string {
 	tb.Helper()
-	if d := os.Getenv("SSP2_VECTORS"); d != "" {
-		if isDir(d) {
-			return d
-		}
-		tb.Fatalf("SSP2_VECTORS=%q is not a directory", d)
+	return find(tb, "SSP2_VECTORS", "ssp2-vectors")
+}
+
+// DirV3 returns the wire v3 vector directory, skipping (or, under CI,
+// failing) tb when it cannot be found.
+func DirV3(tb testing.TB) string {
+	tb.Helper()
+	return find(tb, "SSP2_VECTORS_V3", "ssp2-vectors-v3")
+}
+
+// Lookup returns the directory of a vector set without a testing.TB: from
+// env when set, else ../shared/<name> beside the repository. Fuzz seeding
+// uses it; ok is false when the directory does not exist.
+func Lookup(env, name string) (string, bool) {
+	if d := os.Getenv(env); d != "" {
+		return d, isDir(d)
 	}
 	if root, ok := repoRoot(); ok {
-		d := filepath.Join(root, "..", "shared", "ssp2-vectors")
-		if isDir(d) {
-			return d
-		}
+		d := filepath.Join(root, "..", "shared", name)
+		return d, isDir(d)
 	}
-	if os.Getenv("CI") != "" {
-		tb.Fatal("SSP2 golden vectors not found: set SSP2_VECTORS or place them at ../shared/ssp2-vectors (required under CI)")
+	return "", false
+}
+
+func find(tb testing.TB, env, name string) string {
+	tb.Helper()
+	d, ok := Lookup(env, name)
+	switch {
+	case ok:
+		return d
+	case os.Getenv(env) != "":
+		tb.Fatalf("%s=%q is not a directory", env, d)
+	case os.Getenv("CI") != "":
+		tb.Fatalf("SSP2 golden vectors %s not found: set %s or place them at ../shared/%s (required under CI)", name, env, name)
 	}
-	tb.Skip("SSP2 golden vectors not found (set SSP2_VECTORS or place them at ../shared/ssp2-vectors)")
+	tb.Skipf("SSP2 golden vectors %s not found (set %s or place them at ../shared/%s)", name, env, name)
 	return ""
 }
 
