@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 )
 
@@ -26,6 +27,7 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
+	gate       *gatecore.Gate
 	closeOnce  sync.Once
 }
 
@@ -60,6 +62,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
 	s.analyzer = newAnalyzer(s)
+	s.gate = gatecore.New(gateSQL, gateRunner{s})
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)

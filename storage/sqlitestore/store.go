@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 )
 
@@ -36,6 +37,7 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	gate       *gatecore.Gate
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -86,6 +88,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closed:     make(chan struct{}),
 		migrations: migrations,
 	}
+	s.gate = gatecore.New(gateSQL, gateRunner{s})
 	if err := s.open(ctx); err != nil {
 		_ = s.Close()
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 )
 
 // tx implements storage.Tx and storage.ReadTx on one connection.
@@ -24,7 +25,7 @@ type tx struct {
 	savepoints []savepoint
 	scratch    txScratch
 	// gate is the serve-gate state last read with a partition (gate.go).
-	gate *gatePrefetch
+	gate *gatecore.Prefetch
 	// readOnly marks a ReadTx. snap is the partition row it last read:
 	// its snapshot cannot change, so CommitWindow reuses it.
 	readOnly bool
@@ -52,7 +53,7 @@ var (
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
 	return s.write(ctx, func(c *conn) error {
 		inst := s.schema.Load()
-		p, gate, ok, err := readPartitionGate(ctx, c, partition, inst)
+		p, gate, ok, err := s.readPartitionGate(ctx, c, partition, inst)
 		if err != nil {
 			return err
 		}
@@ -116,7 +117,7 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
-	p, gate, ok, err := readPartitionGate(ctx, t.c, partition, t.inst)
+	p, gate, ok, err := t.s.readPartitionGate(ctx, t.c, partition, t.inst)
 	if err != nil {
 		t.aborted = true
 		return p, err

@@ -1,0 +1,486 @@
+// Package gatecore is the serve gate of storage.GateStore written once:
+// the checkpoint lifecycle (declare, claim, advance, activate), the
+// declarations EnsureSchema installs, and the serve-gate read. A store
+// supplies its dialect's statements (SQL) and its transactions and
+// connections (Runner); every decision about what to read, what to refuse
+// and what to write is made here.
+package gatecore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Conn runs statements on one connection or transaction of a store.
+type Conn interface {
+	// Exec runs a statement and returns the number of rows it changed.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// Query runs a statement and calls row for each result row, with a
+	// scan of that row; an error of row stops the iteration.
+	Query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
+}
+
+// Runner runs a gate operation's statements the way its store runs them.
+type Runner interface {
+	// Write runs fn in one write transaction; fn's error rolls it back.
+	Write(ctx context.Context, fn func(c Conn) error) error
+	// Read runs fn on a read connection, outside a transaction.
+	Read(ctx context.Context, fn func(c Conn) error) error
+	// Snapshot runs fn in one read-only transaction: every statement sees
+	// the same snapshot.
+	Snapshot(ctx context.Context, fn func(c Conn) error) error
+}
+
+// SQL is one dialect's statements of the gate. Parameters are numbered in
+// the order given; a list parameter is bound as ListArgFunc makes it.
+// Checkpoint rows are read as CheckpointCols, partition rows as the
+// store's partition columns (id, log epoch, epoch required, created at,
+// last seen, max commitSeq, horizon), gate states as GateCols describes.
+type SQL struct {
+	// Lock takes the write locks of the partitions in list $1, in one
+	// order, for the rest of the transaction; "" when a write
+	// transaction already holds every partition's lock.
+	Lock string
+	// LockAll locks the partition registry against every push before
+	// FenceRaiseAll; "" as for Lock.
+	LockAll string
+
+	// Partition reads partition $1.
+	Partition string
+	// PartitionGate reads partition $1 followed by its gate columns for
+	// running version $2.
+	PartitionGate string
+	// GateRead reads the gate columns of partition $1 for running version
+	// $2: one row, whether or not the marker or the partition exists.
+	GateRead string
+	// Marker reads the stored schema version and layouts (JSON).
+	Marker string
+
+	// Checkpoint reads checkpoint ($1 partition, $2 schema version, $3
+	// name); Checkpoints every checkpoint and CheckpointsOf those of the
+	// partitions in list $1, both ordered by partition, schema version
+	// and name; Unactivated those of schema version $1 not activated,
+	// ordered by partition and name.
+	Checkpoint, Checkpoints, CheckpointsOf, Unactivated string
+	// CheckpointInsert inserts ($1 partition, $2 schema version, $3 name)
+	// as declared at $4 unless it exists.
+	CheckpointInsert string
+	// Claim increments the owner epoch of checkpoint ($2, $3, $4) unless
+	// it is activated, moves it to backfilling at $1, and returns it.
+	Claim string
+	// Advance sets watermark $1 and observed rows $2 at $3 of checkpoint
+	// ($4, $5, $6) if it is backfilling with owner epoch $7.
+	Advance string
+	// Activate activates checkpoint ($3, $4, $5) with watermark $1 at $2
+	// if its owner epoch is $6 and it is not activated.
+	Activate string
+
+	// FenceRaise raises partition $1's writer fence to $2 (creating it);
+	// FenceRaiseAll every registered partition's to $1.
+	FenceRaise, FenceRaiseAll string
+	// Fence reads partition $1's required writer version.
+	Fence string
+
+	// SourceAbove returns a row when partition $1 has a change above
+	// commitSeq $2 to a table in list $3; SourceAboveExcept likewise,
+	// leaving out the changes of commits by client id $4.
+	SourceAbove, SourceAboveExcept string
+	// SourceCoverage returns the highest commitSeq of partition $1 whose
+	// changes touch a table in list $2, or no row.
+	SourceCoverage string
+
+	// ListArgFunc makes a list parameter.
+	ListArgFunc func([]string) any
+}
+
+// CheckpointCols are the columns a checkpoint row is read as.
+const CheckpointCols = `partition, schema_version, name, state, watermark, owner_epoch, observed_rows, updated_at_ms`
+
+// GateCols documents the gate columns, in order: schema marker present,
+// stored schema version (0 without), schema revision (0 without),
+// partition registered, its log epoch ("" without), its gate revision (0
+// without), and its unactivated checkpoints at the running version as
+// "name state" entries joined by ','.
+const GateCols = "marker present, schema version, schema revision, registered, log epoch, revision, pending"
+
+// Gate is one store's serve gate.
+type Gate struct {
+	sql SQL
+	run Runner
+}
+
+// New returns the gate over a store's statements and runner.
+func New(sql SQL, run Runner) *Gate { return &Gate{sql: sql, run: run} }
+
+func (g *Gate) list(ids []string) any { return g.sql.ListArgFunc(ids) }
+
+// Install is the gate's part of EnsureSchemaWithCheckpoints, on c inside
+// the store's schema transaction: install installs, verifies or migrates
+// the schema; then decls are created and their fences raised, every
+// registered partition's fence too when the stored version was older, and
+// an unactivated checkpoint at version v that decls does not name refuses
+// it all. decls were checked with CheckDeclarations.
+func (g *Gate) Install(ctx context.Context, c Conn, v int32, decls []storage.CheckpointKey, install func() error) error {
+	before, had, _, err := g.marker(ctx, c)
+	if err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
+	if err := install(); err != nil {
+		return err
+	}
+	if err := g.ensureCheckpoints(ctx, c, v, decls, had && before < v); err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
+	return nil
+}
+
+func (g *Gate) ensureCheckpoints(ctx context.Context, c Conn, v int32, decls []storage.CheckpointKey, migrated bool) error {
+	if migrated {
+		if err := g.exec(ctx, c, g.sql.LockAll); err != nil {
+			return err
+		}
+		if err := g.exec(ctx, c, g.sql.FenceRaiseAll, v); err != nil {
+			return err
+		}
+	}
+	if len(decls) > 0 {
+		ids := make([]string, len(decls))
+		for i, d := range decls {
+			ids[i] = d.Partition
+		}
+		if err := g.exec(ctx, c, g.sql.Lock, g.list(ids)); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UnixMilli()
+	for _, d := range decls {
+		if err := g.declare(ctx, c, d, now); err != nil {
+			return err
+		}
+	}
+	open, err := g.checkpoints(ctx, c, g.sql.Unactivated, v)
+	if err != nil {
+		return err
+	}
+	return checkDeclared(open, decls)
+}
+
+// declare inserts key as declared unless it exists and raises its
+// partition's fence to its schema version.
+func (g *Gate) declare(ctx context.Context, c Conn, key storage.CheckpointKey, nowMs int64) error {
+	if err := g.exec(ctx, c, g.sql.CheckpointInsert, key.Partition, key.SchemaVersion, key.Name, nowMs); err != nil {
+		return err
+	}
+	return g.exec(ctx, c, g.sql.FenceRaise, key.Partition, key.SchemaVersion)
+}
+
+// Declare is storage.GateStore.CheckpointDeclare.
+func (g *Gate) Declare(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
+	if err := key.Check(); err != nil {
+		return storage.Checkpoint{}, err
+	}
+	var cp storage.Checkpoint
+	err := g.run.Write(ctx, func(c Conn) error {
+		if err := g.exec(ctx, c, g.sql.Lock, g.list([]string{key.Partition})); err != nil {
+			return err
+		}
+		v, ok, _, err := g.marker(ctx, c)
+		if err != nil {
+			return err
+		}
+		if !ok || v != key.SchemaVersion {
+			return invalidSchemaVersion(key, v, ok)
+		}
+		if err := g.declare(ctx, c, key, nowMs); err != nil {
+			return err
+		}
+		cp, ok, err = g.checkpoint(ctx, c, key)
+		if err == nil && !ok {
+			err = errors.New("checkpoint vanished after insert")
+		}
+		return err
+	})
+	if err != nil {
+		return storage.Checkpoint{}, fmt.Errorf("declare checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+// Claim is storage.GateStore.CheckpointClaim: one UPDATE … RETURNING, so
+// racing claims take turns and each gets its own epoch.
+func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
+	if err := key.Check(); err != nil {
+		return storage.Checkpoint{}, err
+	}
+	var cp storage.Checkpoint
+	err := g.run.Write(ctx, func(c Conn) error {
+		found, err := queryRow(ctx, c, g.sql.Claim, []any{nowMs, key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+		if err != nil || found {
+			return err
+		}
+		existing, ok, err := g.checkpoint(ctx, c, key)
+		if err != nil {
+			return err
+		}
+		return notDeclared(key, ok && existing.State == storage.CheckpointActivated)
+	})
+	if err != nil {
+		return storage.Checkpoint{}, fmt.Errorf("claim checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+// Advance is storage.GateStore.CheckpointAdvance, in its own write
+// transaction.
+func (g *Gate) Advance(ctx context.Context, p storage.CheckpointAdvanceParams) (bool, error) {
+	if err := CheckAdvance(&p); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := g.run.Write(ctx, func(c Conn) (err error) {
+		ok, err = g.AdvanceOn(ctx, c, &p)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("advance checkpoint: %w", err)
+	}
+	return ok, nil
+}
+
+// AdvanceOn records p (checked with CheckAdvance) on c, inside the
+// caller's write transaction: storage.CheckpointAdvancer.
+func (g *Gate) AdvanceOn(ctx context.Context, c Conn, p *storage.CheckpointAdvanceParams) (bool, error) {
+	n, err := c.Exec(ctx, g.sql.Advance, p.Watermark, p.ObservedRows, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
+	return n == 1, err
+}
+
+// Activate is storage.GateStore.CheckpointActivate: the checks, the
+// source read and the update run under the partition write lock, and the
+// partition is read after the lock is taken, so it sees every commit that
+// held it.
+func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
+	if err := checkActivation(&p); err != nil {
+		return "", err
+	}
+	var out storage.ActivateOutcome
+	err := g.run.Write(ctx, func(c Conn) (err error) {
+		out, err = g.activate(ctx, c, &p)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("activate checkpoint: %w", err)
+	}
+	return out, nil
+}
+
+func (g *Gate) activate(ctx context.Context, c Conn, p *storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
+	if err := g.exec(ctx, c, g.sql.Lock, g.list([]string{p.Partition})); err != nil {
+		return "", err
+	}
+	cp, ok, err := g.checkpoint(ctx, c, p.CheckpointKey)
+	if err != nil {
+		return "", err
+	}
+	if !ok || cp.State == storage.CheckpointActivated {
+		return "", notDeclared(p.CheckpointKey, ok)
+	}
+	if cp.OwnerEpoch != p.OwnerEpoch {
+		return "", superseded(p.CheckpointKey, p.OwnerEpoch, cp.OwnerEpoch)
+	}
+	_, _, layouts, err := g.marker(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	stored, err := schema.UnmarshalLayouts([]byte(layouts))
+	if err != nil {
+		return "", fmt.Errorf("read schema marker: %w", err)
+	}
+	if err := checkSources(stored, p.Sources); err != nil {
+		return "", err
+	}
+	part, _, err := g.partition(ctx, c, p.Partition)
+	if err != nil {
+		return "", err
+	}
+	if p.Watermark > part.MaxCommitSeq {
+		return "", invalidWatermark(p.Watermark, part.MaxCommitSeq)
+	}
+	required, fenced, err := g.fence(ctx, c, p.Partition)
+	if err != nil {
+		return "", err
+	}
+	if !fenced || required < p.SchemaVersion {
+		return "", fenceMissing(p.CheckpointKey, required, fenced)
+	}
+	switch ch, err := g.sourceChangesAbove(ctx, c, p.Partition, part.HorizonSeq, p.Sources, p.Watermark, p.OwnClientID); {
+	case err != nil:
+		return "", err
+	case ch == storage.SourceChanged:
+		return storage.ActivateStale, nil
+	case ch == storage.SourceUnverifiable:
+		return storage.ActivateUnverifiable, nil
+	}
+	n, err := c.Exec(ctx, g.sql.Activate, p.Watermark, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
+	if err != nil {
+		return "", err
+	}
+	if n != 1 {
+		return "", errors.New("checkpoint changed under the partition write lock")
+	}
+	return storage.ActivateActivated, nil
+}
+
+// Checkpoints is storage.GateStore.Checkpoints.
+func (g *Gate) Checkpoints(ctx context.Context, partitions ...string) ([]storage.Checkpoint, error) {
+	q, args := g.sql.Checkpoints, []any(nil)
+	if len(partitions) > 0 {
+		q, args = g.sql.CheckpointsOf, []any{g.list(partitions)}
+	}
+	var out []storage.Checkpoint
+	err := g.run.Read(ctx, func(c Conn) (err error) {
+		out, err = g.checkpoints(ctx, c, q, args...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// SourceCoverage is storage.GateStore.SourceCoverage.
+func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []string) (int64, error) {
+	if len(tables) == 0 {
+		return 0, nil
+	}
+	var seq int64
+	err := g.run.Read(ctx, func(c Conn) error {
+		_, err := queryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.list(tables)}, &seq)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("source coverage: %w", err)
+	}
+	return seq, nil
+}
+
+// SourceChangesAbove is storage.GateStore.SourceChangesAbove; the horizon
+// and the log are read in one snapshot.
+func (g *Gate) SourceChangesAbove(ctx context.Context, partition string, tables []string, seq int64) (storage.SourceChange, error) {
+	var out storage.SourceChange
+	err := g.run.Snapshot(ctx, func(c Conn) error {
+		p, _, err := g.partition(ctx, c, partition)
+		if err != nil {
+			return err
+		}
+		out, err = g.sourceChangesAbove(ctx, c, partition, p.HorizonSeq, tables, seq, "")
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("source changes: %w", err)
+	}
+	return out, nil
+}
+
+// sourceChangesAbove reads the log forward from seq: only the changes
+// committed since the watermark. Changes of commits by ownClientID ("":
+// none) do not count.
+func (g *Gate) sourceChangesAbove(ctx context.Context, c Conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
+	if len(tables) == 0 {
+		return storage.SourceClean, nil
+	}
+	if horizon > seq {
+		return storage.SourceUnverifiable, nil
+	}
+	q, args := g.sql.SourceAbove, []any{partition, seq, g.list(tables)}
+	if ownClientID != "" {
+		q, args = g.sql.SourceAboveExcept, append(args, ownClientID)
+	}
+	var one int64
+	found, err := queryRow(ctx, c, q, args, &one)
+	if err != nil {
+		return "", err
+	}
+	if found {
+		return storage.SourceChanged, nil
+	}
+	return storage.SourceClean, nil
+}
+
+// WriterFence is storage.GateStore.WriterFence.
+func (g *Gate) WriterFence(ctx context.Context, partition string) (required int32, ok bool, err error) {
+	err = g.run.Read(ctx, func(c Conn) (err error) {
+		required, ok, err = g.fence(ctx, c, partition)
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("writer fence: %w", err)
+	}
+	return required, ok, nil
+}
+
+func (g *Gate) exec(ctx context.Context, c Conn, q string, args ...any) error {
+	if q == "" {
+		return nil
+	}
+	_, err := c.Exec(ctx, q, args...)
+	return err
+}
+
+func (g *Gate) marker(ctx context.Context, c Conn) (v int32, ok bool, layouts string, err error) {
+	ok, err = queryRow(ctx, c, g.sql.Marker, nil, &v, &layouts)
+	return v, ok, layouts, err
+}
+
+func (g *Gate) partition(ctx context.Context, c Conn, id string) (p storage.Partition, ok bool, err error) {
+	ok, err = queryRow(ctx, c, g.sql.Partition, []any{id}, partitionDest(&p)...)
+	return p, ok, err
+}
+
+func (g *Gate) fence(ctx context.Context, c Conn, partition string) (required int32, ok bool, err error) {
+	ok, err = queryRow(ctx, c, g.sql.Fence, []any{partition}, &required)
+	return required, ok, err
+}
+
+func (g *Gate) checkpoint(ctx context.Context, c Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
+	ok, err = queryRow(ctx, c, g.sql.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+	return cp, ok, err
+}
+
+func (g *Gate) checkpoints(ctx context.Context, c Conn, q string, args ...any) ([]storage.Checkpoint, error) {
+	var out []storage.Checkpoint
+	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
+		var cp storage.Checkpoint
+		if err := scan(checkpointDest(&cp)...); err != nil {
+			return err
+		}
+		out = append(out, cp)
+		return nil
+	})
+	return out, err
+}
+
+// queryRow scans the first row of q into dest; found is false when there
+// is none.
+func queryRow(ctx context.Context, c Conn, q string, args []any, dest ...any) (found bool, err error) {
+	err = c.Query(ctx, q, args, func(scan func(...any) error) error {
+		if found {
+			return nil
+		}
+		found = true
+		return scan(dest...)
+	})
+	return found, err
+}
+
+func checkpointDest(cp *storage.Checkpoint) []any {
+	return []any{&cp.Partition, &cp.SchemaVersion, &cp.Name, (*string)(&cp.State), &cp.Watermark, &cp.OwnerEpoch, &cp.ObservedRows, &cp.UpdatedAtMs}
+}
+
+func partitionDest(p *storage.Partition) []any {
+	return []any{&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq}
+}

@@ -1,0 +1,101 @@
+package gatecore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Prefetch is a gate state a transaction read for a partition and a
+// running schema version. A store keeps it for the rest of the
+// transaction when nothing can change that state under it (see
+// storage.GateReader), and answers GateRead from it.
+type Prefetch struct {
+	partition string
+	running   int32
+	state     storage.GateState
+}
+
+// NewPrefetch records state as read for partition and running.
+func NewPrefetch(partition string, running int32, state storage.GateState) *Prefetch {
+	return &Prefetch{partition: partition, running: running, state: state}
+}
+
+// Get returns the kept state if it was read for partition and running.
+func (p *Prefetch) Get(partition string, running int32) (storage.GateState, bool) {
+	if p == nil || p.partition != partition || p.running != running {
+		return storage.GateState{}, false
+	}
+	return p.state, true
+}
+
+// GateRead is storage.GateStore.GateRead, on a read connection.
+func (g *Gate) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
+	var st storage.GateState
+	err := g.run.Read(ctx, func(c Conn) (err error) {
+		st, err = g.ReadOn(ctx, c, partition, running)
+		return err
+	})
+	return st, err
+}
+
+// ReadOn is the serve-gate read on c, in the caller's transaction.
+func (g *Gate) ReadOn(ctx context.Context, c Conn, partition string, running int32) (storage.GateState, error) {
+	var row gateRow
+	found, err := queryRow(ctx, c, g.sql.GateRead, []any{partition, running}, row.dest()...)
+	if err == nil && !found {
+		err = errors.New("no row")
+	}
+	if err != nil {
+		return storage.GateState{}, fmt.Errorf("gate read: %w", err)
+	}
+	return row.state(), nil
+}
+
+// ReadPartition reads a partition row and, in the same statement, its gate
+// state for running; ok is false for an unregistered partition.
+func (g *Gate) ReadPartition(ctx context.Context, c Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
+	var row gateRow
+	ok, err = queryRow(ctx, c, g.sql.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
+	if err != nil || !ok {
+		return p, nil, false, err
+	}
+	return p, NewPrefetch(partition, running, row.state()), true, nil
+}
+
+// gateRow scans the gate columns (GateCols).
+type gateRow struct {
+	st      storage.GateState
+	pending string
+}
+
+func (r *gateRow) dest() []any {
+	return []any{&r.st.HasMarker, &r.st.SchemaVersion, &r.st.SchemaRevision, &r.st.Registered, &r.st.LogEpoch, &r.st.Revision, &r.pending}
+}
+
+func (r *gateRow) state() storage.GateState {
+	st := r.st
+	st.Pending = parsePending(r.pending)
+	return st
+}
+
+// parsePending decodes the pending list the stores aggregate in SQL:
+// "name state" entries joined by ','. Names cannot hold either separator
+// (storage.CheckpointKey.Check).
+func parsePending(s string) []storage.PendingCheckpoint {
+	if s == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]storage.PendingCheckpoint, 0, len(parts))
+	for _, p := range parts {
+		name, state, _ := strings.Cut(p, " ")
+		out = append(out, storage.PendingCheckpoint{Name: name, State: storage.CheckpointState(state)})
+	}
+	slices.SortFunc(out, func(a, b storage.PendingCheckpoint) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
