@@ -74,66 +74,6 @@ var gateSQL = gatecore.SQL{
 	ListArgFunc: func(vs []string) any { return vs },
 }
 
-// gateRunner runs the gate's writes in transactions, its reads on the
-// pool.
-type gateRunner struct{ s *Store }
-
-func (r gateRunner) Write(ctx context.Context, fn func(gatecore.Conn) error) error {
-	return pgx.BeginFunc(ctx, r.s.pool, func(tx pgx.Tx) error { return fn(gateConn{tx}) })
-}
-
-func (r gateRunner) Read(ctx context.Context, fn func(gatecore.Conn) error) error {
-	return fn(gateConn{r.s.pool})
-}
-
-func (r gateRunner) Snapshot(ctx context.Context, fn func(gatecore.Conn) error) error {
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	return pgx.BeginTxFunc(ctx, r.s.pool, opts, func(tx pgx.Tx) error { return fn(gateConn{tx}) })
-}
-
-// gateConn runs the gate's statements on a pgx.Tx or the pool.
-type gateConn struct {
-	q interface {
-		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	}
-}
-
-func (g gateConn) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := g.q.Exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
-func (g gateConn) Query(ctx context.Context, sql string, args []any, row func(scan func(...any) error) error) error {
-	rows, err := g.q.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	return eachRow(rows, row)
-}
-
-// txConn runs the gate's statements in a tx, after its queued ones.
-type txConn struct{ t *tx }
-
-func (c txConn) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := c.t.exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
-func (c txConn) Query(ctx context.Context, sql string, args []any, row func(scan func(...any) error) error) error {
-	return c.t.query(ctx, sql, args, func(rows pgx.Rows) error { return eachRow(rows, row) })
-}
-
-func eachRow(rows pgx.Rows, row func(scan func(...any) error) error) error {
-	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // EnsureSchemaWithCheckpoints implements storage.GateStore: the schema and
 // the declarations in one transaction under the schema's advisory lock.
 func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Schema, decls []storage.CheckpointKey) error {
@@ -144,7 +84,7 @@ func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Sche
 		if err := applyMigrations(ctx, tx, s.migrations); err != nil {
 			return err
 		}
-		return s.gate.Install(ctx, gateConn{tx}, sc.Version, decls, func() error { return ensureSchema(ctx, tx, sc) })
+		return s.gate.Install(ctx, poolConn{tx}, sc.Version, decls, func() error { return ensureSchema(ctx, tx, sc) })
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
+	"github.com/syncnode/syncnode/storage/internal/segcore"
 )
 
 //go:embed migrations/*.sql
@@ -28,6 +29,7 @@ type Store struct {
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
 	gate       *gatecore.Gate
+	segments   *segcore.Index
 	closeOnce  sync.Once
 }
 
@@ -62,7 +64,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
 	s.analyzer = newAnalyzer(s)
-	s.gate = gatecore.New(gateSQL, gateRunner{s})
+	s.gate = gatecore.New(gateSQL, runner{s})
+	s.segments = segcore.New(segmentSQL, runner{s})
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)

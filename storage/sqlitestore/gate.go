@@ -70,48 +70,6 @@ var gateSQL = gatecore.SQL{
 	ListArgFunc: func(vs []string) any { return jsonStrings(vs) },
 }
 
-// gateRunner runs the gate's writes as members of the writer's group
-// transactions, its reads on reader connections.
-type gateRunner struct{ s *Store }
-
-func (r gateRunner) Write(ctx context.Context, fn func(gatecore.Conn) error) error {
-	return r.s.write(ctx, func(c *conn) error { return fn(gateConn{c}) })
-}
-
-func (r gateRunner) Read(ctx context.Context, fn func(gatecore.Conn) error) error {
-	return r.s.withReader(ctx, func(c *conn) error { return fn(gateConn{c}) })
-}
-
-func (r gateRunner) Snapshot(ctx context.Context, fn func(gatecore.Conn) error) error {
-	return r.s.withReader(ctx, func(c *conn) error {
-		return readTx(ctx, c, func() error { return fn(gateConn{c}) })
-	})
-}
-
-// gateConn runs the gate's statements on a connection.
-type gateConn struct{ c *conn }
-
-func (g gateConn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	return g.c.exec(ctx, q, args...)
-}
-
-func (g gateConn) Query(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
-	r, err := g.c.query(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	for r.Next() {
-		if err := row(r.Scan); err != nil {
-			return err
-		}
-	}
-	if err := r.Err(); err != nil {
-		return err
-	}
-	return r.Close()
-}
-
 // EnsureSchemaWithCheckpoints implements storage.GateStore: the schema and
 // the declarations in one write transaction, so a refusal rolls back both.
 func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Schema, decls []storage.CheckpointKey) error {
@@ -122,7 +80,7 @@ func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Sche
 		if err := applyMigrations(ctx, c, s.migrations); err != nil {
 			return err
 		}
-		return s.gate.Install(ctx, gateConn{c}, sc.Version, decls, func() error { return s.ensureSchema(ctx, c, sc) })
+		return s.gate.Install(ctx, sqlConn{c}, sc.Version, decls, func() error { return s.ensureSchema(ctx, c, sc) })
 	})
 	if err != nil {
 		return err
@@ -155,7 +113,7 @@ func (t *tx) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceP
 	if err := gatecore.CheckAdvance(&p); err != nil {
 		return false, err
 	}
-	ok, err := t.s.gate.AdvanceOn(ctx, gateConn{t.c}, &p)
+	ok, err := t.s.gate.AdvanceOn(ctx, sqlConn{t.c}, &p)
 	if err != nil {
 		return false, t.fail("advance checkpoint", "", err)
 	}
@@ -199,7 +157,7 @@ func (s *Store) readPartitionGate(ctx context.Context, c *conn, partition string
 		p, ok, err := readPartition(ctx, c, partition)
 		return p, nil, ok, err
 	}
-	p, pre, ok, err := s.gate.ReadPartition(ctx, gateConn{c}, partition, inst.schema.Version)
+	p, pre, ok, err := s.gate.ReadPartition(ctx, sqlConn{c}, partition, inst.schema.Version)
 	if err != nil {
 		return p, nil, false, fmt.Errorf("read partition: %w", err)
 	}
@@ -218,7 +176,7 @@ func (t *tx) GateRead(ctx context.Context, partition string, running int32) (sto
 	if g, ok := t.gate.Get(partition, running); ok {
 		return g, nil
 	}
-	g, err := t.s.gate.ReadOn(ctx, gateConn{t.c}, partition, running)
+	g, err := t.s.gate.ReadOn(ctx, sqlConn{t.c}, partition, running)
 	if err != nil {
 		t.aborted = true
 		return g, err

@@ -16,6 +16,7 @@ import (
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
+	"github.com/syncnode/syncnode/storage/internal/segcore"
 )
 
 //go:embed migrations/*.sql
@@ -38,6 +39,7 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	gate       *gatecore.Gate
+	segments   *segcore.Index
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -88,7 +90,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closed:     make(chan struct{}),
 		migrations: migrations,
 	}
-	s.gate = gatecore.New(gateSQL, gateRunner{s})
+	s.gate = gatecore.New(gateSQL, runner{s})
+	s.segments = segcore.New(segmentSQL, runner{s})
 	if err := s.open(ctx); err != nil {
 		_ = s.Close()
 		return nil, err

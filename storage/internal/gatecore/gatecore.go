@@ -14,27 +14,8 @@ import (
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/sqlexec"
 )
-
-// Conn runs statements on one connection or transaction of a store.
-type Conn interface {
-	// Exec runs a statement and returns the number of rows it changed.
-	Exec(ctx context.Context, sql string, args ...any) (int64, error)
-	// Query runs a statement and calls row for each result row, with a
-	// scan of that row; an error of row stops the iteration.
-	Query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
-}
-
-// Runner runs a gate operation's statements the way its store runs them.
-type Runner interface {
-	// Write runs fn in one write transaction; fn's error rolls it back.
-	Write(ctx context.Context, fn func(c Conn) error) error
-	// Read runs fn on a read connection, outside a transaction.
-	Read(ctx context.Context, fn func(c Conn) error) error
-	// Snapshot runs fn in one read-only transaction: every statement sees
-	// the same snapshot.
-	Snapshot(ctx context.Context, fn func(c Conn) error) error
-}
 
 // SQL is one dialect's statements of the gate. Parameters are numbered in
 // the order given; a list parameter is bound as ListArgFunc makes it.
@@ -111,11 +92,11 @@ const GateCols = "marker present, schema version, schema revision, registered, l
 // Gate is one store's serve gate.
 type Gate struct {
 	sql SQL
-	run Runner
+	run sqlexec.Runner
 }
 
 // New returns the gate over a store's statements and runner.
-func New(sql SQL, run Runner) *Gate { return &Gate{sql: sql, run: run} }
+func New(sql SQL, run sqlexec.Runner) *Gate { return &Gate{sql: sql, run: run} }
 
 func (g *Gate) list(ids []string) any { return g.sql.ListArgFunc(ids) }
 
@@ -125,7 +106,7 @@ func (g *Gate) list(ids []string) any { return g.sql.ListArgFunc(ids) }
 // registered partition's fence too when the stored version was older, and
 // an unactivated checkpoint at version v that decls does not name refuses
 // it all. decls were checked with CheckDeclarations.
-func (g *Gate) Install(ctx context.Context, c Conn, v int32, decls []storage.CheckpointKey, install func() error) error {
+func (g *Gate) Install(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, install func() error) error {
 	before, had, _, err := g.marker(ctx, c)
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
@@ -139,12 +120,12 @@ func (g *Gate) Install(ctx context.Context, c Conn, v int32, decls []storage.Che
 	return nil
 }
 
-func (g *Gate) ensureCheckpoints(ctx context.Context, c Conn, v int32, decls []storage.CheckpointKey, migrated bool) error {
+func (g *Gate) ensureCheckpoints(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, migrated bool) error {
 	if migrated {
-		if err := g.exec(ctx, c, g.sql.LockAll); err != nil {
+		if err := sqlexec.Exec(ctx, c, g.sql.LockAll); err != nil {
 			return err
 		}
-		if err := g.exec(ctx, c, g.sql.FenceRaiseAll, v); err != nil {
+		if err := sqlexec.Exec(ctx, c, g.sql.FenceRaiseAll, v); err != nil {
 			return err
 		}
 	}
@@ -153,7 +134,7 @@ func (g *Gate) ensureCheckpoints(ctx context.Context, c Conn, v int32, decls []s
 		for i, d := range decls {
 			ids[i] = d.Partition
 		}
-		if err := g.exec(ctx, c, g.sql.Lock, g.list(ids)); err != nil {
+		if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list(ids)); err != nil {
 			return err
 		}
 	}
@@ -172,11 +153,11 @@ func (g *Gate) ensureCheckpoints(ctx context.Context, c Conn, v int32, decls []s
 
 // declare inserts key as declared unless it exists and raises its
 // partition's fence to its schema version.
-func (g *Gate) declare(ctx context.Context, c Conn, key storage.CheckpointKey, nowMs int64) error {
-	if err := g.exec(ctx, c, g.sql.CheckpointInsert, key.Partition, key.SchemaVersion, key.Name, nowMs); err != nil {
+func (g *Gate) declare(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey, nowMs int64) error {
+	if err := sqlexec.Exec(ctx, c, g.sql.CheckpointInsert, key.Partition, key.SchemaVersion, key.Name, nowMs); err != nil {
 		return err
 	}
-	return g.exec(ctx, c, g.sql.FenceRaise, key.Partition, key.SchemaVersion)
+	return sqlexec.Exec(ctx, c, g.sql.FenceRaise, key.Partition, key.SchemaVersion)
 }
 
 // Declare is storage.GateStore.CheckpointDeclare.
@@ -185,8 +166,8 @@ func (g *Gate) Declare(ctx context.Context, key storage.CheckpointKey, nowMs int
 		return storage.Checkpoint{}, err
 	}
 	var cp storage.Checkpoint
-	err := g.run.Write(ctx, func(c Conn) error {
-		if err := g.exec(ctx, c, g.sql.Lock, g.list([]string{key.Partition})); err != nil {
+	err := g.run.Write(ctx, func(c sqlexec.Conn) error {
+		if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list([]string{key.Partition})); err != nil {
 			return err
 		}
 		v, ok, _, err := g.marker(ctx, c)
@@ -218,8 +199,8 @@ func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey, nowMs int64
 		return storage.Checkpoint{}, err
 	}
 	var cp storage.Checkpoint
-	err := g.run.Write(ctx, func(c Conn) error {
-		found, err := queryRow(ctx, c, g.sql.Claim, []any{nowMs, key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+	err := g.run.Write(ctx, func(c sqlexec.Conn) error {
+		found, err := sqlexec.QueryRow(ctx, c, g.sql.Claim, []any{nowMs, key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
 		if err != nil || found {
 			return err
 		}
@@ -242,7 +223,7 @@ func (g *Gate) Advance(ctx context.Context, p storage.CheckpointAdvanceParams) (
 		return false, err
 	}
 	var ok bool
-	err := g.run.Write(ctx, func(c Conn) (err error) {
+	err := g.run.Write(ctx, func(c sqlexec.Conn) (err error) {
 		ok, err = g.AdvanceOn(ctx, c, &p)
 		return err
 	})
@@ -254,7 +235,7 @@ func (g *Gate) Advance(ctx context.Context, p storage.CheckpointAdvanceParams) (
 
 // AdvanceOn records p (checked with CheckAdvance) on c, inside the
 // caller's write transaction: storage.CheckpointAdvancer.
-func (g *Gate) AdvanceOn(ctx context.Context, c Conn, p *storage.CheckpointAdvanceParams) (bool, error) {
+func (g *Gate) AdvanceOn(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointAdvanceParams) (bool, error) {
 	n, err := c.Exec(ctx, g.sql.Advance, p.Watermark, p.ObservedRows, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
 	return n == 1, err
 }
@@ -268,7 +249,7 @@ func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams)
 		return "", err
 	}
 	var out storage.ActivateOutcome
-	err := g.run.Write(ctx, func(c Conn) (err error) {
+	err := g.run.Write(ctx, func(c sqlexec.Conn) (err error) {
 		out, err = g.activate(ctx, c, &p)
 		return err
 	})
@@ -278,8 +259,8 @@ func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams)
 	return out, nil
 }
 
-func (g *Gate) activate(ctx context.Context, c Conn, p *storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
-	if err := g.exec(ctx, c, g.sql.Lock, g.list([]string{p.Partition})); err != nil {
+func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
+	if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list([]string{p.Partition})); err != nil {
 		return "", err
 	}
 	cp, ok, err := g.checkpoint(ctx, c, p.CheckpointKey)
@@ -342,7 +323,7 @@ func (g *Gate) Checkpoints(ctx context.Context, partitions ...string) ([]storage
 		q, args = g.sql.CheckpointsOf, []any{g.list(partitions)}
 	}
 	var out []storage.Checkpoint
-	err := g.run.Read(ctx, func(c Conn) (err error) {
+	err := g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
 		out, err = g.checkpoints(ctx, c, q, args...)
 		return err
 	})
@@ -358,8 +339,8 @@ func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []st
 		return 0, nil
 	}
 	var seq int64
-	err := g.run.Read(ctx, func(c Conn) error {
-		_, err := queryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.list(tables)}, &seq)
+	err := g.run.Read(ctx, func(c sqlexec.Conn) error {
+		_, err := sqlexec.QueryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.list(tables)}, &seq)
 		return err
 	})
 	if err != nil {
@@ -372,7 +353,7 @@ func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []st
 // and the log are read in one snapshot.
 func (g *Gate) SourceChangesAbove(ctx context.Context, partition string, tables []string, seq int64) (storage.SourceChange, error) {
 	var out storage.SourceChange
-	err := g.run.Snapshot(ctx, func(c Conn) error {
+	err := g.run.Snapshot(ctx, func(c sqlexec.Conn) error {
 		p, _, err := g.partition(ctx, c, partition)
 		if err != nil {
 			return err
@@ -389,7 +370,7 @@ func (g *Gate) SourceChangesAbove(ctx context.Context, partition string, tables 
 // sourceChangesAbove reads the log forward from seq: only the changes
 // committed since the watermark. Changes of commits by ownClientID ("":
 // none) do not count.
-func (g *Gate) sourceChangesAbove(ctx context.Context, c Conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
+func (g *Gate) sourceChangesAbove(ctx context.Context, c sqlexec.Conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
 	if len(tables) == 0 {
 		return storage.SourceClean, nil
 	}
@@ -401,7 +382,7 @@ func (g *Gate) sourceChangesAbove(ctx context.Context, c Conn, partition string,
 		q, args = g.sql.SourceAboveExcept, append(args, ownClientID)
 	}
 	var one int64
-	found, err := queryRow(ctx, c, q, args, &one)
+	found, err := sqlexec.QueryRow(ctx, c, q, args, &one)
 	if err != nil {
 		return "", err
 	}
@@ -413,7 +394,7 @@ func (g *Gate) sourceChangesAbove(ctx context.Context, c Conn, partition string,
 
 // WriterFence is storage.GateStore.WriterFence.
 func (g *Gate) WriterFence(ctx context.Context, partition string) (required int32, ok bool, err error) {
-	err = g.run.Read(ctx, func(c Conn) (err error) {
+	err = g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
 		required, ok, err = g.fence(ctx, c, partition)
 		return err
 	})
@@ -423,35 +404,27 @@ func (g *Gate) WriterFence(ctx context.Context, partition string) (required int3
 	return required, ok, nil
 }
 
-func (g *Gate) exec(ctx context.Context, c Conn, q string, args ...any) error {
-	if q == "" {
-		return nil
-	}
-	_, err := c.Exec(ctx, q, args...)
-	return err
-}
-
-func (g *Gate) marker(ctx context.Context, c Conn) (v int32, ok bool, layouts string, err error) {
-	ok, err = queryRow(ctx, c, g.sql.Marker, nil, &v, &layouts)
+func (g *Gate) marker(ctx context.Context, c sqlexec.Conn) (v int32, ok bool, layouts string, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Marker, nil, &v, &layouts)
 	return v, ok, layouts, err
 }
 
-func (g *Gate) partition(ctx context.Context, c Conn, id string) (p storage.Partition, ok bool, err error) {
-	ok, err = queryRow(ctx, c, g.sql.Partition, []any{id}, partitionDest(&p)...)
+func (g *Gate) partition(ctx context.Context, c sqlexec.Conn, id string) (p storage.Partition, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Partition, []any{id}, partitionDest(&p)...)
 	return p, ok, err
 }
 
-func (g *Gate) fence(ctx context.Context, c Conn, partition string) (required int32, ok bool, err error) {
-	ok, err = queryRow(ctx, c, g.sql.Fence, []any{partition}, &required)
+func (g *Gate) fence(ctx context.Context, c sqlexec.Conn, partition string) (required int32, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Fence, []any{partition}, &required)
 	return required, ok, err
 }
 
-func (g *Gate) checkpoint(ctx context.Context, c Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
-	ok, err = queryRow(ctx, c, g.sql.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+func (g *Gate) checkpoint(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
 	return cp, ok, err
 }
 
-func (g *Gate) checkpoints(ctx context.Context, c Conn, q string, args ...any) ([]storage.Checkpoint, error) {
+func (g *Gate) checkpoints(ctx context.Context, c sqlexec.Conn, q string, args ...any) ([]storage.Checkpoint, error) {
 	var out []storage.Checkpoint
 	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
 		var cp storage.Checkpoint
@@ -462,19 +435,6 @@ func (g *Gate) checkpoints(ctx context.Context, c Conn, q string, args ...any) (
 		return nil
 	})
 	return out, err
-}
-
-// queryRow scans the first row of q into dest; found is false when there
-// is none.
-func queryRow(ctx context.Context, c Conn, q string, args []any, dest ...any) (found bool, err error) {
-	err = c.Query(ctx, q, args, func(scan func(...any) error) error {
-		if found {
-			return nil
-		}
-		found = true
-		return scan(dest...)
-	})
-	return found, err
 }
 
 func checkpointDest(cp *storage.Checkpoint) []any {

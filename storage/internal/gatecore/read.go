@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/sqlexec"
 )
 
 // Prefetch is a gate state a transaction read for a partition and a
@@ -36,7 +37,7 @@ func (p *Prefetch) Get(partition string, running int32) (storage.GateState, bool
 // GateRead is storage.GateStore.GateRead, on a read connection.
 func (g *Gate) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
 	var st storage.GateState
-	err := g.run.Read(ctx, func(c Conn) (err error) {
+	err := g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
 		st, err = g.ReadOn(ctx, c, partition, running)
 		return err
 	})
@@ -44,9 +45,9 @@ func (g *Gate) GateRead(ctx context.Context, partition string, running int32) (s
 }
 
 // ReadOn is the serve-gate read on c, in the caller's transaction.
-func (g *Gate) ReadOn(ctx context.Context, c Conn, partition string, running int32) (storage.GateState, error) {
+func (g *Gate) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, running int32) (storage.GateState, error) {
 	var row gateRow
-	found, err := queryRow(ctx, c, g.sql.GateRead, []any{partition, running}, row.dest()...)
+	found, err := sqlexec.QueryRow(ctx, c, g.sql.GateRead, []any{partition, running}, row.dest()...)
 	if err == nil && !found {
 		err = errors.New("no row")
 	}
@@ -58,9 +59,9 @@ func (g *Gate) ReadOn(ctx context.Context, c Conn, partition string, running int
 
 // ReadPartition reads a partition row and, in the same statement, its gate
 // state for running; ok is false for an unregistered partition.
-func (g *Gate) ReadPartition(ctx context.Context, c Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
+func (g *Gate) ReadPartition(ctx context.Context, c sqlexec.Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
 	var row gateRow
-	ok, err = queryRow(ctx, c, g.sql.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
+	ok, err = sqlexec.QueryRow(ctx, c, g.sql.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
 	if err != nil || !ok {
 		return p, nil, false, err
 	}
