@@ -26,7 +26,7 @@ const fenceUpsert = `INSERT INTO sync_writer_fence (partition, required_writer_v
 const fenceRaised = ` ON CONFLICT (partition) DO UPDATE SET required_writer_version =
 	greatest(sync_writer_fence.required_writer_version, EXCLUDED.required_writer_version)`
 
-var gateSQL = gatecore.SQL{
+var gateSQL = &gatecore.SQL{
 	// The partition locks are the registry rows (an unregistered
 	// partition has none, and no commits to serialize with). Raising
 	// every fence locks the whole registry against pushes; EXCLUSIVE
@@ -84,28 +84,13 @@ func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Sche
 		if err := applyMigrations(ctx, tx, s.migrations); err != nil {
 			return err
 		}
-		return s.gate.Install(ctx, poolConn{tx}, sc.Version, decls, func() error { return ensureSchema(ctx, tx, sc) })
+		return gateSQL.Install(ctx, poolConn{tx}, sc.Version, decls, func() error { return ensureSchema(ctx, tx, sc) })
 	})
 	if err != nil {
 		return err
 	}
 	s.schema.Store(newInstalled(sc))
 	return nil
-}
-
-// CheckpointDeclare implements storage.GateStore.
-func (s *Store) CheckpointDeclare(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
-	return s.gate.Declare(ctx, key, nowMs)
-}
-
-// CheckpointClaim implements storage.GateStore.
-func (s *Store) CheckpointClaim(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
-	return s.gate.Claim(ctx, key, nowMs)
-}
-
-// CheckpointAdvance implements storage.GateStore.
-func (s *Store) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceParams) (bool, error) {
-	return s.gate.Advance(ctx, p)
 }
 
 // CheckpointAdvance implements storage.CheckpointAdvancer inside the
@@ -118,41 +103,11 @@ func (t *tx) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceP
 	if err := gatecore.CheckAdvance(&p); err != nil {
 		return false, err
 	}
-	ok, err := t.s.gate.AdvanceOn(ctx, txConn{t}, &p)
+	ok, err := gateSQL.AdvanceOn(ctx, txConn{t}, &p)
 	if err != nil {
 		return false, t.fail("advance checkpoint", "", err)
 	}
 	return ok, nil
-}
-
-// CheckpointActivate implements storage.GateStore.
-func (s *Store) CheckpointActivate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
-	return s.gate.Activate(ctx, p)
-}
-
-// Checkpoints implements storage.GateStore.
-func (s *Store) Checkpoints(ctx context.Context, partitions ...string) ([]storage.Checkpoint, error) {
-	return s.gate.Checkpoints(ctx, partitions...)
-}
-
-// SourceCoverage implements storage.GateStore.
-func (s *Store) SourceCoverage(ctx context.Context, partition string, tables []string) (int64, error) {
-	return s.gate.SourceCoverage(ctx, partition, tables)
-}
-
-// SourceChangesAbove implements storage.GateStore.
-func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables []string, seq int64) (storage.SourceChange, error) {
-	return s.gate.SourceChangesAbove(ctx, partition, tables, seq)
-}
-
-// WriterFence implements storage.GateStore.
-func (s *Store) WriterFence(ctx context.Context, partition string) (int32, bool, error) {
-	return s.gate.WriterFence(ctx, partition)
-}
-
-// GateRead implements storage.GateStore on a pooled connection.
-func (s *Store) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
-	return s.gate.GateRead(ctx, partition, running)
 }
 
 // readPartitionGate reads a partition row and, with an installed schema,
@@ -165,7 +120,7 @@ func (t *tx) readPartitionGate(ctx context.Context, partition string, keep bool)
 	if t.inst == nil {
 		return t.readPartition(ctx, partition)
 	}
-	p, pre, ok, err := t.s.gate.ReadPartition(ctx, txConn{t}, partition, t.inst.schema.Version)
+	p, pre, ok, err := gateSQL.ReadPartition(ctx, txConn{t}, partition, t.inst.schema.Version)
 	if ok && keep {
 		t.gate = pre
 	}
@@ -182,7 +137,7 @@ func (t *tx) GateRead(ctx context.Context, partition string, running int32) (sto
 	if g, ok := t.gate.Get(partition, running); ok {
 		return g, nil
 	}
-	g, err := t.s.gate.ReadOn(ctx, txConn{t}, partition, running)
+	g, err := gateSQL.ReadOn(ctx, txConn{t}, partition, running)
 	if err != nil {
 		return storage.GateState{}, t.fail("gate read", "", err)
 	}

@@ -1,12 +1,10 @@
 package pgstore
 
 import (
-	"context"
 	"errors"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
 )
 
@@ -24,7 +22,7 @@ const segPubKeyCols = `segment_id, partition, log_epoch, tbl, schema_version, me
 const segPubKeyOrder = `ORDER BY partition, log_epoch, tbl, schema_version, media_type, scope_digest,
 	as_of_commit_seq, row_cursor, page_rows, expires_at_ms`
 
-var segmentSQL = segcore.SQL{
+var segmentSQL = &segcore.SQL{
 	AddressInsert: `INSERT INTO sync_segments (segment_id, byte_length, created_at_ms) VALUES ($1, $2, $3)
 		ON CONFLICT (segment_id) DO NOTHING`,
 	// FOR KEY SHARE holds the address row until commit, so a concurrent
@@ -58,44 +56,4 @@ var segmentSQL = segcore.SQL{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23503" // foreign_key_violation
 	},
-}
-
-// SegmentPublish implements storage.SegmentIndex.
-func (s *Store) SegmentPublish(ctx context.Context, p storage.SegmentPublication) (storage.SegmentPublication, error) {
-	return s.segments.Publish(ctx, p)
-}
-
-// SegmentFind implements storage.SegmentIndex.
-func (s *Store) SegmentFind(ctx context.Context, k storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error) {
-	return s.segments.Find(ctx, k, nowMs)
-}
-
-// SegmentGet implements storage.SegmentIndex.
-func (s *Store) SegmentGet(ctx context.Context, segmentID string) (storage.Segment, bool, error) {
-	return s.segments.Get(ctx, segmentID)
-}
-
-// SegmentPublications implements storage.SegmentIndex.
-func (s *Store) SegmentPublications(ctx context.Context, segmentID, partition, logEpoch string) ([]storage.SegmentPublication, error) {
-	return s.segments.Publications(ctx, segmentID, partition, logEpoch)
-}
-
-// SegmentExpire implements storage.SegmentIndex.
-func (s *Store) SegmentExpire(ctx context.Context, nowMs int64, limit int) (int64, error) {
-	return s.segments.Expire(ctx, nowMs, limit)
-}
-
-// SegmentUnpublished implements storage.SegmentIndex.
-func (s *Store) SegmentUnpublished(ctx context.Context, limit int) ([]storage.Segment, error) {
-	return s.segments.Unpublished(ctx, limit)
-}
-
-// SegmentDelete implements storage.SegmentIndex.
-func (s *Store) SegmentDelete(ctx context.Context, segmentID string) (bool, error) {
-	return s.segments.Delete(ctx, segmentID)
-}
-
-// SegmentStats implements storage.SegmentIndex.
-func (s *Store) SegmentStats(ctx context.Context) (storage.SegmentStats, error) {
-	return s.segments.Stats(ctx)
 }

@@ -28,7 +28,7 @@ const fenceUpsert = `INSERT INTO sync_writer_fence (partition, required_writer_v
 
 const fenceRaised = ` ON CONFLICT (partition) DO UPDATE SET required_writer_version = max(required_writer_version, excluded.required_writer_version)`
 
-var gateSQL = gatecore.SQL{
+var gateSQL = &gatecore.SQL{
 	Partition: qPartition,
 	PartitionGate: `SELECT ` + partitionCols + `, m.schema_version IS NOT NULL, coalesce(m.schema_version, 0),
 		coalesce(m.gate_revision, 0), true, p.log_epoch, p.gate_revision, ` + gatePending + `
@@ -80,28 +80,13 @@ func (s *Store) EnsureSchemaWithCheckpoints(ctx context.Context, sc *schema.Sche
 		if err := applyMigrations(ctx, c, s.migrations); err != nil {
 			return err
 		}
-		return s.gate.Install(ctx, sqlConn{c}, sc.Version, decls, func() error { return s.ensureSchema(ctx, c, sc) })
+		return gateSQL.Install(ctx, sqlConn{c}, sc.Version, decls, func() error { return s.ensureSchema(ctx, c, sc) })
 	})
 	if err != nil {
 		return err
 	}
 	s.schema.Store(newInstalled(sc))
 	return nil
-}
-
-// CheckpointDeclare implements storage.GateStore.
-func (s *Store) CheckpointDeclare(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
-	return s.gate.Declare(ctx, key, nowMs)
-}
-
-// CheckpointClaim implements storage.GateStore.
-func (s *Store) CheckpointClaim(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
-	return s.gate.Claim(ctx, key, nowMs)
-}
-
-// CheckpointAdvance implements storage.GateStore.
-func (s *Store) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceParams) (bool, error) {
-	return s.gate.Advance(ctx, p)
 }
 
 // CheckpointAdvance implements storage.CheckpointAdvancer inside the
@@ -113,51 +98,21 @@ func (t *tx) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceP
 	if err := gatecore.CheckAdvance(&p); err != nil {
 		return false, err
 	}
-	ok, err := t.s.gate.AdvanceOn(ctx, sqlConn{t.c}, &p)
+	ok, err := gateSQL.AdvanceOn(ctx, sqlConn{t.c}, &p)
 	if err != nil {
 		return false, t.fail("advance checkpoint", "", err)
 	}
 	return ok, nil
 }
 
-// CheckpointActivate implements storage.GateStore.
-func (s *Store) CheckpointActivate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
-	return s.gate.Activate(ctx, p)
-}
-
-// Checkpoints implements storage.GateStore.
-func (s *Store) Checkpoints(ctx context.Context, partitions ...string) ([]storage.Checkpoint, error) {
-	return s.gate.Checkpoints(ctx, partitions...)
-}
-
-// SourceCoverage implements storage.GateStore.
-func (s *Store) SourceCoverage(ctx context.Context, partition string, tables []string) (int64, error) {
-	return s.gate.SourceCoverage(ctx, partition, tables)
-}
-
-// SourceChangesAbove implements storage.GateStore.
-func (s *Store) SourceChangesAbove(ctx context.Context, partition string, tables []string, seq int64) (storage.SourceChange, error) {
-	return s.gate.SourceChangesAbove(ctx, partition, tables, seq)
-}
-
-// WriterFence implements storage.GateStore.
-func (s *Store) WriterFence(ctx context.Context, partition string) (int32, bool, error) {
-	return s.gate.WriterFence(ctx, partition)
-}
-
-// GateRead implements storage.GateStore on a reader connection.
-func (s *Store) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
-	return s.gate.GateRead(ctx, partition, running)
-}
-
 // readPartitionGate reads a partition row and, with an installed schema,
 // its gate state in the same statement.
-func (s *Store) readPartitionGate(ctx context.Context, c *conn, partition string, inst *installed) (storage.Partition, *gatecore.Prefetch, bool, error) {
+func readPartitionGate(ctx context.Context, c *conn, partition string, inst *installed) (storage.Partition, *gatecore.Prefetch, bool, error) {
 	if inst == nil {
 		p, ok, err := readPartition(ctx, c, partition)
 		return p, nil, ok, err
 	}
-	p, pre, ok, err := s.gate.ReadPartition(ctx, sqlConn{c}, partition, inst.schema.Version)
+	p, pre, ok, err := gateSQL.ReadPartition(ctx, sqlConn{c}, partition, inst.schema.Version)
 	if err != nil {
 		return p, nil, false, fmt.Errorf("read partition: %w", err)
 	}
@@ -176,7 +131,7 @@ func (t *tx) GateRead(ctx context.Context, partition string, running int32) (sto
 	if g, ok := t.gate.Get(partition, running); ok {
 		return g, nil
 	}
-	g, err := t.s.gate.ReadOn(ctx, sqlConn{t.c}, partition, running)
+	g, err := gateSQL.ReadOn(ctx, sqlConn{t.c}, partition, running)
 	if err != nil {
 		t.aborted = true
 		return g, err

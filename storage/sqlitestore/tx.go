@@ -53,7 +53,7 @@ var (
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
 	return s.write(ctx, func(c *conn) error {
 		inst := s.schema.Load()
-		p, gate, ok, err := s.readPartitionGate(ctx, c, partition, inst)
+		p, gate, ok, err := readPartitionGate(ctx, c, partition, inst)
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
-	p, gate, ok, err := t.s.readPartitionGate(ctx, t.c, partition, t.inst)
+	p, gate, ok, err := readPartitionGate(ctx, t.c, partition, t.inst)
 	if err != nil {
 		t.aborted = true
 		return p, err

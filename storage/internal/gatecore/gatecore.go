@@ -2,7 +2,7 @@
 // the checkpoint lifecycle (declare, claim, advance, activate), the
 // declarations EnsureSchema installs, and the serve-gate read. A store
 // supplies its dialect's statements (SQL) and its transactions and
-// connections (Runner); every decision about what to read, what to refuse
+// connections (sqlexec.Runner); every decision about what to read, what to refuse
 // and what to write is made here.
 package gatecore
 
@@ -18,10 +18,17 @@ import (
 )
 
 // SQL is one dialect's statements of the gate. Parameters are numbered in
-// the order given; a list parameter is bound as ListArgFunc makes it.
+// the order given; a list parameter is bound as ListArgFunc makes it. Its
+// methods run the gate's steps on a connection inside a transaction the
+// store holds (a schema installation, a push's WriteTx, a ReadTx).
 // Checkpoint rows are read as CheckpointCols, partition rows as the
 // store's partition columns (id, log epoch, epoch required, created at,
-// last seen, max commitSeq, horizon), gate states as GateCols describes.
+// last seen, max commitSeq, horizon), and gate states as the gate
+// columns: schema marker present, stored schema version (0 without),
+// schema revision (0 without), partition registered, its log epoch (""
+// without), its gate revision (0 without), and its unactivated
+// checkpoints at the running version as "name state" entries joined by
+// ','.
 type SQL struct {
 	// Lock takes the write locks of the partitions in list $1, in one
 	// order, for the rest of the transaction; "" when a write
@@ -82,23 +89,19 @@ type SQL struct {
 // CheckpointCols are the columns a checkpoint row is read as.
 const CheckpointCols = `partition, schema_version, name, state, watermark, owner_epoch, observed_rows, updated_at_ms`
 
-// GateCols documents the gate columns, in order: schema marker present,
-// stored schema version (0 without), schema revision (0 without),
-// partition registered, its log epoch ("" without), its gate revision (0
-// without), and its unactivated checkpoints at the running version as
-// "name state" entries joined by ','.
-const GateCols = "marker present, schema version, schema revision, registered, log epoch, revision, pending"
-
-// Gate is one store's serve gate.
+// Gate is one store's serve gate: storage.GateStore but for
+// EnsureSchemaWithCheckpoints, whose transaction is the store's (see
+// SQL.Install). Each method runs its statements in its own transaction or
+// on a read connection, as run gives them.
 type Gate struct {
-	sql SQL
+	sql *SQL
 	run sqlexec.Runner
 }
 
 // New returns the gate over a store's statements and runner.
-func New(sql SQL, run sqlexec.Runner) *Gate { return &Gate{sql: sql, run: run} }
+func New(sql *SQL, run sqlexec.Runner) *Gate { return &Gate{sql: sql, run: run} }
 
-func (g *Gate) list(ids []string) any { return g.sql.ListArgFunc(ids) }
+func (d *SQL) list(ids []string) any { return d.ListArgFunc(ids) }
 
 // Install is the gate's part of EnsureSchemaWithCheckpoints, on c inside
 // the store's schema transaction: install installs, verifies or migrates
@@ -106,45 +109,45 @@ func (g *Gate) list(ids []string) any { return g.sql.ListArgFunc(ids) }
 // registered partition's fence too when the stored version was older, and
 // an unactivated checkpoint at version v that decls does not name refuses
 // it all. decls were checked with CheckDeclarations.
-func (g *Gate) Install(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, install func() error) error {
-	before, had, _, err := g.marker(ctx, c)
+func (d *SQL) Install(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, install func() error) error {
+	before, had, _, err := d.marker(ctx, c)
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
 	if err := install(); err != nil {
 		return err
 	}
-	if err := g.ensureCheckpoints(ctx, c, v, decls, had && before < v); err != nil {
+	if err := d.ensureCheckpoints(ctx, c, v, decls, had && before < v); err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
 	return nil
 }
 
-func (g *Gate) ensureCheckpoints(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, migrated bool) error {
+func (d *SQL) ensureCheckpoints(ctx context.Context, c sqlexec.Conn, v int32, decls []storage.CheckpointKey, migrated bool) error {
 	if migrated {
-		if err := sqlexec.Exec(ctx, c, g.sql.LockAll); err != nil {
+		if err := sqlexec.Exec(ctx, c, d.LockAll); err != nil {
 			return err
 		}
-		if err := sqlexec.Exec(ctx, c, g.sql.FenceRaiseAll, v); err != nil {
+		if err := sqlexec.Exec(ctx, c, d.FenceRaiseAll, v); err != nil {
 			return err
 		}
 	}
 	if len(decls) > 0 {
 		ids := make([]string, len(decls))
-		for i, d := range decls {
-			ids[i] = d.Partition
+		for i, k := range decls {
+			ids[i] = k.Partition
 		}
-		if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list(ids)); err != nil {
+		if err := sqlexec.Exec(ctx, c, d.Lock, d.list(ids)); err != nil {
 			return err
 		}
 	}
 	now := time.Now().UnixMilli()
-	for _, d := range decls {
-		if err := g.declare(ctx, c, d, now); err != nil {
+	for _, k := range decls {
+		if err := d.declare(ctx, c, k, now); err != nil {
 			return err
 		}
 	}
-	open, err := g.checkpoints(ctx, c, g.sql.Unactivated, v)
+	open, err := d.checkpoints(ctx, c, d.Unactivated, v)
 	if err != nil {
 		return err
 	}
@@ -153,34 +156,35 @@ func (g *Gate) ensureCheckpoints(ctx context.Context, c sqlexec.Conn, v int32, d
 
 // declare inserts key as declared unless it exists and raises its
 // partition's fence to its schema version.
-func (g *Gate) declare(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey, nowMs int64) error {
-	if err := sqlexec.Exec(ctx, c, g.sql.CheckpointInsert, key.Partition, key.SchemaVersion, key.Name, nowMs); err != nil {
+func (d *SQL) declare(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey, nowMs int64) error {
+	if err := sqlexec.Exec(ctx, c, d.CheckpointInsert, key.Partition, key.SchemaVersion, key.Name, nowMs); err != nil {
 		return err
 	}
-	return sqlexec.Exec(ctx, c, g.sql.FenceRaise, key.Partition, key.SchemaVersion)
+	return sqlexec.Exec(ctx, c, d.FenceRaise, key.Partition, key.SchemaVersion)
 }
 
-// Declare is storage.GateStore.CheckpointDeclare.
-func (g *Gate) Declare(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
+// CheckpointDeclare implements storage.GateStore in one write transaction
+// that takes the partition write lock first.
+func (g *Gate) CheckpointDeclare(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
 	if err := key.Check(); err != nil {
 		return storage.Checkpoint{}, err
 	}
 	var cp storage.Checkpoint
 	err := g.run.Write(ctx, func(c sqlexec.Conn) error {
-		if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list([]string{key.Partition})); err != nil {
+		if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.sql.list([]string{key.Partition})); err != nil {
 			return err
 		}
-		v, ok, _, err := g.marker(ctx, c)
+		v, ok, _, err := g.sql.marker(ctx, c)
 		if err != nil {
 			return err
 		}
 		if !ok || v != key.SchemaVersion {
 			return invalidSchemaVersion(key, v, ok)
 		}
-		if err := g.declare(ctx, c, key, nowMs); err != nil {
+		if err := g.sql.declare(ctx, c, key, nowMs); err != nil {
 			return err
 		}
-		cp, ok, err = g.checkpoint(ctx, c, key)
+		cp, ok, err = g.sql.checkpoint(ctx, c, key)
 		if err == nil && !ok {
 			err = errors.New("checkpoint vanished after insert")
 		}
@@ -192,9 +196,9 @@ func (g *Gate) Declare(ctx context.Context, key storage.CheckpointKey, nowMs int
 	return cp, nil
 }
 
-// Claim is storage.GateStore.CheckpointClaim: one UPDATE … RETURNING, so
+// CheckpointClaim implements storage.GateStore: one UPDATE … RETURNING, so
 // racing claims take turns and each gets its own epoch.
-func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
+func (g *Gate) CheckpointClaim(ctx context.Context, key storage.CheckpointKey, nowMs int64) (storage.Checkpoint, error) {
 	if err := key.Check(); err != nil {
 		return storage.Checkpoint{}, err
 	}
@@ -204,7 +208,7 @@ func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey, nowMs int64
 		if err != nil || found {
 			return err
 		}
-		existing, ok, err := g.checkpoint(ctx, c, key)
+		existing, ok, err := g.sql.checkpoint(ctx, c, key)
 		if err != nil {
 			return err
 		}
@@ -216,15 +220,15 @@ func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey, nowMs int64
 	return cp, nil
 }
 
-// Advance is storage.GateStore.CheckpointAdvance, in its own write
+// CheckpointAdvance implements storage.GateStore, in its own write
 // transaction.
-func (g *Gate) Advance(ctx context.Context, p storage.CheckpointAdvanceParams) (bool, error) {
+func (g *Gate) CheckpointAdvance(ctx context.Context, p storage.CheckpointAdvanceParams) (bool, error) {
 	if err := CheckAdvance(&p); err != nil {
 		return false, err
 	}
 	var ok bool
 	err := g.run.Write(ctx, func(c sqlexec.Conn) (err error) {
-		ok, err = g.AdvanceOn(ctx, c, &p)
+		ok, err = g.sql.AdvanceOn(ctx, c, &p)
 		return err
 	})
 	if err != nil {
@@ -235,22 +239,22 @@ func (g *Gate) Advance(ctx context.Context, p storage.CheckpointAdvanceParams) (
 
 // AdvanceOn records p (checked with CheckAdvance) on c, inside the
 // caller's write transaction: storage.CheckpointAdvancer.
-func (g *Gate) AdvanceOn(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointAdvanceParams) (bool, error) {
-	n, err := c.Exec(ctx, g.sql.Advance, p.Watermark, p.ObservedRows, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
+func (d *SQL) AdvanceOn(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointAdvanceParams) (bool, error) {
+	n, err := c.Exec(ctx, d.Advance, p.Watermark, p.ObservedRows, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
 	return n == 1, err
 }
 
-// Activate is storage.GateStore.CheckpointActivate: the checks, the
+// CheckpointActivate implements storage.GateStore: the checks, the
 // source read and the update run under the partition write lock, and the
 // partition is read after the lock is taken, so it sees every commit that
 // held it.
-func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
+func (g *Gate) CheckpointActivate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
 	if err := checkActivation(&p); err != nil {
 		return "", err
 	}
 	var out storage.ActivateOutcome
 	err := g.run.Write(ctx, func(c sqlexec.Conn) (err error) {
-		out, err = g.activate(ctx, c, &p)
+		out, err = g.sql.activate(ctx, c, &p)
 		return err
 	})
 	if err != nil {
@@ -259,11 +263,11 @@ func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams)
 	return out, nil
 }
 
-func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
-	if err := sqlexec.Exec(ctx, c, g.sql.Lock, g.list([]string{p.Partition})); err != nil {
+func (d *SQL) activate(ctx context.Context, c sqlexec.Conn, p *storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
+	if err := sqlexec.Exec(ctx, c, d.Lock, d.list([]string{p.Partition})); err != nil {
 		return "", err
 	}
-	cp, ok, err := g.checkpoint(ctx, c, p.CheckpointKey)
+	cp, ok, err := d.checkpoint(ctx, c, p.CheckpointKey)
 	if err != nil {
 		return "", err
 	}
@@ -273,7 +277,7 @@ func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.Checkpoi
 	if cp.OwnerEpoch != p.OwnerEpoch {
 		return "", superseded(p.CheckpointKey, p.OwnerEpoch, cp.OwnerEpoch)
 	}
-	_, _, layouts, err := g.marker(ctx, c)
+	_, _, layouts, err := d.marker(ctx, c)
 	if err != nil {
 		return "", err
 	}
@@ -284,21 +288,21 @@ func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.Checkpoi
 	if err := checkSources(stored, p.Sources); err != nil {
 		return "", err
 	}
-	part, _, err := g.partition(ctx, c, p.Partition)
+	part, _, err := d.partition(ctx, c, p.Partition)
 	if err != nil {
 		return "", err
 	}
 	if p.Watermark > part.MaxCommitSeq {
 		return "", invalidWatermark(p.Watermark, part.MaxCommitSeq)
 	}
-	required, fenced, err := g.fence(ctx, c, p.Partition)
+	required, fenced, err := d.fence(ctx, c, p.Partition)
 	if err != nil {
 		return "", err
 	}
 	if !fenced || required < p.SchemaVersion {
 		return "", fenceMissing(p.CheckpointKey, required, fenced)
 	}
-	switch ch, err := g.sourceChangesAbove(ctx, c, p.Partition, part.HorizonSeq, p.Sources, p.Watermark, p.OwnClientID); {
+	switch ch, err := d.sourceChangesAbove(ctx, c, p.Partition, part.HorizonSeq, p.Sources, p.Watermark, p.OwnClientID); {
 	case err != nil:
 		return "", err
 	case ch == storage.SourceChanged:
@@ -306,7 +310,7 @@ func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.Checkpoi
 	case ch == storage.SourceUnverifiable:
 		return storage.ActivateUnverifiable, nil
 	}
-	n, err := c.Exec(ctx, g.sql.Activate, p.Watermark, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
+	n, err := c.Exec(ctx, d.Activate, p.Watermark, p.NowMs, p.Partition, p.SchemaVersion, p.Name, p.OwnerEpoch)
 	if err != nil {
 		return "", err
 	}
@@ -316,15 +320,15 @@ func (g *Gate) activate(ctx context.Context, c sqlexec.Conn, p *storage.Checkpoi
 	return storage.ActivateActivated, nil
 }
 
-// Checkpoints is storage.GateStore.Checkpoints.
+// Checkpoints implements storage.GateStore.
 func (g *Gate) Checkpoints(ctx context.Context, partitions ...string) ([]storage.Checkpoint, error) {
 	q, args := g.sql.Checkpoints, []any(nil)
 	if len(partitions) > 0 {
-		q, args = g.sql.CheckpointsOf, []any{g.list(partitions)}
+		q, args = g.sql.CheckpointsOf, []any{g.sql.list(partitions)}
 	}
 	var out []storage.Checkpoint
 	err := g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
-		out, err = g.checkpoints(ctx, c, q, args...)
+		out, err = g.sql.checkpoints(ctx, c, q, args...)
 		return err
 	})
 	if err != nil {
@@ -333,14 +337,14 @@ func (g *Gate) Checkpoints(ctx context.Context, partitions ...string) ([]storage
 	return out, nil
 }
 
-// SourceCoverage is storage.GateStore.SourceCoverage.
+// SourceCoverage implements storage.GateStore.
 func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []string) (int64, error) {
 	if len(tables) == 0 {
 		return 0, nil
 	}
 	var seq int64
 	err := g.run.Read(ctx, func(c sqlexec.Conn) error {
-		_, err := sqlexec.QueryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.list(tables)}, &seq)
+		_, err := sqlexec.QueryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.sql.list(tables)}, &seq)
 		return err
 	})
 	if err != nil {
@@ -349,16 +353,16 @@ func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []st
 	return seq, nil
 }
 
-// SourceChangesAbove is storage.GateStore.SourceChangesAbove; the horizon
+// SourceChangesAbove implements storage.GateStore; the horizon
 // and the log are read in one snapshot.
 func (g *Gate) SourceChangesAbove(ctx context.Context, partition string, tables []string, seq int64) (storage.SourceChange, error) {
 	var out storage.SourceChange
 	err := g.run.Snapshot(ctx, func(c sqlexec.Conn) error {
-		p, _, err := g.partition(ctx, c, partition)
+		p, _, err := g.sql.partition(ctx, c, partition)
 		if err != nil {
 			return err
 		}
-		out, err = g.sourceChangesAbove(ctx, c, partition, p.HorizonSeq, tables, seq, "")
+		out, err = g.sql.sourceChangesAbove(ctx, c, partition, p.HorizonSeq, tables, seq, "")
 		return err
 	})
 	if err != nil {
@@ -370,16 +374,16 @@ func (g *Gate) SourceChangesAbove(ctx context.Context, partition string, tables 
 // sourceChangesAbove reads the log forward from seq: only the changes
 // committed since the watermark. Changes of commits by ownClientID ("":
 // none) do not count.
-func (g *Gate) sourceChangesAbove(ctx context.Context, c sqlexec.Conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
+func (d *SQL) sourceChangesAbove(ctx context.Context, c sqlexec.Conn, partition string, horizon int64, tables []string, seq int64, ownClientID string) (storage.SourceChange, error) {
 	if len(tables) == 0 {
 		return storage.SourceClean, nil
 	}
 	if horizon > seq {
 		return storage.SourceUnverifiable, nil
 	}
-	q, args := g.sql.SourceAbove, []any{partition, seq, g.list(tables)}
+	q, args := d.SourceAbove, []any{partition, seq, d.list(tables)}
 	if ownClientID != "" {
-		q, args = g.sql.SourceAboveExcept, append(args, ownClientID)
+		q, args = d.SourceAboveExcept, append(args, ownClientID)
 	}
 	var one int64
 	found, err := sqlexec.QueryRow(ctx, c, q, args, &one)
@@ -392,10 +396,10 @@ func (g *Gate) sourceChangesAbove(ctx context.Context, c sqlexec.Conn, partition
 	return storage.SourceClean, nil
 }
 
-// WriterFence is storage.GateStore.WriterFence.
+// WriterFence implements storage.GateStore.
 func (g *Gate) WriterFence(ctx context.Context, partition string) (required int32, ok bool, err error) {
 	err = g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
-		required, ok, err = g.fence(ctx, c, partition)
+		required, ok, err = g.sql.fence(ctx, c, partition)
 		return err
 	})
 	if err != nil {
@@ -404,27 +408,27 @@ func (g *Gate) WriterFence(ctx context.Context, partition string) (required int3
 	return required, ok, nil
 }
 
-func (g *Gate) marker(ctx context.Context, c sqlexec.Conn) (v int32, ok bool, layouts string, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Marker, nil, &v, &layouts)
+func (d *SQL) marker(ctx context.Context, c sqlexec.Conn) (v int32, ok bool, layouts string, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, d.Marker, nil, &v, &layouts)
 	return v, ok, layouts, err
 }
 
-func (g *Gate) partition(ctx context.Context, c sqlexec.Conn, id string) (p storage.Partition, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Partition, []any{id}, partitionDest(&p)...)
+func (d *SQL) partition(ctx context.Context, c sqlexec.Conn, id string) (p storage.Partition, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, d.Partition, []any{id}, partitionDest(&p)...)
 	return p, ok, err
 }
 
-func (g *Gate) fence(ctx context.Context, c sqlexec.Conn, partition string) (required int32, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Fence, []any{partition}, &required)
+func (d *SQL) fence(ctx context.Context, c sqlexec.Conn, partition string) (required int32, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, d.Fence, []any{partition}, &required)
 	return required, ok, err
 }
 
-func (g *Gate) checkpoint(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, g.sql.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+func (d *SQL) checkpoint(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
+	ok, err = sqlexec.QueryRow(ctx, c, d.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
 	return cp, ok, err
 }
 
-func (g *Gate) checkpoints(ctx context.Context, c sqlexec.Conn, q string, args ...any) ([]storage.Checkpoint, error) {
+func (d *SQL) checkpoints(ctx context.Context, c sqlexec.Conn, q string, args ...any) ([]storage.Checkpoint, error) {
 	var out []storage.Checkpoint
 	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
 		var cp storage.Checkpoint

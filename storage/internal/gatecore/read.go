@@ -34,20 +34,20 @@ func (p *Prefetch) Get(partition string, running int32) (storage.GateState, bool
 	return p.state, true
 }
 
-// GateRead is storage.GateStore.GateRead, on a read connection.
+// GateRead implements storage.GateStore, on a read connection.
 func (g *Gate) GateRead(ctx context.Context, partition string, running int32) (storage.GateState, error) {
 	var st storage.GateState
 	err := g.run.Read(ctx, func(c sqlexec.Conn) (err error) {
-		st, err = g.ReadOn(ctx, c, partition, running)
+		st, err = g.sql.ReadOn(ctx, c, partition, running)
 		return err
 	})
 	return st, err
 }
 
 // ReadOn is the serve-gate read on c, in the caller's transaction.
-func (g *Gate) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, running int32) (storage.GateState, error) {
+func (d *SQL) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, running int32) (storage.GateState, error) {
 	var row gateRow
-	found, err := sqlexec.QueryRow(ctx, c, g.sql.GateRead, []any{partition, running}, row.dest()...)
+	found, err := sqlexec.QueryRow(ctx, c, d.GateRead, []any{partition, running}, row.dest()...)
 	if err == nil && !found {
 		err = errors.New("no row")
 	}
@@ -59,16 +59,16 @@ func (g *Gate) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, run
 
 // ReadPartition reads a partition row and, in the same statement, its gate
 // state for running; ok is false for an unregistered partition.
-func (g *Gate) ReadPartition(ctx context.Context, c sqlexec.Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
+func (d *SQL) ReadPartition(ctx context.Context, c sqlexec.Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
 	var row gateRow
-	ok, err = sqlexec.QueryRow(ctx, c, g.sql.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
+	ok, err = sqlexec.QueryRow(ctx, c, d.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
 	if err != nil || !ok {
 		return p, nil, false, err
 	}
 	return p, NewPrefetch(partition, running, row.state()), true, nil
 }
 
-// gateRow scans the gate columns (GateCols).
+// gateRow scans the gate columns (see SQL).
 type gateRow struct {
 	st      storage.GateState
 	pending string

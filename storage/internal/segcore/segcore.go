@@ -55,17 +55,17 @@ type SQL struct {
 const PublicationCols = `segment_id, partition, log_epoch, tbl, schema_version, media_type, scope_digest,
 	as_of_commit_seq, row_cursor, page_rows, next_row_cursor, row_count, byte_length, created_at_ms, expires_at_ms`
 
-// Index is one store's segment index.
+// Index is one store's segment index: storage.SegmentIndex.
 type Index struct {
-	sql SQL
+	sql *SQL
 	run sqlexec.Runner
 }
 
 // New returns the index over a store's statements and runner.
-func New(sql SQL, run sqlexec.Runner) *Index { return &Index{sql: sql, run: run} }
+func New(sql *SQL, run sqlexec.Runner) *Index { return &Index{sql: sql, run: run} }
 
-// Publish is storage.SegmentIndex.SegmentPublish.
-func (x *Index) Publish(ctx context.Context, p storage.SegmentPublication) (storage.SegmentPublication, error) {
+// SegmentPublish implements storage.SegmentIndex.
+func (x *Index) SegmentPublish(ctx context.Context, p storage.SegmentPublication) (storage.SegmentPublication, error) {
 	if err := validate(p); err != nil {
 		return storage.SegmentPublication{}, err
 	}
@@ -104,8 +104,8 @@ func (x *Index) Publish(ctx context.Context, p storage.SegmentPublication) (stor
 	return stored, nil
 }
 
-// Find is storage.SegmentIndex.SegmentFind.
-func (x *Index) Find(ctx context.Context, k storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error) {
+// SegmentFind implements storage.SegmentIndex.
+func (x *Index) SegmentFind(ctx context.Context, k storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error) {
 	var pubs []storage.SegmentPublication
 	err := x.run.Read(ctx, func(c sqlexec.Conn) (err error) {
 		pubs, err = publications(ctx, c, x.sql.Find, k.Partition, k.LogEpoch, k.Table, k.SchemaVersion, int64(k.MediaType),
@@ -121,9 +121,9 @@ func (x *Index) Find(ctx context.Context, k storage.SegmentKey, nowMs int64) (st
 	return pubs[0], true, nil
 }
 
-// Get is storage.SegmentIndex.SegmentGet: the address row and its
+// SegmentGet implements storage.SegmentIndex: the address row and its
 // publications come from one snapshot.
-func (x *Index) Get(ctx context.Context, segmentID string) (seg storage.Segment, ok bool, err error) {
+func (x *Index) SegmentGet(ctx context.Context, segmentID string) (seg storage.Segment, ok bool, err error) {
 	err = x.run.Snapshot(ctx, func(c sqlexec.Conn) (err error) {
 		ok, err = sqlexec.QueryRow(ctx, c, x.sql.Address, []any{segmentID}, &seg.ID, &seg.ByteLength, &seg.CreatedAtMs)
 		if err != nil || !ok {
@@ -138,8 +138,8 @@ func (x *Index) Get(ctx context.Context, segmentID string) (seg storage.Segment,
 	return seg, ok, nil
 }
 
-// Publications is storage.SegmentIndex.SegmentPublications.
-func (x *Index) Publications(ctx context.Context, segmentID, partition, logEpoch string) ([]storage.SegmentPublication, error) {
+// SegmentPublications implements storage.SegmentIndex.
+func (x *Index) SegmentPublications(ctx context.Context, segmentID, partition, logEpoch string) ([]storage.SegmentPublication, error) {
 	var pubs []storage.SegmentPublication
 	err := x.run.Read(ctx, func(c sqlexec.Conn) (err error) {
 		pubs, err = publications(ctx, c, x.sql.PublicationsIn, segmentID, partition, logEpoch)
@@ -151,8 +151,8 @@ func (x *Index) Publications(ctx context.Context, segmentID, partition, logEpoch
 	return pubs, nil
 }
 
-// Expire is storage.SegmentIndex.SegmentExpire.
-func (x *Index) Expire(ctx context.Context, nowMs int64, limit int) (int64, error) {
+// SegmentExpire implements storage.SegmentIndex.
+func (x *Index) SegmentExpire(ctx context.Context, nowMs int64, limit int) (int64, error) {
 	if err := checkListLimit(limit); err != nil {
 		return 0, err
 	}
@@ -167,8 +167,8 @@ func (x *Index) Expire(ctx context.Context, nowMs int64, limit int) (int64, erro
 	return n, nil
 }
 
-// Unpublished is storage.SegmentIndex.SegmentUnpublished.
-func (x *Index) Unpublished(ctx context.Context, limit int) ([]storage.Segment, error) {
+// SegmentUnpublished implements storage.SegmentIndex.
+func (x *Index) SegmentUnpublished(ctx context.Context, limit int) ([]storage.Segment, error) {
 	if err := checkListLimit(limit); err != nil {
 		return nil, err
 	}
@@ -189,8 +189,8 @@ func (x *Index) Unpublished(ctx context.Context, limit int) ([]storage.Segment, 
 	return out, nil
 }
 
-// Delete is storage.SegmentIndex.SegmentDelete.
-func (x *Index) Delete(ctx context.Context, segmentID string) (bool, error) {
+// SegmentDelete implements storage.SegmentIndex.
+func (x *Index) SegmentDelete(ctx context.Context, segmentID string) (bool, error) {
 	var n int64
 	err := x.run.Write(ctx, func(c sqlexec.Conn) (err error) {
 		n, err = c.Exec(ctx, x.sql.AddressDelete, segmentID)
@@ -205,8 +205,8 @@ func (x *Index) Delete(ctx context.Context, segmentID string) (bool, error) {
 	return n == 1, nil
 }
 
-// Stats is storage.SegmentIndex.SegmentStats, in one statement.
-func (x *Index) Stats(ctx context.Context) (st storage.SegmentStats, err error) {
+// SegmentStats implements storage.SegmentIndex, in one statement.
+func (x *Index) SegmentStats(ctx context.Context) (st storage.SegmentStats, err error) {
 	err = x.run.Read(ctx, func(c sqlexec.Conn) error {
 		_, err := sqlexec.QueryRow(ctx, c, x.sql.Stats, nil, &st.Segments, &st.Bytes, &st.Publications)
 		return err
