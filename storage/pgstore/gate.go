@@ -36,7 +36,7 @@ var gateSQL = &gatecore.SQL{
 
 	Partition: qPartition,
 	PartitionGate: `SELECT ` + partitionCols + `, m.schema_version IS NOT NULL, coalesce(m.schema_version, 0),
-		coalesce(m.gate_revision, 0), true, p.log_epoch, p.gate_revision, ` + gatePending + `
+		coalesce(m.gate_revision, 0), p.gate_revision, ` + gatePending + `
 		FROM sync_partitions p LEFT JOIN sync_schema_marker m ON m.id = 1 WHERE p.id = $1`,
 	GateRead: `SELECT m.schema_version IS NOT NULL, coalesce(m.schema_version, 0), coalesce(m.gate_revision, 0),
 		p.id IS NOT NULL, coalesce(p.log_epoch, ''), coalesce(p.gate_revision, 0), ` + gatePending + `

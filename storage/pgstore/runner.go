@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,12 +32,21 @@ type poolConn struct {
 	q interface {
 		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	}
 }
 
 func (c poolConn) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	tag, err := c.q.Exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
+}
+
+func (c poolConn) QueryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+	err := c.q.QueryRow(ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (c poolConn) Query(ctx context.Context, sql string, args []any, row func(scan func(...any) error) error) error {
@@ -54,6 +64,10 @@ type txConn struct{ t *tx }
 func (c txConn) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	tag, err := c.t.exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
+}
+
+func (c txConn) QueryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+	return c.t.queryRow(ctx, sql, args, dest...)
 }
 
 func (c txConn) Query(ctx context.Context, sql string, args []any, row func(scan func(...any) error) error) error {

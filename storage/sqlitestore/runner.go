@@ -32,6 +32,10 @@ func (c sqlConn) Exec(ctx context.Context, q string, args ...any) (int64, error)
 	return c.c.exec(ctx, q, args...)
 }
 
+func (c sqlConn) QueryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error) {
+	return c.c.queryRow(ctx, q, args, dest...)
+}
+
 func (c sqlConn) Query(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
 	r, err := c.c.query(ctx, q, args...)
 	if err != nil {

@@ -41,7 +41,8 @@ type SQL struct {
 	// Partition reads partition $1.
 	Partition string
 	// PartitionGate reads partition $1 followed by its gate columns for
-	// running version $2.
+	// running version $2 but registered and log epoch, which the
+	// partition row gives.
 	PartitionGate string
 	// GateRead reads the gate columns of partition $1 for running version
 	// $2: one row, whether or not the marker or the partition exists.
@@ -204,7 +205,7 @@ func (g *Gate) CheckpointClaim(ctx context.Context, key storage.CheckpointKey, n
 	}
 	var cp storage.Checkpoint
 	err := g.run.Write(ctx, func(c sqlexec.Conn) error {
-		found, err := sqlexec.QueryRow(ctx, c, g.sql.Claim, []any{nowMs, key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+		found, err := c.QueryRow(ctx, g.sql.Claim, []any{nowMs, key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
 		if err != nil || found {
 			return err
 		}
@@ -344,7 +345,7 @@ func (g *Gate) SourceCoverage(ctx context.Context, partition string, tables []st
 	}
 	var seq int64
 	err := g.run.Read(ctx, func(c sqlexec.Conn) error {
-		_, err := sqlexec.QueryRow(ctx, c, g.sql.SourceCoverage, []any{partition, g.sql.list(tables)}, &seq)
+		_, err := c.QueryRow(ctx, g.sql.SourceCoverage, []any{partition, g.sql.list(tables)}, &seq)
 		return err
 	})
 	if err != nil {
@@ -386,7 +387,7 @@ func (d *SQL) sourceChangesAbove(ctx context.Context, c sqlexec.Conn, partition 
 		q, args = d.SourceAboveExcept, append(args, ownClientID)
 	}
 	var one int64
-	found, err := sqlexec.QueryRow(ctx, c, q, args, &one)
+	found, err := c.QueryRow(ctx, q, args, &one)
 	if err != nil {
 		return "", err
 	}
@@ -409,22 +410,22 @@ func (g *Gate) WriterFence(ctx context.Context, partition string) (required int3
 }
 
 func (d *SQL) marker(ctx context.Context, c sqlexec.Conn) (v int32, ok bool, layouts string, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, d.Marker, nil, &v, &layouts)
+	ok, err = c.QueryRow(ctx, d.Marker, nil, &v, &layouts)
 	return v, ok, layouts, err
 }
 
 func (d *SQL) partition(ctx context.Context, c sqlexec.Conn, id string) (p storage.Partition, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, d.Partition, []any{id}, partitionDest(&p)...)
+	ok, err = c.QueryRow(ctx, d.Partition, []any{id}, partitionDest(&p)...)
 	return p, ok, err
 }
 
 func (d *SQL) fence(ctx context.Context, c sqlexec.Conn, partition string) (required int32, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, d.Fence, []any{partition}, &required)
+	ok, err = c.QueryRow(ctx, d.Fence, []any{partition}, &required)
 	return required, ok, err
 }
 
 func (d *SQL) checkpoint(ctx context.Context, c sqlexec.Conn, key storage.CheckpointKey) (cp storage.Checkpoint, ok bool, err error) {
-	ok, err = sqlexec.QueryRow(ctx, c, d.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
+	ok, err = c.QueryRow(ctx, d.Checkpoint, []any{key.Partition, key.SchemaVersion, key.Name}, checkpointDest(&cp)...)
 	return cp, ok, err
 }
 

@@ -47,7 +47,7 @@ func (g *Gate) GateRead(ctx context.Context, partition string, running int32) (s
 // ReadOn is the serve-gate read on c, in the caller's transaction.
 func (d *SQL) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, running int32) (storage.GateState, error) {
 	var row gateRow
-	found, err := sqlexec.QueryRow(ctx, c, d.GateRead, []any{partition, running}, row.dest()...)
+	found, err := c.QueryRow(ctx, d.GateRead, []any{partition, running}, row.dest()...)
 	if err == nil && !found {
 		err = errors.New("no row")
 	}
@@ -58,14 +58,20 @@ func (d *SQL) ReadOn(ctx context.Context, c sqlexec.Conn, partition string, runn
 }
 
 // ReadPartition reads a partition row and, in the same statement, its gate
-// state for running; ok is false for an unregistered partition.
+// state for running; ok is false for an unregistered partition. It runs
+// on every WriteTx: one allocation of the kept state, none per column.
 func (d *SQL) ReadPartition(ctx context.Context, c sqlexec.Conn, partition string, running int32) (p storage.Partition, pre *Prefetch, ok bool, err error) {
-	var row gateRow
-	ok, err = sqlexec.QueryRow(ctx, c, d.PartitionGate, []any{partition, running}, append(partitionDest(&p), row.dest()...)...)
+	pre = &Prefetch{partition: partition, running: running}
+	st := &pre.state
+	var pending string
+	ok, err = c.QueryRow(ctx, d.PartitionGate, []any{partition, running},
+		&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+		&st.HasMarker, &st.SchemaVersion, &st.SchemaRevision, &st.Revision, &pending)
 	if err != nil || !ok {
 		return p, nil, false, err
 	}
-	return p, NewPrefetch(partition, running, row.state()), true, nil
+	st.Registered, st.LogEpoch, st.Pending = true, p.LogEpoch, parsePending(pending)
+	return p, pre, true, nil
 }
 
 // gateRow scans the gate columns (see SQL).

@@ -75,7 +75,7 @@ func (x *Index) SegmentPublish(ctx context.Context, p storage.SegmentPublication
 			return err
 		}
 		var have int64
-		found, err := sqlexec.QueryRow(ctx, c, x.sql.AddressLength, []any{p.SegmentID}, &have)
+		found, err := c.QueryRow(ctx, x.sql.AddressLength, []any{p.SegmentID}, &have)
 		switch {
 		case err != nil:
 			return err
@@ -125,7 +125,7 @@ func (x *Index) SegmentFind(ctx context.Context, k storage.SegmentKey, nowMs int
 // publications come from one snapshot.
 func (x *Index) SegmentGet(ctx context.Context, segmentID string) (seg storage.Segment, ok bool, err error) {
 	err = x.run.Snapshot(ctx, func(c sqlexec.Conn) (err error) {
-		ok, err = sqlexec.QueryRow(ctx, c, x.sql.Address, []any{segmentID}, &seg.ID, &seg.ByteLength, &seg.CreatedAtMs)
+		ok, err = c.QueryRow(ctx, x.sql.Address, []any{segmentID}, &seg.ID, &seg.ByteLength, &seg.CreatedAtMs)
 		if err != nil || !ok {
 			return err
 		}
@@ -208,7 +208,7 @@ func (x *Index) SegmentDelete(ctx context.Context, segmentID string) (bool, erro
 // SegmentStats implements storage.SegmentIndex, in one statement.
 func (x *Index) SegmentStats(ctx context.Context) (st storage.SegmentStats, err error) {
 	err = x.run.Read(ctx, func(c sqlexec.Conn) error {
-		_, err := sqlexec.QueryRow(ctx, c, x.sql.Stats, nil, &st.Segments, &st.Bytes, &st.Publications)
+		_, err := c.QueryRow(ctx, x.sql.Stats, nil, &st.Segments, &st.Bytes, &st.Publications)
 		return err
 	})
 	if err != nil {

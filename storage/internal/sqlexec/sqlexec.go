@@ -13,6 +13,9 @@ type Conn interface {
 	// Query runs a statement and calls row for each result row, with a
 	// scan of that row; an error of row stops the iteration.
 	Query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
+	// QueryRow runs a statement and scans its first row into dest; found
+	// is false when there is none.
+	QueryRow(ctx context.Context, sql string, args []any, dest ...any) (found bool, err error)
 }
 
 // Runner runs an operation's statements the way its store runs them.
@@ -24,19 +27,6 @@ type Runner interface {
 	// Snapshot runs fn in one read-only transaction: every statement sees
 	// the same snapshot.
 	Snapshot(ctx context.Context, fn func(c Conn) error) error
-}
-
-// QueryRow scans the first row of q into dest; found is false when there
-// is none.
-func QueryRow(ctx context.Context, c Conn, q string, args []any, dest ...any) (found bool, err error) {
-	err = c.Query(ctx, q, args, func(scan func(...any) error) error {
-		if found {
-			return nil
-		}
-		found = true
-		return scan(dest...)
-	})
-	return found, err
 }
 
 // Exec runs q on c unless it is empty: a statement a dialect does not
