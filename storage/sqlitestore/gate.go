@@ -20,9 +20,12 @@ import (
 
 const checkpointCols = gatecore.CheckpointCols
 
-// gatePending is the last gate column (?1 partition, ?2 running version).
-const gatePending = `coalesce((SELECT group_concat(c.name || ' ' || c.state, ',') FROM sync_backfill_checkpoints c
-	WHERE c.partition = ?1 AND c.schema_version = ?2 AND c.state <> 'activated'), '')`
+// gatePending is the last gate column: the pending checkpoints of the
+// partition in column or parameter id (?2: the running version).
+func gatePending(id string) string {
+	return `coalesce((SELECT group_concat(c.name || ' ' || c.state, ',') FROM sync_backfill_checkpoints c
+	WHERE c.partition = ` + id + ` AND c.schema_version = ?2 AND c.state <> 'activated'), '')`
+}
 
 const fenceUpsert = `INSERT INTO sync_writer_fence (partition, required_writer_version) `
 
@@ -31,10 +34,10 @@ const fenceRaised = ` ON CONFLICT (partition) DO UPDATE SET required_writer_vers
 var gateSQL = &gatecore.SQL{
 	Partition: qPartition,
 	PartitionGate: `SELECT ` + partitionCols + `, m.schema_version IS NOT NULL, coalesce(m.schema_version, 0),
-		coalesce(m.gate_revision, 0), p.gate_revision, ` + gatePending + `
+		coalesce(m.gate_revision, 0), p.gate_revision, ` + gatePending("p.id") + `
 		FROM sync_partitions p LEFT JOIN sync_schema_marker m ON m.id = 1 WHERE p.id = ?1`,
 	GateRead: `SELECT m.schema_version IS NOT NULL, coalesce(m.schema_version, 0), coalesce(m.gate_revision, 0),
-		p.id IS NOT NULL, coalesce(p.log_epoch, ''), coalesce(p.gate_revision, 0), ` + gatePending + `
+		p.id IS NOT NULL, coalesce(p.log_epoch, ''), coalesce(p.gate_revision, 0), ` + gatePending("?1") + `
 		FROM (SELECT 1) AS one LEFT JOIN sync_schema_marker m ON m.id = 1 LEFT JOIN sync_partitions p ON p.id = ?1`,
 	Marker: `SELECT schema_version, layouts FROM sync_schema_marker WHERE id = 1`,
 
