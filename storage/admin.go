@@ -1,10 +1,6 @@
 package storage
 
-import (
-	"context"
-
-	"github.com/syncnode/syncnode/ssp2"
-)
+import "context"
 
 // Admin is privileged maintenance outside the sync protocol: what a test
 // harness, a load fixture or an operator's tool needs and no client
@@ -58,22 +54,4 @@ type SeedParams struct {
 	// so Row must set every field; it may reuse w's slices, because the
 	// store consumes each row before asking for the next.
 	Row func(i int, w *RowWrite) error
-}
-
-// CheckRowListLimit refuses a RowList limit outside 1..MaxScanLimit (for
-// Store implementations).
-func CheckRowListLimit(limit int) error {
-	if limit < 1 || limit > MaxScanLimit {
-		return Errorf(ssp2.CodeStorageInvalidLimit, "row list limit %d outside 1..%d", limit, MaxScanLimit)
-	}
-	return nil
-}
-
-// CheckSeedCount refuses a negative seed count (for Store
-// implementations).
-func CheckSeedCount(n int) error {
-	if n < 0 {
-		return Errorf(ssp2.CodeStorageInvalidLimit, "seed count %d is negative", n)
-	}
-	return nil
 }

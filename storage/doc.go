@@ -6,6 +6,16 @@
 // storage/pgstore (pgx v5), and both must pass the one contract suite in
 // storage/storagetest.
 //
+// # One rule, two dialects
+//
+// A store holds its SQL, its locking and its connections; what to read,
+// what to refuse and what to write is decided once, in packages under
+// storage/internal, over the statements a store supplies and the
+// transactions it runs them in (sqlexec): gatecore is the serve gate
+// (GateStore), segcore the segment index (SegmentIndex), commitlog the
+// commit log's rules (validation, pull windows, pruning), schemaplan the
+// schema installation plan, and admincore the checks of Admin.
+//
 // # The partition write lock
 //
 // Every write that must serialize with pushes to a partition runs inside

@@ -51,8 +51,3 @@ func (e *ConstraintError) Is(target error) bool {
 	t, ok := target.(*ssp2.Error)
 	return ok && t.Code == ssp2.CodeConstraintViolation
 }
-
-// Errorf returns a storage-host *ssp2.Error.
-func Errorf(code ssp2.Code, format string, args ...any) error {
-	return ssp2.Errorf(code, format, args...)
-}

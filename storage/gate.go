@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -278,102 +277,6 @@ func (g GateState) SameToken(o GateState) bool {
 		g.Registered == o.Registered && g.LogEpoch == o.LogEpoch && g.Revision == o.Revision
 }
 
-// ParsePending decodes the pending list the stores aggregate in SQL:
-// "name state" entries joined by ','. Names cannot hold either separator
-// (CheckpointKey.Check).
-func ParsePending(s string) []PendingCheckpoint {
-	if s == "" {
-		return nil
-	}
-	parts := strings.Split(s, ",")
-	out := make([]PendingCheckpoint, 0, len(parts))
-	for _, p := range parts {
-		name, state, _ := strings.Cut(p, " ")
-		out = append(out, PendingCheckpoint{Name: name, State: CheckpointState(state)})
-	}
-	slices.SortFunc(out, func(a, b PendingCheckpoint) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
-
-// CheckSources validates activation source tables against the table
-// layouts of the stored schema marker.
-func CheckSources(stored []schema.TableLayout, tables []string) error {
-	for _, t := range tables {
-		if !slices.ContainsFunc(stored, func(l schema.TableLayout) bool { return l.Name == t }) {
-			return invalidCheckpoint("source table %q is not a table of the stored schema", t)
-		}
-	}
-	return nil
-}
-
-// CheckActivation validates activation parameters before any read.
-func CheckActivation(p *CheckpointActivateParams) error {
-	if err := p.Check(); err != nil {
-		return err
-	}
-	if p.Watermark < 0 {
-		return invalidCheckpoint("watermark %d is negative", p.Watermark)
-	}
-	return nil
-}
-
-// CheckAdvance validates progress parameters.
-func CheckAdvance(p *CheckpointAdvanceParams) error {
-	if err := p.Check(); err != nil {
-		return err
-	}
-	if p.Watermark < 0 || p.ObservedRows < 0 {
-		return invalidCheckpoint("watermark %d and observed rows %d must not be negative", p.Watermark, p.ObservedRows)
-	}
-	return nil
-}
-
-// NotDeclared is CodeStorageCheckpointNotDeclared for key: absent, or
-// activated when activated is true.
-func NotDeclared(key CheckpointKey, activated bool) error {
-	what := "is not declared"
-	if activated {
-		what = "is already activated"
-	}
-	return ssp2.Errorf(ssp2.CodeStorageCheckpointNotDeclared, "checkpoint %s %s", key, what)
-}
-
-// Superseded is CodeStorageCheckpointSuperseded.
-func Superseded(key CheckpointKey, have, want int64) error {
-	return ssp2.Errorf(ssp2.CodeStorageCheckpointSuperseded, "checkpoint %s: owner epoch %d is not the owner epoch %d", key, have, want)
-}
-
-// FenceMissing is CodeStorageCheckpointFenceMissing.
-func FenceMissing(key CheckpointKey, required int32, ok bool) error {
-	var e *ssp2.Error
-	if ok {
-		e = ssp2.Errorf(ssp2.CodeStorageCheckpointFenceMissing, "checkpoint %s: the partition's writer fence %d is below the checkpoint's schema version", key, required)
-	} else {
-		e = ssp2.Errorf(ssp2.CodeStorageCheckpointFenceMissing, "checkpoint %s: the partition has no writer fence", key)
-	}
-	return e
-}
-
-// InvalidWatermark refuses an activation watermark above the log.
-func InvalidWatermark(watermark, maxSeq int64) error {
-	return invalidCheckpoint("watermark %d is above the partition's max commitSeq %d", watermark, maxSeq)
-}
-
-// InvalidSchemaVersion refuses a declaration at another schema version
-// than the stored one (hasMarker false: none is stored).
-func InvalidSchemaVersion(key CheckpointKey, stored int32, hasMarker bool) error {
-	if !hasMarker {
-		return invalidCheckpoint("checkpoint %s: no schema is installed", key)
-	}
-	return invalidCheckpoint("checkpoint %s is not at the stored schema version %d", key, stored)
-}
-
-// FenceRejected is CodeStorageWriterFenceRejected wrapping the driver's
-// error, for the stores' error translation.
-func FenceRejected(cause error) error {
-	return ssp2.Wrap(ssp2.CodeStorageWriterFenceRejected, "append commit", cause)
-}
-
 // IncompleteDetails is the Details of CodeStorageCheckpointIncomplete.
 type IncompleteDetails struct {
 	Missing []IncompleteCheckpoint `json:"missing"`
@@ -385,39 +288,4 @@ type IncompleteCheckpoint struct {
 	Name          string `json:"name"`
 	SchemaVersion int32  `json:"schemaVersion"`
 	State         string `json:"state"`
-}
-
-// CheckDeclared returns CodeStorageCheckpointIncomplete when unactivated
-// lists a checkpoint decls does not name; the stores call it with the
-// unactivated checkpoints at the running version, inside EnsureSchema's
-// transaction.
-func CheckDeclared(unactivated []Checkpoint, decls []CheckpointKey) error {
-	var missing []IncompleteCheckpoint
-	for _, c := range unactivated {
-		if !slices.Contains(decls, c.CheckpointKey) {
-			missing = append(missing, IncompleteCheckpoint{Partition: c.Partition, Name: c.Name, SchemaVersion: c.SchemaVersion, State: string(c.State)})
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	first := missing[0]
-	e := ssp2.Errorf(ssp2.CodeStorageCheckpointIncomplete,
-		"%d unactivated checkpoint(s) of schema version %d are not declared by this build, first %s in partition %q",
-		len(missing), first.SchemaVersion, first.Name, first.Partition).WithDetails(IncompleteDetails{Missing: missing})
-	e.Op = "ensure schema"
-	return e
-}
-
-// CheckDeclarations validates a build's declarations for schema version v.
-func CheckDeclarations(decls []CheckpointKey, v int32) error {
-	for _, d := range decls {
-		if err := d.Check(); err != nil {
-			return err
-		}
-		if d.SchemaVersion != v {
-			return invalidCheckpoint("declaration %s is not at the running schema version %d", d, v)
-		}
-	}
-	return nil
 }

@@ -2,8 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -101,38 +99,3 @@ type SegmentStats struct {
 // MaxSegmentListLimit bounds the limit of SegmentExpire and
 // SegmentUnpublished.
 const MaxSegmentListLimit = 10_000
-
-// ValidateSegmentPublication checks what every store requires of a
-// publication before writing it (for Store implementations).
-func ValidateSegmentPublication(p SegmentPublication) error {
-	var errs []error
-	if p.SegmentID == "" {
-		errs = append(errs, errors.New("empty segment id"))
-	}
-	if p.ByteLength < 0 || p.RowCount < 0 || p.PageRows < 0 || p.AsOfCommitSeq < 0 {
-		errs = append(errs, fmt.Errorf("negative byte length %d, row count %d, page rows %d or as-of %d",
-			p.ByteLength, p.RowCount, p.PageRows, p.AsOfCommitSeq))
-	}
-	if p.ExpiresAtMs <= p.CreatedAtMs {
-		errs = append(errs, fmt.Errorf("expiry %d not after creation %d", p.ExpiresAtMs, p.CreatedAtMs))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid segment publication: %w", errors.Join(errs...))
-	}
-	return nil
-}
-
-// CheckSegmentListLimit refuses a limit outside 1..MaxSegmentListLimit
-// (CodeStorageInvalidLimit).
-func CheckSegmentListLimit(limit int) error {
-	if limit < 1 || limit > MaxSegmentListLimit {
-		return Errorf(ssp2.CodeStorageInvalidLimit, "segment list limit %d outside 1..%d", limit, MaxSegmentListLimit)
-	}
-	return nil
-}
-
-// SegmentCollision is the error of a publication whose byte length
-// differs from the one recorded for its address.
-func SegmentCollision(segmentID string, have, want int64) error {
-	return Errorf(ssp2.CodeStorageContentCollision, "segment %s is recorded with %d bytes, not %d", segmentID, have, want)
-}

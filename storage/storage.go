@@ -330,14 +330,6 @@ type CommitParams struct {
 	Changes       []Change
 }
 
-// EffectiveWriterVersion is the writer version the commit records.
-func (c *CommitParams) EffectiveWriterVersion() int32 {
-	if c.WriterVersion != 0 {
-		return c.WriterVersion
-	}
-	return c.SchemaVersion
-}
-
 // WindowParams selects an incremental pull window.
 type WindowParams struct {
 	Partition string

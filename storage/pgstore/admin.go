@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -22,7 +23,7 @@ func installedTable(in *installed, op, name string) (*tableSQL, error) {
 
 // RowList implements storage.Admin: one statement, so one snapshot.
 func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage.Row, error) {
-	if err := storage.CheckRowListLimit(p.Limit); err != nil {
+	if err := admincore.CheckListLimit(p.Limit); err != nil {
 		return nil, err
 	}
 	ts, err := installedTable(s.schema.Load(), "list rows", p.Table)
@@ -58,7 +59,7 @@ func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage
 // RowSeed implements storage.Admin with COPY FROM inside a write
 // transaction holding the partition's row lock.
 func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
-	if err := storage.CheckSeedCount(p.Count); err != nil {
+	if err := admincore.CheckSeedCount(p.Count); err != nil {
 		return err
 	}
 	ts, err := installedTable(s.schema.Load(), "seed rows", p.Table)
@@ -89,8 +90,7 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 				rowErr = fmt.Errorf("row %d: %w", i, err)
 				return nil, rowErr
 			}
-			if len(w.Values) != len(ts.t.Columns) {
-				rowErr = fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(ts.t.Columns), ts.t.Name)
+			if rowErr = admincore.CheckSeedRow(i, &w, ts.t); rowErr != nil {
 				return nil, rowErr
 			}
 			i++

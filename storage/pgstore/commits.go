@@ -77,7 +77,7 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 		eTbl[i], eVar[i], eVal[i] = e.Table, e.Variable, e.Value
 	}
 	t.queue(qAppendCommit, t.locked.ID, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion,
-		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal, c.EffectiveWriterVersion())
+		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal, commitlog.WriterVersion(&c))
 	t.maxSeq = seq
 	t.s.analyzer.wrote("sync_commits", 1)
 	t.s.analyzer.wrote("sync_changes", n)

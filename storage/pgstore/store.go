@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
+	"github.com/syncnode/syncnode/storage/internal/segcore"
 )
 
 //go:embed migrations/*.sql
@@ -26,10 +28,21 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
-	closeOnce  sync.Once
+	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
+	// the segment index, written once over this store's SQL.
+	*gateStore
+	*segmentIndex
+	closeOnce sync.Once
 }
 
 var _ storage.Store = (*Store)(nil)
+
+// Unexported names for the embedded implementations, so that Store gains
+// their methods and no field.
+type (
+	gateStore    = gatecore.Gate
+	segmentIndex = segcore.Index
+)
 
 // Advisory lock keys (pg_advisory_xact_lock(key, hashtext(schema))):
 // migrations and schema installation of one schema serialize across
@@ -60,6 +73,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
 	s.analyzer = newAnalyzer(s)
+	s.gateStore = gatecore.New(gateSQL, runner{s})
+	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)

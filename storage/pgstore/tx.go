@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 )
 
 // tx implements storage.Tx and storage.ReadTx on one pooled connection.
@@ -42,7 +43,7 @@ type tx struct {
 	put    map[idemKey]storage.PushRecord
 	// gate is the serve-gate state last read with a partition (gate.go);
 	// snapshot is set on read transactions, which see one snapshot.
-	gate     *gatePrefetch
+	gate     *gatecore.Prefetch
 	snapshot bool
 }
 

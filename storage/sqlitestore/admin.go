@@ -8,6 +8,7 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -17,7 +18,7 @@ var _ storage.Admin = (*Store)(nil)
 // RowList implements storage.Admin on a reader connection: one statement,
 // so one snapshot.
 func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage.Row, error) {
-	if err := storage.CheckRowListLimit(p.Limit); err != nil {
+	if err := admincore.CheckListLimit(p.Limit); err != nil {
 		return nil, err
 	}
 	ts, err := installedTable(s.schema.Load(), "list rows", p.Table)
@@ -75,7 +76,7 @@ func seedSQL(t *schema.Table) string {
 // RowSeed implements storage.Admin as one member of the writer's group
 // transactions: one prepared INSERT per row on the writer connection.
 func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
-	if err := storage.CheckSeedCount(p.Count); err != nil {
+	if err := admincore.CheckSeedCount(p.Count); err != nil {
 		return err
 	}
 	ts, err := installedTable(s.schema.Load(), "seed rows", p.Table)
@@ -100,8 +101,8 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 			if err := p.Row(i, &w); err != nil {
 				return fmt.Errorf("row %d: %w", i, err)
 			}
-			if len(w.Values) != len(ts.t.Columns) {
-				return fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(ts.t.Columns), ts.t.Name)
+			if err := admincore.CheckSeedRow(i, &w, ts.t); err != nil {
+				return err
 			}
 			scopes = commitlog.AppendScopesJSON(scopes[:0], w.Scopes)
 			payload := w.Payload

@@ -49,7 +49,7 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	}
 	part := t.locked.ID
 	seq := t.maxSeq + 1
-	if _, err := t.c.exec(ctx, qInsertCommit, part, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion, c.EffectiveWriterVersion()); err != nil {
+	if _, err := t.c.exec(ctx, qInsertCommit, part, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion, commitlog.WriterVersion(&c)); err != nil {
 		return 0, t.fail("append commit", "", err)
 	}
 	for start := 0; start < len(c.Changes); start += changeChunk {

@@ -14,7 +14,9 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
+	"github.com/syncnode/syncnode/storage/internal/segcore"
 )
 
 //go:embed migrations/*.sql
@@ -36,9 +38,20 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
+	// the segment index, written once over this store's SQL.
+	*gateStore
+	*segmentIndex
 }
 
 var _ storage.Store = (*Store)(nil)
+
+// Unexported names for the embedded implementations, so that Store gains
+// their methods and no field.
+type (
+	gateStore    = gatecore.Gate
+	segmentIndex = segcore.Index
+)
 
 // dsn builds the connection string. PRAGMAs go in the DSN so every
 // connection gets them; busy_timeout comes first so it covers the others.
@@ -86,6 +99,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closed:     make(chan struct{}),
 		migrations: migrations,
 	}
+	s.gateStore = gatecore.New(gateSQL, runner{s})
+	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	if err := s.open(ctx); err != nil {
 		_ = s.Close()
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
+	"github.com/syncnode/syncnode/storage/internal/gatecore"
 )
 
 // tx implements storage.Tx and storage.ReadTx on one connection.
@@ -24,7 +25,7 @@ type tx struct {
 	savepoints []savepoint
 	scratch    txScratch
 	// gate is the serve-gate state last read with a partition (gate.go).
-	gate *gatePrefetch
+	gate *gatecore.Prefetch
 	// readOnly marks a ReadTx. snap is the partition row it last read:
 	// its snapshot cannot change, so CommitWindow reuses it.
 	readOnly bool

@@ -29,6 +29,15 @@ func CheckCommit(c *storage.CommitParams) error {
 	return nil
 }
 
+// WriterVersion is the writer version a commit records: its
+// WriterVersion, or else its SchemaVersion.
+func WriterVersion(c *storage.CommitParams) int32 {
+	if c.WriterVersion != 0 {
+		return c.WriterVersion
+	}
+	return c.SchemaVersion
+}
+
 // IndexEntry is one scope-index row of a commit.
 type IndexEntry struct {
 	Table    string

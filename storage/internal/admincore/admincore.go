@@ -1,0 +1,36 @@
+// Package admincore holds the checks of storage.Admin that both stores
+// make before any statement, so they refuse the same input alike.
+package admincore
+
+import (
+	"fmt"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// CheckListLimit refuses a RowList limit outside 1..MaxScanLimit.
+func CheckListLimit(limit int) error {
+	if limit < 1 || limit > storage.MaxScanLimit {
+		return ssp2.Errorf(ssp2.CodeStorageInvalidLimit, "row list limit %d outside 1..%d", limit, storage.MaxScanLimit)
+	}
+	return nil
+}
+
+// CheckSeedCount refuses a negative seed count.
+func CheckSeedCount(n int) error {
+	if n < 0 {
+		return ssp2.Errorf(ssp2.CodeStorageInvalidLimit, "seed count %d is negative", n)
+	}
+	return nil
+}
+
+// CheckSeedRow refuses seed row i when SeedParams.Row did not give one
+// value per column of t.
+func CheckSeedRow(i int, w *storage.RowWrite, t *schema.Table) error {
+	if len(w.Values) != len(t.Columns) {
+		return fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(t.Columns), t.Name)
+	}
+	return nil
+}
