@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,7 @@ type rtConn struct {
 func (t *httpTarget) realtimeURL(clientID string) string {
 	u := *t.base.JoinPath("realtime")
 	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
-	u.RawQuery = "clientId=" + clientID
+	u.RawQuery = "clientId=" + url.QueryEscape(clientID)
 	return u.String()
 }
 
