@@ -7,11 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
+
+// TestMain checks that runs leave no goroutine behind: virtual users,
+// samplers, socket readers.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 type backend struct {
 	name string
