@@ -361,8 +361,8 @@ func (r *run) execute() (*Result, error) {
 			return nil, fmt.Errorf("load %s: %w", r.sc.name, err)
 		}
 		res.Server = &after
-		if before.CPUSeconds != nil && after.CPUSeconds != nil {
-			cpu := *after.CPUSeconds - *before.CPUSeconds
+		if before.HasCPU && after.HasCPU {
+			cpu := after.CPUSeconds - before.CPUSeconds
 			res.ServerCPUSec = &cpu
 			if res.Ops > 0 {
 				per := cpu * 1000 / float64(res.Ops)
@@ -553,23 +553,27 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // checks evaluates the thresholds: zero protocol errors, each series'
 // p95 ceiling, the server's peak RSS, and the scenario's own checks.
 func (r *run) checks(res *Result) []Check {
-	lim := r.sc.limits(r.cfg.Smoke)
+	p95 := map[string]time.Duration{}
+	for k, c := range r.sc.p95 {
+		p95[k] = time.Duration(c.of(r.cfg.Smoke)) * time.Millisecond
+	}
 	for k, v := range r.cfg.MaxP95 {
 		if _, ok := r.series[k]; ok {
-			lim.p95[k] = v
+			p95[k] = v
 		}
 	}
+	rssBytes := r.sc.rssMiB.of(r.cfg.Smoke) * mb
 	if r.cfg.MaxRSSBytes > 0 {
-		lim.rssBytes = r.cfg.MaxRSSBytes
+		rssBytes = r.cfg.MaxRSSBytes
 	}
 	out := []Check{{Name: "protocol errors", Threshold: "= 0", Measured: strconv.FormatInt(res.Errors, 10), Pass: res.Errors == 0}}
-	names := make([]string, 0, len(lim.p95))
-	for k := range lim.p95 {
+	names := make([]string, 0, len(p95))
+	for k := range p95 {
 		names = append(names, k)
 	}
 	sort.Slice(names, func(i, j int) bool { return slices.Index(r.sc.series, names[i]) < slices.Index(r.sc.series, names[j]) })
 	for _, name := range names {
-		ceil := lim.p95[name]
+		ceil := p95[name]
 		c := Check{Name: name + " p95", Threshold: "≤ " + fmtMs(ms(ceil))}
 		s, _ := res.series(name)
 		if s.Count == 0 {
@@ -579,11 +583,11 @@ func (r *run) checks(res *Result) []Check {
 		}
 		out = append(out, c)
 	}
-	rss := Check{Name: "server peak RSS", Threshold: "≤ " + mib(lim.rssBytes)}
+	rss := Check{Name: "server peak RSS", Threshold: "≤ " + mib(rssBytes)}
 	if res.Server == nil {
 		rss.Measured, rss.Skipped = "unknown (no /__load/metrics)", true
 	} else {
-		rss.Measured, rss.Pass = mib(res.Server.PeakRSSBytes), res.Server.PeakRSSBytes <= lim.rssBytes
+		rss.Measured, rss.Pass = mib(res.Server.PeakRSSBytes), res.Server.PeakRSSBytes <= rssBytes
 	}
 	out = append(out, rss)
 	if r.sc.checks != nil {

@@ -20,7 +20,10 @@ type scenario struct {
 	// series are the latency series; the first is the headline one.
 	series   []string
 	realtime bool // needs the realtime channel
-	limits   func(smoke bool) limits
+	// p95 ceilings per series in ms and the server's peak RSS in MiB,
+	// besides zero protocol errors.
+	p95    map[string]ceiling
+	rssMiB ceiling
 	// vu runs virtual user n until the run stops.
 	vu func(r *run, n int) error
 	// background tasks run beside the users until the run stops.
@@ -30,20 +33,17 @@ type scenario struct {
 	checks func(r *run, res *Result) []Check
 }
 
-// limits are a profile's thresholds besides zero protocol errors.
-type limits struct {
-	p95      map[string]time.Duration
-	rssBytes int64
+// ceiling is a threshold of the smoke and the full profile.
+type ceiling struct{ smoke, full int64 }
+
+func (c ceiling) of(smoke bool) int64 {
+	if smoke {
+		return c.smoke
+	}
+	return c.full
 }
 
 const mb = 1 << 20
-
-func pick[T any](smoke bool, s, full T) T {
-	if smoke {
-		return s
-	}
-	return full
-}
 
 // scenarios in the order `all` runs them.
 var scenarios = []*scenario{pushPull, bootstrapStorm, reconnectStorm, maintenanceChurn, mixedSoak}
@@ -86,34 +86,18 @@ func scenarioByName(name string) (*scenario, bool) {
 // rounds of one upsert (20 rows per user, round-robin) plus an
 // incremental pull that must return its own commit.
 var pushPull = &scenario{
-	name:  "push-pull",
-	about: "N clients each loop push+pull rounds on their own project over HTTP",
-	full:  Profile{VUs: 50, Duration: 20 * time.Second},
-	smoke: Profile{VUs: 5, Duration: 4 * time.Second},
-	ramp:  1500 * time.Millisecond,
-	unit:  "round", series: []string{"round"},
-	limits: func(smoke bool) limits {
-		return limits{
-			p95:      map[string]time.Duration{"round": pick[time.Duration](smoke, 1000, 500) * time.Millisecond},
-			rssBytes: pick[int64](smoke, 400, 700) * mb,
-		}
-	},
+	name:   "push-pull",
+	about:  "N clients each loop push+pull rounds on their own project over HTTP",
+	full:   Profile{VUs: 50, Duration: 20 * time.Second},
+	smoke:  Profile{VUs: 5, Duration: 4 * time.Second},
+	ramp:   1500 * time.Millisecond,
+	unit:   "round",
+	series: []string{"round"},
+	p95:    map[string]ceiling{"round": {1000, 500}},
+	rssMiB: ceiling{400, 700},
 	vu: func(r *run, n int) error {
 		project := clientProject(n)
-		c := newVClient(r.clientID("pp", n), r.epoch)
-		c.subscribe("tasks", project)
-		if _, err := r.round(c, r.t, "", "", pullOnly); err != nil {
-			return err
-		}
-		for seq := 0; r.running(); seq++ {
-			res, err := r.round(c, r.t, project+"-r"+strconv.Itoa(seq%20), project, pushPullLimits)
-			if err != nil {
-				return err
-			}
-			r.observe("round", res.latency)
-			r.ops.Add(1)
-		}
-		return nil
+		return httpUser{id: "pp", sub: "tasks", project: project, series: "round", row: rows(project+"-r", 20)}.run(r, n)
 	},
 }
 
@@ -122,18 +106,15 @@ var pushPull = &scenario{
 // the dataset (at least 1,000 rows); one snapshot must be built once and
 // reused by everyone else.
 var bootstrapStorm = &scenario{
-	name:  "bootstrap-storm",
-	about: "M fresh clients bootstrap the same seeded dataset over and over; segment reuse must dominate",
-	full:  Profile{VUs: 50, Duration: 60 * time.Second, Dataset: 100_000},
-	smoke: Profile{VUs: 5, Duration: 8 * time.Second, Dataset: 2_000},
-	ramp:  500 * time.Millisecond,
-	unit:  "bootstrap", series: []string{"bootstrap", "page"},
-	limits: func(smoke bool) limits {
-		return limits{
-			p95:      map[string]time.Duration{"bootstrap": pick[time.Duration](smoke, 3000, 15000) * time.Millisecond},
-			rssBytes: pick[int64](smoke, 400, 900) * mb,
-		}
-	},
+	name:   "bootstrap-storm",
+	about:  "M fresh clients bootstrap the same seeded dataset over and over; segment reuse must dominate",
+	full:   Profile{VUs: 50, Duration: 60 * time.Second, Dataset: 100_000},
+	smoke:  Profile{VUs: 5, Duration: 8 * time.Second, Dataset: 2_000},
+	ramp:   500 * time.Millisecond,
+	unit:   "bootstrap",
+	series: []string{"bootstrap", "page"},
+	p95:    map[string]ceiling{"bootstrap": {3000, 15000}},
+	rssMiB: ceiling{400, 900},
 	vu: func(r *run, n int) error {
 		lim := pullLimits{snapshotRows: int32(max(1000, r.prof.Dataset/2)), pages: 1, accept: acceptImage}
 		for i := 0; r.running(); i++ {
@@ -180,22 +161,16 @@ var bootstrapStorm = &scenario{
 // client state running one catch-up round on the new socket, while an
 // HTTP writer keeps changing the storm project.
 var reconnectStorm = &scenario{
-	name:  "reconnect-storm",
-	about: "N realtime clients repeatedly drop and reconnect while writes flow; catch-up over the socket",
-	full:  Profile{VUs: 40, Duration: 20 * time.Second, Dataset: 2_000},
-	smoke: Profile{VUs: 5, Duration: 5 * time.Second, Dataset: 500},
-	ramp:  time.Second,
-	unit:  "reconnect", series: []string{"reconnect", "catchup"},
-	realtime: true,
-	limits: func(smoke bool) limits {
-		return limits{
-			p95: map[string]time.Duration{
-				"reconnect": pick[time.Duration](smoke, 2000, 1500) * time.Millisecond,
-				"catchup":   pick[time.Duration](smoke, 1500, 1000) * time.Millisecond,
-			},
-			rssBytes: pick[int64](smoke, 400, 700) * mb,
-		}
-	},
+	name:       "reconnect-storm",
+	about:      "N realtime clients repeatedly drop and reconnect while writes flow; catch-up over the socket",
+	full:       Profile{VUs: 40, Duration: 20 * time.Second, Dataset: 2_000},
+	smoke:      Profile{VUs: 5, Duration: 5 * time.Second, Dataset: 500},
+	ramp:       time.Second,
+	unit:       "reconnect",
+	series:     []string{"reconnect", "catchup"},
+	realtime:   true,
+	p95:        map[string]ceiling{"reconnect": {2000, 1500}, "catchup": {1500, 1000}},
+	rssMiB:     ceiling{400, 700},
 	background: []func(*run) error{stormWriter},
 	vu: func(r *run, n int) error {
 		id := r.clientID("rc", n)
@@ -266,39 +241,22 @@ func (r *run) closeRealtime(c *rtConn) {
 // maintenanceChurn: users share 8 projects; even users write (30 rows per
 // project), odd users read, while the commit log is pruned every 200 ms.
 var maintenanceChurn = &scenario{
-	name:  "maintenance-churn",
-	about: "push/pull traffic racing repeated prune cycles; clients must keep syncing cleanly",
-	full:  Profile{VUs: 30, Duration: 20 * time.Second, Dataset: 5_000},
-	smoke: Profile{VUs: 5, Duration: 5 * time.Second, Dataset: 500},
-	ramp:  time.Second,
-	unit:  "round", series: []string{"round"},
-	limits: func(smoke bool) limits {
-		return limits{
-			p95:      map[string]time.Duration{"round": pick[time.Duration](smoke, 1000, 600) * time.Millisecond},
-			rssBytes: pick[int64](smoke, 400, 700) * mb,
-		}
-	},
+	name:       "maintenance-churn",
+	about:      "push/pull traffic racing repeated prune cycles; clients must keep syncing cleanly",
+	full:       Profile{VUs: 30, Duration: 20 * time.Second, Dataset: 5_000},
+	smoke:      Profile{VUs: 5, Duration: 5 * time.Second, Dataset: 500},
+	ramp:       time.Second,
+	unit:       "round",
+	series:     []string{"round"},
+	p95:        map[string]ceiling{"round": {1000, 600}},
+	rssMiB:     ceiling{400, 700},
 	background: []func(*run) error{pruner(200 * time.Millisecond)},
 	vu: func(r *run, n int) error {
-		project := clientProject(n % 8)
-		c := newVClient(r.clientID("mc", n), r.epoch)
-		c.subscribe("tasks", project)
-		if _, err := r.round(c, r.t, "", "", pullOnly); err != nil {
-			return err
+		u := httpUser{id: "mc", sub: "tasks", project: clientProject(n % 8), series: "round"}
+		if n%2 == 0 {
+			u.row = rows(u.project+"-w", 30)
 		}
-		for seq := 0; r.running(); seq++ {
-			row, lim := "", pullOnly
-			if n%2 == 0 {
-				row, lim = project+"-w"+strconv.Itoa(seq%30), pushPullLimits
-			}
-			res, err := r.round(c, r.t, row, project, lim)
-			if err != nil {
-				return err
-			}
-			r.observe("round", res.latency)
-			r.ops.Add(1)
-		}
-		return nil
+		return u.run(r, n)
 	},
 	finish: func(r *run, res *Result) {
 		if res.Server != nil {
@@ -354,22 +312,16 @@ func pruneCheck(res *Result) Check {
 // rounds on the storm project, with short pauses, while the log is pruned
 // every 500 ms and the server's RSS is traced.
 var mixedSoak = &scenario{
-	name:  "mixed-soak",
-	about: "readers, writers, realtime clients and pruning interleaved for a long window; RSS watched for leaks",
-	full:  Profile{VUs: 30, Duration: 120 * time.Second, Dataset: 20_000},
-	smoke: Profile{VUs: 5, Duration: 6 * time.Second, Dataset: 500},
-	ramp:  2 * time.Second,
-	unit:  "round", series: []string{"read", "write", "realtime"},
-	realtime: true,
-	limits: func(smoke bool) limits {
-		return limits{
-			p95: map[string]time.Duration{
-				"read":  pick[time.Duration](smoke, 1000, 600) * time.Millisecond,
-				"write": pick[time.Duration](smoke, 1000, 800) * time.Millisecond,
-			},
-			rssBytes: pick[int64](smoke, 400, 900) * mb,
-		}
-	},
+	name:       "mixed-soak",
+	about:      "readers, writers, realtime clients and pruning interleaved for a long window; RSS watched for leaks",
+	full:       Profile{VUs: 30, Duration: 120 * time.Second, Dataset: 20_000},
+	smoke:      Profile{VUs: 5, Duration: 6 * time.Second, Dataset: 500},
+	ramp:       2 * time.Second,
+	unit:       "round",
+	series:     []string{"read", "write", "realtime"},
+	realtime:   true,
+	p95:        map[string]ceiling{"read": {1000, 600}, "write": {1000, 800}},
+	rssMiB:     ceiling{400, 900},
 	background: []func(*run) error{pruner(500 * time.Millisecond)},
 	vu: func(r *run, n int) error {
 		switch n % 5 {
@@ -377,9 +329,9 @@ var mixedSoak = &scenario{
 			return soakRealtime(r, n)
 		case 3:
 			project := clientProject(n % 8)
-			return soakHTTP(r, n, project, "write", project+"-s")
+			return httpUser{id: "soak", sub: "sub", project: project, series: "write", row: rows(project+"-s", 40), pause: 15 * time.Millisecond}.run(r, n)
 		default:
-			return soakHTTP(r, n, stormProject, "read", "")
+			return httpUser{id: "soak", sub: "sub", project: stormProject, series: "read", pause: 15 * time.Millisecond}.run(r, n)
 		}
 	},
 	finish: func(r *run, res *Result) {
@@ -391,29 +343,42 @@ var mixedSoak = &scenario{
 	checks: func(r *run, res *Result) []Check { return []Check{pruneCheck(res)} },
 }
 
-// soakHTTP is a mixed-soak reader (rowPrefix "") or writer over HTTP.
-func soakHTTP(r *run, n int, project, name, rowPrefix string) error {
-	c := newVClient(r.clientID("soak", n), r.epoch)
-	c.subscribe("sub", project)
+// httpUser is a virtual user over HTTP: subscribed to one project, it
+// pulls once, then loops rounds — a push of row(seq) and a pull when row
+// is set, a pull otherwise — recording each in series, pause apart.
+type httpUser struct {
+	id, sub, project, series string
+	row                      func(seq int) string
+	pause                    time.Duration
+}
+
+func (u httpUser) run(r *run, n int) error {
+	c := newVClient(r.clientID(u.id, n), r.epoch)
+	c.subscribe(u.sub, u.project)
 	if _, err := r.round(c, r.t, "", "", pullOnly); err != nil {
 		return err
 	}
 	for seq := 0; r.running(); seq++ {
 		row, lim := "", pullOnly
-		if rowPrefix != "" {
-			row, lim = rowPrefix+strconv.Itoa(seq%40), pushPullLimits
+		if u.row != nil {
+			row, lim = u.row(seq), pushPullLimits
 		}
-		res, err := r.round(c, r.t, row, project, lim)
+		res, err := r.round(c, r.t, row, u.project, lim)
 		if err != nil {
 			return err
 		}
-		r.observe(name, res.latency)
+		r.observe(u.series, res.latency)
 		r.ops.Add(1)
-		if !r.pause(15 * time.Millisecond) {
+		if u.pause > 0 && !r.pause(u.pause) {
 			break
 		}
 	}
 	return nil
+}
+
+// rows names a user's rows round-robin: prefix0 … prefix(n-1).
+func rows(prefix string, n int) func(int) string {
+	return func(seq int) string { return prefix + strconv.Itoa(seq%n) }
 }
 
 // soakRealtime is a mixed-soak realtime user: socket rounds on the storm

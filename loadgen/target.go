@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -201,34 +202,12 @@ func (t *httpTarget) fetchSegments(ctx context.Context, refs []ssp2.SegmentRef, 
 	return nil
 }
 
-// ServerMetrics is the body of a load fixture's GET /__load/metrics (the
-// fields this tool reads). CPUSeconds is nil for a server that does not
-// report it.
+// ServerMetrics is a load fixture's GET /__load/metrics. HasCPU is false
+// for a server that does not report cpuSeconds (Syncular's own load
+// server does not).
 type ServerMetrics struct {
-	RSSBytes            int64       `json:"rssBytes"`
-	PeakRSSBytes        int64       `json:"peakRssBytes"`
-	CPUSeconds          *float64    `json:"cpuSeconds,omitempty"`
-	Requests            int64       `json:"requests"`
-	RequestErrors       int64       `json:"requestErrors"`
-	RequestDurationMs   Percentiles `json:"requestDurationMs"`
-	SegmentsBuilt       int64       `json:"segmentsBuilt"`
-	SegmentsReused      int64       `json:"segmentsReused"`
-	PushApplied         int64       `json:"pushApplied"`
-	PushConflicted      int64       `json:"pushConflicted"`
-	PushRejected        int64       `json:"pushRejected"`
-	RealtimeDeltas      int64       `json:"realtimeDeltas"`
-	RealtimeWakes       int64       `json:"realtimeWakes"`
-	RealtimeOpened      int64       `json:"realtimeOpened"`
-	RealtimeClosed      int64       `json:"realtimeClosed"`
-	PruneRuns           int64       `json:"pruneRuns"`
-	PruneRemovedCommits int64       `json:"pruneRemovedCommits"`
-}
-
-// Percentiles are a server's request duration percentiles in ms.
-type Percentiles struct {
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	P99 float64 `json:"p99"`
+	loadfix.Metrics
+	HasCPU bool `json:"hasCpu"`
 }
 
 // errNoRoute: the server answered a /__load route with 404.
@@ -275,9 +254,20 @@ func (t *httpTarget) control(ctx context.Context, method, route string, in, out 
 }
 
 func (t *httpTarget) metrics(ctx context.Context) (ServerMetrics, error) {
+	var raw json.RawMessage
+	if err := t.control(ctx, http.MethodGet, "metrics", nil, &raw); err != nil {
+		return ServerMetrics{}, err
+	}
 	var m ServerMetrics
-	err := t.control(ctx, http.MethodGet, "metrics", nil, &m)
-	return m, err
+	var cpu struct {
+		CPUSeconds *float64 `json:"cpuSeconds"`
+	}
+	if err := json.Unmarshal(raw, &m.Metrics); err != nil {
+		return m, fmt.Errorf("GET /__load/metrics: %w", err)
+	}
+	_ = json.Unmarshal(raw, &cpu)
+	m.HasCPU = cpu.CPUSeconds != nil
+	return m, nil
 }
 
 func (t *httpTarget) reset(ctx context.Context, seedRows int) error {
