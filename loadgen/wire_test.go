@@ -211,3 +211,48 @@ func TestFormatting(t *testing.T) {
 }
 
 func msDuration(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// BenchmarkClientRound is the tool's own work per push+pull round, without
+// the network: encode the request, account a response of one PUSH_RESULT
+// and one commit.
+func BenchmarkClientRound(b *testing.B) {
+	c := newVClient("bench", "e1")
+	c.subscribe("s", "p")
+	c.subs[0].frame.Cursor, c.subs[0].synced = 5, true
+	if _, err := c.request("p-r1", "p", pushPullLimits); err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := ssp2.NewResponseEncoder(&buf, wireVersion)
+	seq, rv := int64(6), int64(2)
+	for _, f := range []ssp2.Frame{
+		&ssp2.RespHeader{LogEpoch: "e1"},
+		&ssp2.PushResult{ClientCommitID: c.push.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: []ssp2.OpResult{{Status: ssp2.OpApplied}}},
+		&ssp2.SubStart{ID: "s", Status: ssp2.SubActive, EffectiveScopes: map[string][]string{"project_id": {"p"}}},
+		&ssp2.Commit{CommitSeq: 6, CreatedAtMs: 1, ActorID: "a", Tables: []string{"tasks"}, Changes: []ssp2.Change{
+			{RowID: "p-r1", Op: ssp2.OpUpsert, RowVersion: &rv, Scopes: map[string]string{"project_id": "p"}, Row: c.row}}},
+		&ssp2.SubEnd{NextCursor: 6},
+	} {
+		if err := enc.WriteFrame(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := enc.End(); err != nil {
+		b.Fatal(err)
+	}
+	resp := buf.Bytes()
+	var rd bytes.Reader
+	b.ReportAllocs()
+	for b.Loop() {
+		c.seq = 0
+		c.subs[0].frame.Cursor = 5
+		if _, err := c.request("p-r1", "p", pushPullLimits); err != nil {
+			b.Fatal(err)
+		}
+		rd.Reset(resp)
+		var res roundResult
+		if err := c.account(&rd, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
