@@ -75,7 +75,7 @@ func (c *Client) post(ctx context.Context, body []byte) (io.ReadCloser, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		return nil, httpError("sync", resp.StatusCode, b)
 	}
-	return decodedBody(resp)
+	return DecodedBody(resp)
 }
 
 // download fetches one segment through GET /segments/{id} with the
@@ -105,7 +105,7 @@ func (c *Client) download(ctx context.Context, ref *ssp2.SegmentRef, requested m
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		return nil, httpError("download segment", resp.StatusCode, b)
 	}
-	body, err := decodedBody(resp)
+	body, err := DecodedBody(resp)
 	if err != nil {
 		return nil, err
 	}
@@ -148,9 +148,10 @@ func (b drainingBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// decodedBody undoes the response's Content-Encoding. Closing the result
-// drains and closes the response body.
-func decodedBody(resp *http.Response) (io.ReadCloser, error) {
+// DecodedBody undoes the response's Content-Encoding: zstd, gzip or
+// identity, what this client accepts. Closing the result drains and
+// closes the response body.
+func DecodedBody(resp *http.Response) (io.ReadCloser, error) {
 	resp.Body = drainingBody{resp.Body}
 	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":

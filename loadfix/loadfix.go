@@ -9,7 +9,7 @@
 // with one table, tasks (id string primary key, project_id, title, done,
 // priority, updated_at_ms, all non-null; scope project:{project_id}).
 //
-//	GET  /__load/metrics → {"rssBytes","peakRssBytes","requests","requestErrors",
+//	GET  /__load/metrics → {"rssBytes","peakRssBytes","cpuSeconds","requests","requestErrors",
 //	                        "requestDurationMs":{"p50","p95","p99"},"segmentsBuilt","segmentsReused",
 //	                        "pushApplied","pushConflicted","pushRejected","realtimeDeltas",
 //	                        "realtimeWakes","realtimeOpened","realtimeClosed","pruneRuns",
@@ -21,9 +21,11 @@
 // and above) and the duration percentiles cover POST /sync and GET
 // /segments/{id}; the push and segment counters come from the engine; the
 // realtime counters stay 0 until realtime exists; RSS is this process's
-// (VmRSS and VmHWM of /proc/self/status). Reading them takes no lock and
-// no I/O beyond that file, so the endpoint answers in well under a
-// millisecond under load.
+// (VmRSS and VmHWM of /proc/self/status). cpuSeconds is the process's
+// user + system CPU time since it started, not zeroed by reset: a load
+// generator reads it before and after a run and divides the difference by
+// its rounds. Reading them takes no lock and no I/O beyond that file, so
+// the endpoint answers in well under a millisecond under load.
 //
 // prune runs the commit-log pruning of SPEC.md §4.6 on the wall clock
 // with activeWindowMs 0, ageForceMs 1000 and minRetainedCommits 50.
@@ -48,6 +50,7 @@ import (
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/rusage"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -200,6 +203,7 @@ func (f *Fixture) measure(h http.Handler) http.Handler {
 type Metrics struct {
 	RSSBytes            int64       `json:"rssBytes"`
 	PeakRSSBytes        int64       `json:"peakRssBytes"`
+	CPUSeconds          float64     `json:"cpuSeconds"`
 	Requests            int64       `json:"requests"`
 	RequestErrors       int64       `json:"requestErrors"`
 	RequestDurationMs   Percentiles `json:"requestDurationMs"`
@@ -229,7 +233,7 @@ func (f *Fixture) Snapshot() Metrics {
 	now, base := f.engineCounts(), f.base.Load()
 	p := f.durations.percentiles(0.50, 0.95, 0.99)
 	return Metrics{
-		RSSBytes: rss, PeakRSSBytes: peak,
+		RSSBytes: rss, PeakRSSBytes: peak, CPUSeconds: rusage.Self().CPU.Seconds(),
 		Requests: f.requests.Load(), RequestErrors: f.requestErrors.Load(),
 		RequestDurationMs: Percentiles{P50: p[0], P95: p[1], P99: p[2]},
 		SegmentsBuilt:     now.segmentsBuilt - base.segmentsBuilt, SegmentsReused: now.segmentsReused - base.segmentsReused,

@@ -137,14 +137,14 @@ func TestLoadFixture(t *testing.T) {
 				}
 			}
 			m := metrics(t, base)
-			for _, k := range []string{"rssBytes", "peakRssBytes", "requests", "requestErrors", "requestDurationMs", "segmentsBuilt", "segmentsReused",
+			for _, k := range []string{"rssBytes", "peakRssBytes", "cpuSeconds", "requests", "requestErrors", "requestDurationMs", "segmentsBuilt", "segmentsReused",
 				"pushApplied", "pushConflicted", "pushRejected", "realtimeDeltas", "realtimeWakes", "realtimeOpened", "realtimeClosed", "pruneRuns", "pruneRemovedCommits"} {
 				if _, ok := m[k]; !ok {
 					t.Errorf("metrics lack %s: %v", k, m)
 				}
 			}
 			if m["pushApplied"] != 60.0 || m["segmentsBuilt"].(float64) < 1 || m["requests"].(float64) < 61 || m["requestErrors"] != 0.0 ||
-				m["rssBytes"].(float64) <= 0 || m["peakRssBytes"].(float64) < m["rssBytes"].(float64) {
+				m["rssBytes"].(float64) <= 0 || m["peakRssBytes"].(float64) < m["rssBytes"].(float64) || m["cpuSeconds"].(float64) <= 0 {
 				t.Fatalf("metrics = %v", m)
 			}
 			d := m["requestDurationMs"].(map[string]any)

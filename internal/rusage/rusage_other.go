@@ -1,0 +1,5 @@
+//go:build !unix
+
+package rusage
+
+func self() Usage { return Usage{} }
