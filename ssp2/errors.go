@@ -67,6 +67,7 @@ const (
 	CodeStoragePruneEpochMismatch     Code = "sync.storage.prune_epoch_mismatch"
 	CodeStoragePartitionUnregistered  Code = "sync.storage.partition_unregistered"
 	CodeStorageContentCollision       Code = "sync.storage.content_collision"
+	CodeStorageInvalidReaction        Code = "sync.storage.invalid_reaction"
 )
 
 // Category values (SPEC.md §10.2).
@@ -141,6 +142,7 @@ var catalog = map[Code]CodeInfo{
 	CodeStoragePruneEpochMismatch:     {CategoryInternal, false, "inspectServer", http.StatusConflict},
 	CodeStoragePartitionUnregistered:  {CategoryInternal, false, "inspectServer", http.StatusNotFound},
 	CodeStorageContentCollision:       {CategoryInternal, false, "inspectServer", http.StatusInternalServerError},
+	CodeStorageInvalidReaction:        {CategoryInternal, false, "inspectServer", http.StatusBadRequest},
 }
 
 // Info returns the catalog metadata of c. Unknown codes (host validator
