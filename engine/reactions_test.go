@@ -145,7 +145,9 @@ func TestReactionNoneForRejectedCommit(t *testing.T) {
 
 func TestReactionPlanLimits(t *testing.T) {
 	deep := json.RawMessage(strings.Repeat("[", storage.MaxReactionJSONDepth+1) + strings.Repeat("]", storage.MaxReactionJSONDepth+1))
-	ok := func() PlannedReaction { return PlannedReaction{Key: "k", Type: "t", Version: 1, Payload: map[string]int{"a": 1}} }
+	ok := func() PlannedReaction {
+		return PlannedReaction{Key: "k", Type: "t", Version: 1, Payload: map[string]int{"a": 1}}
+	}
 	many := make([]PlannedReaction, storage.MaxReactionsPerCommit+1)
 	for i := range many {
 		many[i] = ok()
@@ -265,7 +267,9 @@ func TestReactionPlannedForAuthoritativeCommit(t *testing.T) {
 	row := h.row("t1", "p1", "server")
 	res, err := h.e.PushAuthoritative(context.Background(), AuthoritativeCommit{
 		Partition: "p", ActorID: "server", ClientID: "cmd", ClientCommitID: "x1",
-		Operations: func(context.Context, storage.Tx) ([]ssp2.Operation, error) { return []ssp2.Operation{upsert("t1", row)}, nil },
+		Operations: func(context.Context, storage.Tx) ([]ssp2.Operation, error) {
+			return []ssp2.Operation{upsert("t1", row)}, nil
+		},
 	})
 	if err != nil || !res.Applied {
 		t.Fatalf("PushAuthoritative = %+v, %v", res, err)
