@@ -301,19 +301,19 @@ func TestNATSWorker(t *testing.T) {
 func TestParseReply(t *testing.T) {
 	at := time.UnixMilli(1000)
 	for body, want := range map[string]string{
-		``:                       "",
-		` `:                      "",
-		`{"status":"completed"}`: "",
-		`{"status":"failed","code":"a.b"}`:                                  "a.b",
-		`{"status":"failed","code":"a b"}`:                                  CodeInvalidFailure,
-		`{"status":"failed","code":"a","details":[1]}`:                      CodeInvalidFailure,
-		`{"status":"failed","code":"a","retryAfterMs":1,"retryAtMs":2}`:     CodeBadReply,
-		`{"status":"failed","code":"a","retryAfterMs":-1}`:                  CodeBadReply,
-		`{"status":"completed","code":"a"}`:                                 CodeBadReply,
-		`{"status":"ok"}`:                                                   CodeBadReply,
-		`{"status":"completed","extra":1}`:                                  CodeBadReply,
-		`{"status":"completed"} {}`:                                         CodeBadReply,
-		`ok`:                                                                CodeBadReply,
+		``:                                 "",
+		` `:                                "",
+		`{"status":"completed"}`:           "",
+		`{"status":"failed","code":"a.b"}`: "a.b",
+		`{"status":"failed","code":"a b"}`: CodeInvalidFailure,
+		`{"status":"failed","code":"a","details":[1]}`:                  CodeInvalidFailure,
+		`{"status":"failed","code":"a","retryAfterMs":1,"retryAtMs":2}`: CodeBadReply,
+		`{"status":"failed","code":"a","retryAfterMs":-1}`:              CodeBadReply,
+		`{"status":"completed","code":"a"}`:                             CodeBadReply,
+		`{"status":"ok"}`:                                               CodeBadReply,
+		`{"status":"completed","extra":1}`:                              CodeBadReply,
+		`{"status":"completed"} {}`:                                     CodeBadReply,
+		`ok`:                                                            CodeBadReply,
 	} {
 		completed, o := parseReply([]byte(body), at)
 		if got := o.failure.Code; completed != (want == "") || got != want {
@@ -491,9 +491,11 @@ func TestMetrics(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Store: backends[0].open(t), Conn: &nats.Conn{}}
 	for name, edit := range map[string]func(*Config){
-		"no store":       func(c *Config) { c.Store = nil },
-		"no conn":        func(c *Config) { c.Conn = nil },
-		"bad type":       func(c *Config) { c.Handlers = map[string]Handler{"a b": func(context.Context, storage.Reaction) error { return nil }} },
+		"no store": func(c *Config) { c.Store = nil },
+		"no conn":  func(c *Config) { c.Conn = nil },
+		"bad type": func(c *Config) {
+			c.Handlers = map[string]Handler{"a b": func(context.Context, storage.Reaction) error { return nil }}
+		},
 		"nil handler":    func(c *Config) { c.Handlers = map[string]Handler{"a": nil} },
 		"concurrency":    func(c *Config) { c.Concurrency = -1 },
 		"batch":          func(c *Config) { c.ClaimBatch = storage.MaxReactionBatch + 1 },
