@@ -43,6 +43,8 @@ type env struct {
 	srv    *embedded.Server
 	relay  *bus.Relay
 	seq    atomic.Int64
+	// committed is when commit's last push transaction returned.
+	committed time.Time
 }
 
 type backend struct {
@@ -196,6 +198,7 @@ func (e *env) commit(p string, plans ...plan) []storage.ReactionKey {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.committed = time.Now()
 	e.relay.Notify(p)
 	return keys
 }

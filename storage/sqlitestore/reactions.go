@@ -135,11 +135,11 @@ func (s *Store) ReactionClaim(ctx context.Context, p storage.ReactionClaimParams
 		WHERE status = 'leased' AND lease_expires_at_ms <= ?1 AND attempts >= max_attempts` + numbered(filter, 2) + `
 		RETURNING ` + reactionCols
 	claim := `UPDATE sync_reactions SET status = 'leased', attempts = attempts + 1, lease_owner = ?1, lease_expires_at_ms = ?2
-		WHERE rowid IN (SELECT id FROM (
-			SELECT rowid AS id, available_at_ms AS due FROM sync_reactions
+		WHERE (partition, idempotency_key) IN (SELECT p, k FROM (
+			SELECT partition AS p, idempotency_key AS k, available_at_ms AS due FROM sync_reactions
 				WHERE status = 'pending' AND available_at_ms <= ?3` + numbered(filter, 5) + `
 			UNION ALL
-			SELECT rowid AS id, lease_expires_at_ms AS due FROM sync_reactions
+			SELECT partition, idempotency_key, lease_expires_at_ms FROM sync_reactions
 				WHERE status = 'leased' AND lease_expires_at_ms <= ?3` + numbered(filter, 5) + `
 			) ORDER BY due LIMIT ?4)
 		RETURNING ` + reactionCols
@@ -308,11 +308,11 @@ func (s *Store) ReactionPrune(ctx context.Context, p storage.ReactionPruneParams
 		return res, err
 	}
 	filter, fargs := reactionFilter(p.Partition, p.AllPartitions, nil)
-	q := `DELETE FROM sync_reactions WHERE rowid IN (SELECT id FROM (
-			SELECT rowid AS id, completed_at_ms AS at FROM sync_reactions
+	q := `DELETE FROM sync_reactions WHERE (partition, idempotency_key) IN (SELECT p, k FROM (
+			SELECT partition AS p, idempotency_key AS k, completed_at_ms AS at FROM sync_reactions
 				WHERE status = 'completed' AND completed_at_ms < ?1` + numbered(filter, 4) + `
 			UNION ALL
-			SELECT rowid AS id, failure_at_ms AS at FROM sync_reactions
+			SELECT partition, idempotency_key, failure_at_ms FROM sync_reactions
 				WHERE status = 'dead-letter' AND failure_at_ms < ?2` + numbered(filter, 4) + `
 		) ORDER BY at LIMIT ?3)
 		RETURNING status`
