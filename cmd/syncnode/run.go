@@ -29,6 +29,7 @@ Usage:
   syncnode serve [flags]     run a node (the default command)
   syncnode client CMD ...    mint a token, push a row, pull a table (see "syncnode client help")
   syncnode checkpoints CMD   list, declare and activate backfill checkpoints, rotate an epoch (see "syncnode checkpoints help")
+  syncnode reactions CMD     list, show, retry and prune durable reactions (see "syncnode reactions help")
   syncnode version           print the version
   syncnode help              show this help
 
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runClient(ctx, args, stdout, stderr)
 	case "checkpoints":
 		return runCheckpoints(ctx, args, stdout, stderr)
+	case "reactions":
+		return runReactions(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "syncnode", buildVersion())
 		return nil
