@@ -40,6 +40,18 @@ func (e *env) seed(p, typ string, n int) {
 	}
 }
 
+// runAll starts a runner with cfg on b.N seeded reactions of type typ and
+// reports how fast it completes them.
+func runAll(b *testing.B, e *env, typ string, cfg Config) {
+	b.Helper()
+	e.seed("bench", typ, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	r := e.runner(cfg)
+	waitCompleted(b, r, b.N)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reactions/s")
+}
+
 // waitCompleted waits until the runner completed n reactions.
 func waitCompleted(b *testing.B, r *Runner, n int) {
 	b.Helper()
@@ -60,14 +72,8 @@ func waitCompleted(b *testing.B, r *Runner, n int) {
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
-			e := newEnv(b, be)
-			e.seed("bench", "noop", b.N)
-			b.ResetTimer()
-			start := time.Now()
-			r := e.runner(Config{Concurrency: 512, ClaimBatch: 256,
+			runAll(b, newEnv(b, be), "noop", Config{Concurrency: 512, ClaimBatch: 256,
 				Handlers: map[string]Handler{"noop": func(context.Context, storage.Reaction) error { return nil }}})
-			waitCompleted(b, r, b.N)
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reactions/s")
 		})
 	}
 }
@@ -89,12 +95,7 @@ func BenchmarkNATSWorker(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			e.seed("bench", "webhook", b.N)
-			b.ResetTimer()
-			start := time.Now()
-			r := e.runner(Config{Concurrency: 512, ClaimBatch: 256})
-			waitCompleted(b, r, b.N)
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reactions/s")
+			runAll(b, e, "webhook", Config{Concurrency: 512, ClaimBatch: 256})
 		})
 	}
 }

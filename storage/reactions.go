@@ -300,6 +300,20 @@ type ReactionCounts struct {
 	Pending, Leased, Completed, DeadLetter int64
 }
 
+// Add counts n rows of status s (for Store implementations).
+func (c *ReactionCounts) Add(s ReactionStatus, n int64) {
+	switch s {
+	case ReactionPending:
+		c.Pending += n
+	case ReactionLeased:
+		c.Leased += n
+	case ReactionCompleted:
+		c.Completed += n
+	case ReactionDeadLetter:
+		c.DeadLetter += n
+	}
+}
+
 // ReactionIdempotencyKey is the stored idempotency key of a planned
 // reaction: the JSON array [partition, clientId, clientCommitId, key],
 // strings written as JavaScript's JSON.stringify writes them, so the key

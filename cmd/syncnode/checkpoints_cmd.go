@@ -85,17 +85,13 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		asJSON     = fs.Bool("json", false, "print JSON")
 	)
 	o.define(fs)
-	if err := fs.Parse(args); err != nil {
+	set, err := parseSubcommand(fs, args)
+	if err != nil {
 		if isHelp(err) {
 			return nil
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("checkpoints %s: unexpected arguments: %s", sub, strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	need := func(names ...string) error {
 		for _, n := range names {
 			if !set[n] {
@@ -220,6 +216,20 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		return nil
 	}
 	return nil
+}
+
+// parseSubcommand parses an operator subcommand's flags, refusing
+// positional arguments, and returns the names of the flags given.
+func parseSubcommand(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments: %s", fs.Name(), strings.Join(fs.Args(), " "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set, nil
 }
 
 func splitList(s string) []string {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -77,17 +76,13 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		asJSON       = fs.Bool("json", false, "print JSON")
 	)
 	o.define(fs)
-	if err := fs.Parse(args); err != nil {
+	set, err := parseSubcommand(fs, args)
+	if err != nil {
 		if isHelp(err) {
 			return nil
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("reactions %s: unexpected arguments: %s", sub, strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if sub == "show" || sub == "retry" {
 		for _, n := range []string{"partition", "key"} {
 			if !set[n] {

@@ -384,16 +384,7 @@ func (s *Store) ReactionCounts(ctx context.Context) (storage.ReactionCounts, err
 		if err := rows.Scan(&st, &n); err != nil {
 			return storage.ReactionCounts{}, fmt.Errorf("count reactions: %w", err)
 		}
-		switch storage.ReactionStatus(st) {
-		case storage.ReactionPending:
-			out.Pending = n
-		case storage.ReactionLeased:
-			out.Leased = n
-		case storage.ReactionCompleted:
-			out.Completed = n
-		case storage.ReactionDeadLetter:
-			out.DeadLetter = n
-		}
+		out.Add(storage.ReactionStatus(st), n)
 	}
 	if err := rows.Err(); err != nil {
 		return storage.ReactionCounts{}, fmt.Errorf("count reactions: %w", err)

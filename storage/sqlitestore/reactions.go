@@ -360,16 +360,7 @@ func (s *Store) ReactionCounts(ctx context.Context) (storage.ReactionCounts, err
 			if err := r.Scan(&st, &n); err != nil {
 				return err
 			}
-			switch storage.ReactionStatus(st) {
-			case storage.ReactionPending:
-				out.Pending = n
-			case storage.ReactionLeased:
-				out.Leased = n
-			case storage.ReactionCompleted:
-				out.Completed = n
-			case storage.ReactionDeadLetter:
-				out.DeadLetter = n
-			}
+			out.Add(storage.ReactionStatus(st), n)
 		}
 		return r.Err()
 	})
