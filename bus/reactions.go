@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -112,10 +113,26 @@ func ParseReactionEventSubject(subject string) (token, event, typ string, ok boo
 		return "", "", "", false
 	}
 	parts := strings.SplitN(rest, ".", 3)
-	if len(parts) != 3 || parts[0] == "" || checkReactionEvent(parts[1]) != nil || storage.CheckReactionType(parts[2]) != nil {
+	if len(parts) != 3 || !validToken(parts[0]) || checkReactionEvent(parts[1]) != nil || storage.CheckReactionType(parts[2]) != nil {
 		return "", "", "", false
 	}
 	return parts[0], parts[1], parts[2], true
+}
+
+// validToken reports whether tok is a token the escaper or the hasher
+// can have produced.
+func validToken(tok string) bool {
+	if _, err := ParseToken(tok); err == nil {
+		return true
+	} else if !errors.Is(err, ErrHashedToken) || len(tok) != HashedTokenLen {
+		return false
+	}
+	for i := len(hashedPrefix); i < len(tok); i++ {
+		if c := tok[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
 }
 
 func checkReactionEvent(event string) error {

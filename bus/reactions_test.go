@@ -33,7 +33,8 @@ func TestReactionSubjects(t *testing.T) {
 	if _, err := ReactionEventSubject(p, "exploded", "t"); err == nil {
 		t.Fatal("an unknown event was accepted")
 	}
-	for _, bad := range []string{"syncreact.event.p.completed", "syncreact.event.p.nope.t", "syncreact.work.t", "syncreact.event..completed.t"} {
+	for _, bad := range []string{"syncreact.event.p.completed", "syncreact.event.p.nope.t", "syncreact.work.t", "syncreact.event..completed.t",
+		"syncreact.event. .completed.t", "syncreact.event.a=2e.completed.t", "syncreact.event.h_abc.completed.t"} {
 		if _, _, _, ok := ParseReactionEventSubject(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
@@ -90,4 +91,25 @@ func TestNewReactionEventMsg(t *testing.T) {
 	if err := json.Unmarshal(ev.Data(), &body); err != nil || body["attempt"] != 2 {
 		t.Fatalf("body %s: %v", ev.Data(), err)
 	}
+}
+
+// FuzzParseReactionEventSubject: whatever parses builds the same subject
+// back.
+func FuzzParseReactionEventSubject(f *testing.F) {
+	for _, s := range []string{"syncreact.event.acme.completed.email.send", "syncreact.event.a=2Eb.failed.t", "syncreact.event.h_ABCDEFGHIJKLMNOPQRSTUVWXYZ.requeued.x-y_z",
+		"syncreact.event..completed.t", "syncreact.work.t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, event, typ, ok := ParseReactionEventSubject(s)
+		if !ok {
+			return
+		}
+		if strings.ContainsAny(tok, ".*> ") {
+			t.Fatalf("%q parsed to token %q", s, tok)
+		}
+		if got := reactionEventPrefix + tok + "." + event + "." + typ; got != s {
+			t.Fatalf("%q parsed to %q %q %q, which builds %q", s, tok, event, typ, got)
+		}
+	})
 }

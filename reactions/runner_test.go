@@ -527,3 +527,24 @@ func TestCodes(t *testing.T) {
 		seen[c] = true
 	}
 }
+
+// FuzzParseReply: any worker reply is either a completion or a failure
+// the store accepts; nothing else comes out.
+func FuzzParseReply(f *testing.F) {
+	for _, s := range []string{``, `{"status":"completed"}`, `{"status":"failed","code":"a.b","retryAfterMs":5,"details":{"x":[1]}}`,
+		`{"status":"failed","code":"a","permanent":true}`, `{"status":"failed","code":"a","retryAtMs":99}`, `ok`, `{"status":"failed"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		completed, o := parseReply(b, time.UnixMilli(1000))
+		if completed {
+			return
+		}
+		if err := o.failure.Validate(); err != nil {
+			t.Fatalf("reply %q gave an invalid failure %+v: %v", b, o.failure, err)
+		}
+		if o.retryAfter < 0 {
+			t.Fatalf("reply %q gave a negative retry delay", b)
+		}
+	})
+}
