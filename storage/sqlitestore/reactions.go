@@ -14,7 +14,7 @@ import (
 // Durable reactions (storage.ReactionStore). Every change is one member
 // of the writer's group transactions, so a claim is one transaction on
 // the only writer connection: two claims can never see the same row as
-// claimable. Each change is a single UPDATE … RETURNING (or DELETE …
+// claimable. A claim first asks a reader whether anything is due at all. Each change is a single UPDATE … RETURNING (or DELETE …
 // RETURNING) that both chooses rows and rewrites them.
 
 const reactionCols = `partition, idempotency_key, type, version, payload, source_client_id, source_client_commit_id,
@@ -143,7 +143,22 @@ func (s *Store) ReactionClaim(ctx context.Context, p storage.ReactionClaimParams
 				WHERE status = 'leased' AND lease_expires_at_ms <= ?3` + numbered(filter, 5) + `
 			) ORDER BY due LIMIT ?4)
 		RETURNING ` + reactionCols
-	err := s.write(ctx, func(c *conn) (err error) {
+	// Most claims are wake-ups for commits that planned nothing: a reader
+	// answers those without taking the writer from the pushes.
+	due := `SELECT EXISTS (SELECT 1 FROM sync_reactions WHERE status = 'pending' AND available_at_ms <= ?1` + numbered(filter, 2) + `)
+		OR EXISTS (SELECT 1 FROM sync_reactions WHERE status = 'leased' AND lease_expires_at_ms <= ?1` + numbered(filter, 2) + `)`
+	var found bool
+	err := s.withReader(ctx, func(c *conn) error {
+		_, err := c.queryRow(ctx, due, append([]any{p.NowMs}, fargs...), &found)
+		return err
+	})
+	if err != nil || !found {
+		if err != nil {
+			err = fmt.Errorf("claim reactions: %w", err)
+		}
+		return res, err
+	}
+	err = s.write(ctx, func(c *conn) (err error) {
 		if res.DeadLettered, err = queryReactions(ctx, c, expire, append([]any{p.NowMs}, fargs...)...); err != nil {
 			return err
 		}
