@@ -6,9 +6,10 @@
 //
 // # Subject grammar
 //
-//	subject        = commit-subject | control-subject
+//	subject        = commit-subject | control-subject | reaction-subject
 //	commit-subject = "sync." partition ".commit." table       (stream SYNC_COMMITS, sync.*.commit.*)
 //	control-subject= "syncctl." ( partition | "=global" ) "." event  (stream SYNC_CONTROL, syncctl.>)
+//	reaction-subject = "syncreact.work." type | "syncreact.event." partition "." event "." type  (core NATS, reactions.go)
 //	partition      = escaped | hashed
 //	escaped        = "=" | 1*( keep | "=" HEX HEX )           (at most 64 bytes)
 //	keep           = "A"-"Z" | "a"-"z" | "0"-"9" | "_" | "-"

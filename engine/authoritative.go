@@ -82,7 +82,10 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	} else if ok {
 		return replayed(rec), nil
 	}
-	var out AuthoritativeResult
+	var (
+		out      AuthoritativeResult
+		enqueued *storage.ReactionEnqueueParams
+	)
 	err = e.cfg.Store.WriteTx(ctx, c.Partition, func(tx storage.Tx) error {
 		if err := ticket.Check(ctx, tx); err != nil {
 			return err
@@ -100,10 +103,11 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 		if err != nil || len(ops) == 0 {
 			return err
 		}
-		rec, err := e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		rec, enq, err := e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
 		if err != nil {
 			return err
 		}
+		enqueued = enq
 		if rec.Status == storage.PushRejected {
 			res, _, derr := decodeRecord(rec)
 			if derr != nil || len(res.Results) == 0 {
@@ -124,6 +128,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	if out.Applied && !out.Replayed {
 		e.metrics.PushApplied.Add(1)
 		e.metrics.Commits.Add(1)
+		e.enqueued(c.Partition, enqueued)
 		e.notify(c.Partition)
 	}
 	return out, nil

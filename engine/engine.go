@@ -81,6 +81,14 @@ type Config struct {
 	// Mergers merge crdt columns by crdtType (SPEC.md §5.10). A crdt value
 	// pushed for a type without a merger fails with sync.crdt_merge_failed.
 	Mergers map[string]CrdtMerger
+
+	// ReactionPlanner plans durable reactions for every new commit
+	// (SPEC.md §6.9, reactions.go); they are written in the push
+	// transaction.
+	ReactionPlanner ReactionPlanner
+	// OnReactions is called after a commit that enqueued reactions is
+	// durable, outside any transaction, with what was enqueued.
+	OnReactions func(partition string, p storage.ReactionEnqueueParams)
 }
 
 // CrdtMerger merges an incoming CRDT update into the stored state (nil

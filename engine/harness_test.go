@@ -23,7 +23,7 @@ const taskSchema = `{"version":1,"tables":[{"name":"tasks","columns":[
 // harness is an engine over a real SQLite store in a temp dir, with a
 // controllable clock.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	e       *Engine
 	store   storage.Store
 	schema  *schema.Schema
@@ -31,7 +31,7 @@ type harness struct {
 	commits int
 }
 
-func newHarness(t *testing.T, mod func(*Config)) *harness {
+func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
 	s, err := schema.Parse([]byte(taskSchema))
 	if err != nil {

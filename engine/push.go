@@ -30,7 +30,10 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, e.replay(r, key, rec)
 	}
 
-	var out storage.PushRecord
+	var (
+		out      storage.PushRecord
+		enqueued *storage.ReactionEnqueueParams
+	)
 	replayed := false
 	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
@@ -47,12 +50,13 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			out, replayed = rec, true
 			return nil
 		}
-		out, err = e.apply(ctx, r, tx, pc)
+		out, enqueued, err = e.apply(ctx, r, tx, pc)
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
+	e.enqueued(r.id.Partition, enqueued)
 	r.done[key] = out
 	if replayed {
 		return false, e.replay(r, key, out)
@@ -71,6 +75,13 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		}
 	}
 	return out.Status == storage.PushApplied, nil
+}
+
+// enqueued reports a durable commit's reactions to OnReactions.
+func (e *Engine) enqueued(partition string, p *storage.ReactionEnqueueParams) {
+	if p != nil && e.cfg.OnReactions != nil {
+		e.cfg.OnReactions(partition, *p)
+	}
 }
 
 func (e *Engine) countPush(res *ssp2.PushResult) {
@@ -137,11 +148,12 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 // apply runs one new commit under the partition lock and persists its
 // result in the same transaction. A rejected commit's writes are rolled
 // back to a savepoint and its rejection stored while the lock is still
-// held (SPEC.md §6.4, §6.8).
-func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (storage.PushRecord, error) {
+// held (SPEC.md §6.4, §6.8). An applied commit's planned reactions are
+// written with it (§6.9) and returned.
+func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (storage.PushRecord, *storage.ReactionEnqueueParams, error) {
 	sp, err := tx.Savepoint(ctx)
 	if err != nil {
-		return storage.PushRecord{}, internal("savepoint", err)
+		return storage.PushRecord{}, nil, internal("savepoint", err)
 	}
 	// One validator set serves the whole commit, even if SetValidators
 	// swaps it meanwhile.
@@ -149,12 +161,18 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	st := stager{e: e, r: r, tx: tx, vs: vs}
 	changes, evidence, rej, err := st.stage(ctx, pc)
 	if err != nil {
-		return storage.PushRecord{}, err
+		return storage.PushRecord{}, nil, err
 	}
 	if rej == nil && vs.commit != nil {
 		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
-			return storage.PushRecord{}, err
+			return storage.PushRecord{}, nil, err
+		}
+	}
+	var planned []storage.ReactionNew
+	if rej == nil && e.cfg.ReactionPlanner != nil {
+		if planned, rej, err = e.planReactions(ctx, r, tx, pc, evidence); err != nil {
+			return storage.PushRecord{}, nil, err
 		}
 	}
 	rec := storage.PushRecord{
@@ -164,7 +182,7 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	}
 	if rej != nil {
 		if err := sp.Rollback(ctx); err != nil {
-			return storage.PushRecord{}, internal("roll back rejected commit", err)
+			return storage.PushRecord{}, nil, internal("roll back rejected commit", err)
 		}
 		res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushRejected, Results: []ssp2.OpResult{rej.result}}
 		var details *ssp2.PushResultDetails
@@ -173,16 +191,16 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 		}
 		rec.Status = storage.PushRejected
 		if rec.Result, err = encodeRecord(res, details); err != nil {
-			return storage.PushRecord{}, internal("encode push result", err)
+			return storage.PushRecord{}, nil, internal("encode push result", err)
 		}
 		stored, err := tx.IdempotencyPut(ctx, rec)
 		if err != nil {
-			return storage.PushRecord{}, internal("persist rejection", err)
+			return storage.PushRecord{}, nil, internal("persist rejection", err)
 		}
-		return stored, nil
+		return stored, nil, nil
 	}
 	if err := sp.Release(ctx); err != nil {
-		return storage.PushRecord{}, internal("release savepoint", err)
+		return storage.PushRecord{}, nil, internal("release savepoint", err)
 	}
 	seq, err := tx.CommitAppend(ctx, storage.CommitParams{
 		CreatedAtMs:    r.now,
@@ -193,7 +211,17 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 		Changes:        changes,
 	})
 	if err != nil {
-		return storage.PushRecord{}, internal("append commit", err)
+		return storage.PushRecord{}, nil, internal("append commit", err)
+	}
+	var enqueued *storage.ReactionEnqueueParams
+	if len(planned) > 0 {
+		enqueued = &storage.ReactionEnqueueParams{
+			SourceClientID: r.req.Header.ClientID, SourceClientCommitID: pc.ClientCommitID,
+			SourceCommitSeq: seq, CreatedAtMs: r.now, Reactions: planned,
+		}
+		if err := tx.ReactionEnqueue(ctx, *enqueued); err != nil {
+			return storage.PushRecord{}, nil, internal("enqueue reactions", err)
+		}
 	}
 	results := make([]ssp2.OpResult, len(pc.Operations))
 	for i := range results {
@@ -202,13 +230,13 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: results}
 	rec.Status, rec.CommitSeq = storage.PushApplied, seq
 	if rec.Result, err = encodeRecord(res, nil); err != nil {
-		return storage.PushRecord{}, internal("encode push result", err)
+		return storage.PushRecord{}, nil, internal("encode push result", err)
 	}
 	stored, err := tx.IdempotencyPut(ctx, rec)
 	if err != nil {
-		return storage.PushRecord{}, internal("persist push result", err)
+		return storage.PushRecord{}, nil, internal("persist push result", err)
 	}
-	return stored, nil
+	return stored, enqueued, nil
 }
 
 // stager applies a commit's operations inside the write transaction.
@@ -229,7 +257,7 @@ type stager struct {
 func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Change, []OperationEvidence, *rejection, error) {
 	changes := make([]storage.Change, 0, len(pc.Operations))
 	var evidence []OperationEvidence
-	wantEvidence := st.vs.commit != nil
+	wantEvidence := st.vs.commit != nil || st.e.cfg.ReactionPlanner != nil
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		ch, ev, rej, err := st.stageOp(ctx, i, op)
@@ -254,7 +282,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	}
 	// Decoded rows by column name are built only for validators.
 	validator := st.vs.rows[t.Name]
-	want := st.vs.commit != nil || validator != nil
+	want := st.vs.commit != nil || validator != nil || st.e.cfg.ReactionPlanner != nil
 	var vals []ssp2.Value
 	if op.Op == ssp2.OpUpsert {
 		var err error

@@ -60,6 +60,7 @@ var statuses = map[ssp2.Code]int{
 	ssp2.CodeStoragePruneEpochMismatch:     http.StatusConflict,
 	ssp2.CodeStoragePartitionUnregistered:  http.StatusNotFound,
 	ssp2.CodeStorageContentCollision:       http.StatusInternalServerError,
+	ssp2.CodeStorageInvalidReaction:        http.StatusBadRequest,
 }
 
 // Status returns the HTTP status of a JSON error with code c; a code

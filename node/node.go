@@ -25,6 +25,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -71,6 +72,10 @@ type Config struct {
 	Validators      map[string]engine.RowValidator
 	CommitValidator engine.CommitValidator
 
+	// Reactions configures durable reactions: the planner of every new
+	// commit and this node's runner.
+	Reactions ReactionsConfig
+
 	// Checkpoints are the build's backfill checkpoint declarations
 	// (package gate), installed with the schema; the node serves their
 	// partitions while they backfill.
@@ -91,6 +96,21 @@ type Config struct {
 	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
 }
 
+// ReactionsConfig configures durable reactions (package reactions).
+type ReactionsConfig struct {
+	// Planner plans the reactions of every new commit, inside its push
+	// transaction (rules.CompileReactions builds one from declarative
+	// rules).
+	Planner engine.ReactionPlanner
+	// Disabled runs no runner on this node: reactions are still planned
+	// and enqueued, and a runner on another node sharing the database
+	// runs them.
+	Disabled bool
+	// Runner configures the runner; Store, Conn, Node, Now and Logger are
+	// the node's.
+	Runner reactions.Config
+}
+
 // Node is a running syncnode.
 type Node struct {
 	cfg      Config
@@ -102,6 +122,8 @@ type Node struct {
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
 	Gate     *gate.Gate
+	// Reactions is the reaction runner (nil when disabled).
+	Reactions *reactions.Runner
 
 	ln         net.Listener
 	srv        *http.Server
@@ -195,12 +217,19 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
 		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
+		ReactionPlanner: cfg.Reactions.Planner, OnReactions: n.reactionsEnqueued,
 	}); err != nil {
+		return nil, err
+	}
+	if err = n.startReactions(ctx); err != nil {
 		return nil, err
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if n.Reactions != nil {
+		reg.MustRegister(n.Reactions.Collector())
+	}
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: cfg.Auth, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
@@ -265,6 +294,11 @@ func (n *Node) Stop(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("routes stop: %w", err))
 			}
 		}
+		if n.Reactions != nil {
+			if err := n.Reactions.Stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("reactions stop: %w", err))
+			}
+		}
 		if n.Segments != nil {
 			if err := n.Segments.Close(); err != nil {
 				errs = append(errs, err)
@@ -293,6 +327,32 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.stopErr = errors.Join(errs...)
 	})
 	return n.stopErr
+}
+
+// startReactions starts the reaction runner unless disabled. It is woken
+// by commit events on the bus, like a runner on any other node.
+func (n *Node) startReactions(ctx context.Context) error {
+	if n.cfg.Reactions.Disabled {
+		return nil
+	}
+	rc := n.cfg.Reactions.Runner
+	rc.Store, rc.Conn, rc.Node = n.Store, n.NATS.Conn(), n.cfg.Name
+	rc.Now = func() time.Time { return time.UnixMilli(n.cfg.Now()) }
+	rc.Logger = n.log.With("component", "reactions")
+	r, err := reactions.New(rc)
+	if err != nil {
+		return err
+	}
+	if err := r.Start(ctx); err != nil {
+		return fmt.Errorf("start reactions: %w", err)
+	}
+	n.Reactions = r
+	return nil
+}
+
+// reactionsEnqueued publishes the enqueued events of a durable commit.
+func (n *Node) reactionsEnqueued(partition string, p storage.ReactionEnqueueParams) {
+	reactions.PublishEnqueued(n.NATS.Conn(), n.cfg.Name, n.log, partition, p)
 }
 
 func openStore(ctx context.Context, cfg Config) (storage.Store, error) {

@@ -78,6 +78,7 @@ const (
 	CodeStoragePruneEpochMismatch     Code = "sync.storage.prune_epoch_mismatch"
 	CodeStoragePartitionUnregistered  Code = "sync.storage.partition_unregistered"
 	CodeStorageContentCollision       Code = "sync.storage.content_collision"
+	CodeStorageInvalidReaction        Code = "sync.storage.invalid_reaction"
 )
 
 // Category values (SPEC.md §10.2).
@@ -153,6 +154,7 @@ var catalog = map[Code]CodeInfo{
 	CodeStoragePruneEpochMismatch:     {CategoryInternal, false, "inspectServer"},
 	CodeStoragePartitionUnregistered:  {CategoryInternal, false, "inspectServer"},
 	CodeStorageContentCollision:       {CategoryInternal, false, "inspectServer"},
+	CodeStorageInvalidReaction:        {CategoryInternal, false, "inspectServer"},
 }
 
 // Info returns the catalog metadata of c. Unknown codes (host validator

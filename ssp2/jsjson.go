@@ -48,6 +48,10 @@ func appendJSString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// AppendJSONString appends s as JSON.stringify writes a well-formed
+// string, for keys that must match what a JavaScript server derives.
+func AppendJSONString(dst []byte, s string) []byte { return appendJSString(dst, s) }
+
 // jsStringLen is len(appendJSString(nil, s)) without building it.
 func jsStringLen(s string) int {
 	n := 2 + len(s)

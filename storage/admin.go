@@ -28,8 +28,8 @@ type Admin interface {
 	// PartitionWipe deletes everything the store keeps for the partition —
 	// its rows in every table of the installed schema, commits, changes,
 	// scope-index entries, push results, client records, segment
-	// publications, and its registry row — in one transaction holding the
-	// partition write lock. The next PartitionTouch registers it afresh,
+	// publications, reactions, and its registry row — in one transaction
+	// holding the partition write lock. The next PartitionTouch registers it afresh,
 	// with a new log epoch, so clients of the old log are told to reset.
 	// Segment address rows are left for the segment store's pruning. Wiping
 	// an unregistered partition does nothing.

@@ -109,6 +109,10 @@ type Store interface {
 	// Admin is privileged maintenance outside the protocol (admin.go).
 	Admin
 
+	// ReactionStore claims, completes and inspects durable reactions
+	// (reactions.go).
+	ReactionStore
+
 	// Capabilities declares the behaviour that legitimately differs
 	// between stores.
 	Capabilities() Capabilities
@@ -217,6 +221,10 @@ type Tx interface {
 	// CheckpointAdvancer records backfill progress in this transaction
 	// (gate.go).
 	CheckpointAdvancer
+
+	// ReactionEnqueuer writes the commit's planned reactions in this
+	// transaction (reactions.go).
+	ReactionEnqueuer
 }
 
 // Savepoint is a rollback point inside a Tx. After Rollback or Release it

@@ -85,17 +85,13 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		asJSON     = fs.Bool("json", false, "print JSON")
 	)
 	o.define(fs)
-	if err := fs.Parse(args); err != nil {
+	set, err := parseSubcommand(fs, args)
+	if err != nil {
 		if isHelp(err) {
 			return nil
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("checkpoints %s: unexpected arguments: %s", sub, strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	need := func(names ...string) error {
 		for _, n := range names {
 			if !set[n] {
@@ -222,6 +218,20 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
+// parseSubcommand parses an operator subcommand's flags, refusing
+// positional arguments, and returns the names of the flags given.
+func parseSubcommand(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments: %s", fs.Name(), strings.Join(fs.Args(), " "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set, nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
@@ -294,51 +304,8 @@ func (e *opsEnv) close() {
 // version. A NATS that cannot be reached leaves the command on SQL alone,
 // with a warning.
 func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) {
-	c := defaultConfig()
-	path := *o.config
-	if path == "" {
-		path = os.Getenv("SYNCNODE_CONFIG")
-	}
-	if path != "" {
-		if _, err := toml.DecodeFile(path, &c); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", path, err)
-		}
-	}
-	for _, ev := range envVars {
-		if v := os.Getenv(ev.name); v != "" {
-			if err := ev.set(&c, v); err != nil {
-				return nil, &fieldError{Field: ev.name, Reason: err.Error()}
-			}
-		}
-	}
-	if *o.data != "" {
-		c.DataDir = *o.data
-	}
-	if *o.postgres != "" {
-		c.Storage.PostgresURL = *o.postgres
-	}
-	var (
-		st  storage.Store
-		err error
-	)
-	if c.Storage.PostgresURL != "" {
-		st, err = pgstore.Open(ctx, pgstore.Config{URL: c.Storage.PostgresURL})
-	} else {
-		dbPath := filepath.Join(c.DataDir, "syncnode.db")
-		if _, serr := os.Stat(dbPath); serr != nil {
-			return nil, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
-		}
-		st, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: dbPath})
-	}
+	c, st, m, err := o.openStore(ctx)
 	if err != nil {
-		return nil, err
-	}
-	m, ok, err := st.SchemaMarker(ctx)
-	if err != nil || !ok {
-		st.Close()
-		if err == nil {
-			err = errors.New("no schema is installed: start a node first")
-		}
 		return nil, err
 	}
 	env := &opsEnv{store: st, version: m.Version, noBus: *o.noNATS}
@@ -377,6 +344,59 @@ func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) 
 		}
 	}
 	return env, nil
+}
+
+// openStore reads the node's configuration (defaults, file, environment,
+// then these flags) and opens its store, which must hold a schema.
+func (o *opsFlags) openStore(ctx context.Context) (config, storage.Store, storage.SchemaMarker, error) {
+	c := defaultConfig()
+	path := *o.config
+	if path == "" {
+		path = os.Getenv("SYNCNODE_CONFIG")
+	}
+	if path != "" {
+		if _, err := toml.DecodeFile(path, &c); err != nil {
+			return c, nil, storage.SchemaMarker{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	for _, ev := range envVars {
+		if v := os.Getenv(ev.name); v != "" {
+			if err := ev.set(&c, v); err != nil {
+				return c, nil, storage.SchemaMarker{}, &fieldError{Field: ev.name, Reason: err.Error()}
+			}
+		}
+	}
+	if *o.data != "" {
+		c.DataDir = *o.data
+	}
+	if *o.postgres != "" {
+		c.Storage.PostgresURL = *o.postgres
+	}
+	var (
+		st  storage.Store
+		err error
+	)
+	if c.Storage.PostgresURL != "" {
+		st, err = pgstore.Open(ctx, pgstore.Config{URL: c.Storage.PostgresURL})
+	} else {
+		dbPath := filepath.Join(c.DataDir, "syncnode.db")
+		if _, serr := os.Stat(dbPath); serr != nil {
+			return c, nil, storage.SchemaMarker{}, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
+		}
+		st, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: dbPath})
+	}
+	if err != nil {
+		return c, nil, storage.SchemaMarker{}, err
+	}
+	m, ok, err := st.SchemaMarker(ctx)
+	if err != nil || !ok {
+		st.Close()
+		if err == nil {
+			err = errors.New("no schema is installed: start a node first")
+		}
+		return c, nil, m, err
+	}
+	return c, st, m, nil
 }
 
 // defaultNATSURL is where the node's NATS listens: the first external

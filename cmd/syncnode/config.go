@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/syncnode/syncnode/rules"
 )
 
 // config is the whole node configuration: defaults, then the config file,
@@ -23,13 +25,14 @@ type config struct {
 	Validators string `toml:"validators"`
 	NodeName   string `toml:"node_name"`
 
-	HTTP     httpConfig     `toml:"http"`
-	NATS     natsConfig     `toml:"nats"`
-	Storage  storageConfig  `toml:"storage"`
-	Auth     authConfig     `toml:"auth"`
-	Limits   limitsConfig   `toml:"limits"`
-	Log      logConfig      `toml:"log"`
-	TestMode testModeConfig `toml:"-"`
+	HTTP      httpConfig      `toml:"http"`
+	NATS      natsConfig      `toml:"nats"`
+	Storage   storageConfig   `toml:"storage"`
+	Auth      authConfig      `toml:"auth"`
+	Limits    limitsConfig    `toml:"limits"`
+	Reactions reactionsConfig `toml:"reactions"`
+	Log       logConfig       `toml:"log"`
+	TestMode  testModeConfig  `toml:"-"`
 }
 
 type httpConfig struct {
@@ -73,6 +76,23 @@ type limitsConfig struct {
 	SegmentTTL              duration `toml:"segment_ttl"`
 }
 
+// reactionsConfig is durable reactions: declarative rules, checked
+// against the schema at start, and this node's runner (zero values take
+// the runner's defaults).
+type reactionsConfig struct {
+	// Enabled runs a runner on this node; with false the node still
+	// plans and enqueues, and runners elsewhere run the reactions.
+	Enabled             bool                 `toml:"enabled"`
+	Concurrency         int                  `toml:"concurrency"`
+	Lease               duration             `toml:"lease"`
+	SweepInterval       duration             `toml:"sweep_interval"`
+	InitialBackoff      duration             `toml:"initial_backoff"`
+	MaxBackoff          duration             `toml:"max_backoff"`
+	CompletedRetention  duration             `toml:"completed_retention"`
+	DeadLetterRetention duration             `toml:"dead_letter_retention"`
+	Rules               []rules.ReactionRule `toml:"rules"`
+}
+
 type logConfig struct {
 	Level  string `toml:"level"`
 	Format string `toml:"format"`
@@ -114,7 +134,8 @@ func defaultConfig() config {
 			InlineSegmentMaxBytes:   256 << 10,
 			SegmentTTL:              duration{24 * time.Hour},
 		},
-		Log: logConfig{Level: "info", Format: "text"},
+		Reactions: reactionsConfig{Enabled: true},
+		Log:       logConfig{Level: "info", Format: "text"},
 	}
 }
 
@@ -178,6 +199,16 @@ func (c *config) validate() error {
 	}
 	if c.Limits.SegmentTTL.Duration < time.Minute {
 		bad("limits.segment_ttl", "%s is below one minute", c.Limits.SegmentTTL)
+	}
+	if n := c.Reactions.Concurrency; n < 0 || n > 10_000 {
+		bad("reactions.concurrency", "%d is outside 1..10000", n)
+	}
+	for name, d := range map[string]duration{"lease": c.Reactions.Lease, "sweep_interval": c.Reactions.SweepInterval,
+		"initial_backoff": c.Reactions.InitialBackoff, "max_backoff": c.Reactions.MaxBackoff,
+		"completed_retention": c.Reactions.CompletedRetention, "dead_letter_retention": c.Reactions.DeadLetterRetention} {
+		if d.Duration < 0 {
+			bad("reactions."+name, "must not be negative")
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -18,18 +18,6 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary stand in for the syncnode binary: with
-// SYNCNODE_TEST_MAIN=1 in its environment it runs main on its arguments,
-// so `load` can start "itself" as a `serve --load-fixture` child and a
-// test can observe a real exit status.
-func TestMain(m *testing.M) {
-	if os.Getenv("SYNCNODE_TEST_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
 // syncnodeProcess runs this binary as `syncnode args…` and returns its
 // exit code, stdout and stderr.
 func syncnodeProcess(t *testing.T, args ...string) (int, string, string) {

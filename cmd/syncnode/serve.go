@@ -59,6 +59,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	reactionsCfg, err := cfg.Reactions.node(sch)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
@@ -108,6 +112,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
 		Validators:            validators,
 		CommitValidator:       commitValidator,
+		Reactions:             reactionsCfg,
 		Logger:                log,
 		Routes:                routes,
 	})

@@ -196,8 +196,11 @@ func testPartitionWipe(t *testing.T, e *env) {
 			if err != nil {
 				return err
 			}
-			_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "1", Status: storage.PushApplied, CommitSeq: seq, Result: []byte{1}, CreatedAtMs: 1})
-			return err
+			if _, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "1", Status: storage.PushApplied, CommitSeq: seq, Result: []byte{1}, CreatedAtMs: 1}); err != nil {
+				return err
+			}
+			return tx.ReactionEnqueue(ctx, storage.ReactionEnqueueParams{SourceClientID: "c", SourceClientCommitID: "1", SourceCommitSeq: seq,
+				CreatedAtMs: 1, Reactions: []storage.ReactionNew{rxNew(part.ID, "1", "k", "t", 1)}})
 		})
 		check(t, s.ClientPut(ctx, storage.Client{Partition: part.ID, ClientID: "c", ActorID: "a", WireVersion: 2, Cursor: 1, UpdatedAtMs: 1}))
 		publish(t, s, segPub(int(partitionCounter.Load()), part.ID, part.LogEpoch, "d", 1000))
@@ -221,6 +224,9 @@ func testPartitionWipe(t *testing.T, e *env) {
 	}
 	if _, ok, err := s.ClientGet(ctx, p.ID, "c"); err != nil || ok {
 		t.Fatalf("wiped partition's client record: %v, %v", ok, err)
+	}
+	if rs, err := s.ReactionList(ctx, storage.ReactionListParams{AllPartitions: true, Limit: 10}); err != nil || len(rs) != 1 || rs[0].Partition != other.ID {
+		t.Fatalf("reactions after the wipe = %+v, %v; want only the other partition's", rs, err)
 	}
 	stats, err := s.SegmentStats(ctx)
 	check(t, err)

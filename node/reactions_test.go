@@ -1,0 +1,119 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/reactions"
+	"github.com/syncnode/syncnode/rules"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// bearer adds a token to every request.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// A pushed commit's declarative rules plan two reactions in the push
+// transaction; the node's runner runs one with a Go handler and sends the
+// other to a worker on NATS; a rejected commit plans nothing.
+func TestNodeReactions(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			sch, err := schema.Parse([]byte(vectorSchema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			planner, err := rules.CompileReactions(sch, []rules.ReactionRule{
+				{Name: "mail", Table: "tasks", On: rules.OnInsert, Type: "email.send", Payload: map[string]string{"task": "new.id"}},
+				{Name: "hook", Table: "tasks", On: rules.OnAny, Type: "webhook.call", Payload: map[string]string{"task": "$rowId", "op": "$op"}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mailed := make(chan storage.Reaction, 4)
+			n := startNode(t, vectorSchema, func(t *testing.T, c *Config) {
+				b.cfg(t, c)
+				c.Reactions.Planner = planner
+				c.Reactions.Runner = reactions.Config{Handlers: map[string]reactions.Handler{
+					"email.send": func(_ context.Context, r storage.Reaction) error { mailed <- r; return nil },
+				}}
+			})
+			nc, err := nats.Connect(n.NATS.ClientURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			hooked := make(chan reactions.WorkRequest, 4)
+			if _, err := nc.QueueSubscribe("syncreact.work.webhook.call", "workers", func(m *nats.Msg) {
+				var w reactions.WorkRequest
+				_ = json.Unmarshal(m.Data, &w)
+				hooked <- w
+				_ = m.Respond(nil)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+
+			tok := token(t, "alice", "acme", map[string][]string{"project": {"p1"}})
+			c, err := client.New(client.Config{BaseURL: n.URL(), Schema: sch, HTTPClient: &http.Client{Transport: bearer(tok)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			ccid, err := c.Upsert(ctx, "tasks", map[string]any{"id": "t1", "project": "p1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := c.SyncUntilIdle(ctx); err != nil || len(res.Rejected) != 0 {
+				t.Fatalf("sync: %+v, %v", res, err)
+			}
+			select {
+			case r := <-mailed:
+				if r.Partition != "acme" || r.SourceClientCommitID != ccid || string(r.Payload) != `{"task":"t1"}` {
+					t.Fatalf("mail reaction %+v", r)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the Go handler never ran")
+			}
+			select {
+			case w := <-hooked:
+				if w.Type != "webhook.call" || string(w.Payload) != `{"op":"insert","task":"t1"}` ||
+					w.IdempotencyKey != storage.ReactionIdempotencyKey("acme", c.ClientID(), ccid, "hook/0") {
+					t.Fatalf("work request %+v", w)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the NATS worker never got the reaction")
+			}
+			poll.Until(t, 20*time.Second, "both completed", func() bool {
+				cs, err := n.Store.ReactionCounts(ctx)
+				return err == nil && cs.Completed == 2
+			})
+
+			// A commit the server rejects (another project) plans nothing.
+			if _, err := c.Upsert(ctx, "tasks", map[string]any{"id": "t2", "project": "p2"}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := c.SyncUntilIdle(ctx); err != nil || len(res.Rejected) != 1 {
+				t.Fatalf("sync of a forbidden write: %+v, %v", res, err)
+			}
+			if cs, err := n.Store.ReactionCounts(ctx); err != nil || cs != (storage.ReactionCounts{Completed: 2}) {
+				t.Fatalf("after a rejected commit: %+v, %v", cs, err)
+			}
+		})
+	}
+}
