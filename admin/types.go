@@ -154,7 +154,7 @@ type ClientsRequest struct {
 // on the last.
 type ClientsResponse struct {
 	Clients []ClientRecord `json:"clients"`
-	Next    string   `json:"next,omitempty"`
+	Next    string         `json:"next,omitempty"`
 }
 
 // ClientRecord is one client record.

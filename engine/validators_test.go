@@ -154,7 +154,10 @@ func TestChainCommitValidators(t *testing.T) {
 		return func(context.Context, CommitValidation) error { calls = append(calls, name); return nil }
 	}
 	reject := func(name string) CommitValidator {
-		return func(context.Context, CommitValidation) error { calls = append(calls, name); return Reject("host."+name, name) }
+		return func(context.Context, CommitValidation) error {
+			calls = append(calls, name)
+			return Reject("host."+name, name)
+		}
 	}
 	err := ChainCommitValidators(accept("a"), nil, reject("b"), accept("c"))(context.Background(), CommitValidation{})
 	var rj *Rejection
