@@ -55,7 +55,7 @@ type Store interface {
 type Gate interface {
 	RunningVersion() int32
 	Key(partition, name string) storage.CheckpointKey
-	Declare(ctx context.Context, partition, name string) (storage.Checkpoint, error)
+	DeclareExternal(ctx context.Context, partition, name string) (storage.Checkpoint, error)
 	Activate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error)
 	RotateEpoch(ctx context.Context, partition string) (storage.Partition, error)
 	Reconcile(ctx context.Context) error
@@ -422,7 +422,9 @@ func (a *Admin) Checkpoints(ctx context.Context, req CheckpointsRequest) (Checkp
 	return out, nil
 }
 
-// CheckpointDeclare implements API.
+// CheckpointDeclare implements API. The answering node does not join the
+// declarers: every node refuses the partition until the checkpoint
+// activates.
 func (a *Admin) CheckpointDeclare(ctx context.Context, req DeclareRequest) (Checkpoint, error) {
 	if err := needPartition(req.Partition); err != nil {
 		return Checkpoint{}, err
@@ -430,7 +432,7 @@ func (a *Admin) CheckpointDeclare(ctx context.Context, req DeclareRequest) (Chec
 	if req.Name == "" {
 		return Checkpoint{}, invalid("name is required")
 	}
-	cp, err := a.cfg.Gate.Declare(ctx, req.Partition, req.Name)
+	cp, err := a.cfg.Gate.DeclareExternal(ctx, req.Partition, req.Name)
 	if err != nil {
 		return Checkpoint{}, toError("declare checkpoint", err)
 	}

@@ -164,8 +164,12 @@ func TestEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(g.Pending) != 2 || g.Pending[0].Name != "cp1" || !g.Serving || g.WriterFence == nil || *g.WriterFence != 1 {
-		t.Errorf("gate with pending checkpoints = %+v (the declaring node serves)", g)
+	if len(g.Pending) != 2 || g.Pending[0].Name != "cp1" || g.WriterFence == nil || *g.WriterFence != 1 {
+		t.Errorf("gate with pending checkpoints = %+v", g)
+	}
+	// The operator's checkpoints close the partition on every node.
+	if g.Serving || g.Refusal == nil || g.Refusal.SyncCode != ssp2.CodeSchemaNotReady {
+		t.Errorf("gate with pending checkpoints: serving %v, refusal %+v", g.Serving, g.Refusal)
 	}
 	// A watermark below the partition's changes is stale: a conflict
 	// carrying the outcome.
