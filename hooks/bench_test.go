@@ -90,7 +90,7 @@ func BenchmarkScopesHook(b *testing.B) {
 		b.Run(map[bool]string{false: "token-scopes", true: "hook-warm-cache"}[on], func(b *testing.B) {
 			n := nodetest.Start(b, func(c *node.Config) {
 				if on {
-					c.Hooks.Scopes = &hooks.ScopesConfig{CacheTTL: time.Hour}
+					c.Hooks.Scopes = &hooks.ScopesConfig{Cache: hooks.CacheConfig{TTL: time.Hour}}
 				}
 			})
 			if on {

@@ -33,8 +33,8 @@ type entry[V any] struct {
 	exp time.Time
 }
 
-func newCache[V any](ttl time.Duration, max int, clock Clock) *cache[V] {
-	return &cache[V]{ttl: ttl, max: max, clock: clock, entries: map[string]entry[V]{}}
+func newCache[V any](c CacheConfig) *cache[V] {
+	return &cache[V]{ttl: c.TTL, max: c.Size, clock: c.Clock, entries: map[string]entry[V]{}}
 }
 
 // get returns the cached value of key, or fetches it. fetch returns the

@@ -33,7 +33,7 @@ func New(nc *nats.Conn, cfg Config, m *Metrics, clock Clock) (*Set, error) {
 	)
 	if c := cfg.Scopes; c != nil {
 		cc := *c
-		cc.Conn, cc.Metrics, cc.Clock = nc, m, clock
+		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clock
 		s.Scopes, err = NewScopes(cc)
 		errs = append(errs, err)
 	}
@@ -45,7 +45,7 @@ func New(nc *nats.Conn, cfg Config, m *Metrics, clock Clock) (*Set, error) {
 	}
 	if c := cfg.Token; c != nil {
 		cc := *c
-		cc.Conn, cc.Metrics, cc.Clock = nc, m, clock
+		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clock
 		s.Tokens, err = NewTokens(cc)
 		errs = append(errs, err)
 	}

@@ -91,7 +91,7 @@ func wantMetric(t *testing.T, text, series string) {
 func TestScopesHook(t *testing.T) {
 	t.Parallel()
 	n, h := startNode(t, func(c *node.Config) {
-		c.Hooks.Scopes = &hooks.ScopesConfig{CacheTTL: -1, Timeout: 100 * time.Millisecond}
+		c.Hooks.Scopes = &hooks.ScopesConfig{Cache: hooks.CacheConfig{TTL: -1}, Timeout: 100 * time.Millisecond}
 	})
 	ctx := ctxT(t)
 	h.grant("acme", "alice", p1)
@@ -164,7 +164,7 @@ func TestScopesHookCache(t *testing.T) {
 	clk.ms.Store(time.Now().UnixMilli())
 	n, h := startNode(t, func(c *node.Config) {
 		c.Now = clk.now
-		c.Hooks.Scopes = &hooks.ScopesConfig{CacheTTL: 30 * time.Second}
+		c.Hooks.Scopes = &hooks.ScopesConfig{Cache: hooks.CacheConfig{TTL: 30 * time.Second}}
 	})
 	ctx := ctxT(t)
 	h.grant("acme", "alice", p1)

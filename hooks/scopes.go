@@ -46,14 +46,10 @@ type ScopesConfig struct {
 	Conn *nats.Conn
 	// Timeout bounds one request (default DefaultScopesTimeout).
 	Timeout time.Duration
-	// CacheTTL is how long an answer serves an actor (default
-	// DefaultScopesCacheTTL; negative: ask on every request). A revoked
-	// grant takes effect within it.
-	CacheTTL time.Duration
-	// CacheSize bounds the cached actors (default DefaultCacheSize).
-	CacheSize int
-	Metrics   *Metrics
-	Clock     Clock
+	// Cache keeps an answer per (partition, actor); its TTL defaults to
+	// DefaultScopesCacheTTL. A revoked grant takes effect within it.
+	Cache   CacheConfig
+	Metrics *Metrics
 }
 
 // WithDefaults returns c with unset fields defaulted.
@@ -61,11 +57,31 @@ func (c ScopesConfig) WithDefaults() ScopesConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultScopesTimeout
 	}
-	if c.CacheTTL == 0 {
-		c.CacheTTL = DefaultScopesCacheTTL
+	c.Cache = c.Cache.withDefaults(DefaultScopesCacheTTL)
+	return c
+}
+
+// Validate reports every invalid field.
+func (c ScopesConfig) Validate() error {
+	return validateCommon(bus.HookScopes, c.Conn, c.Timeout, c.Cache)
+}
+
+// CacheConfig is the answer cache of the scopes and token hooks.
+type CacheConfig struct {
+	// TTL is how long an answer is reused (zero: the hook's default;
+	// negative: ask on every request).
+	TTL time.Duration
+	// Size bounds the cached entries (default DefaultCacheSize).
+	Size  int
+	Clock Clock
+}
+
+func (c CacheConfig) withDefaults(ttl time.Duration) CacheConfig {
+	if c.TTL == 0 {
+		c.TTL = ttl
 	}
-	if c.CacheSize == 0 {
-		c.CacheSize = DefaultCacheSize
+	if c.Size == 0 {
+		c.Size = DefaultCacheSize
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
@@ -73,12 +89,7 @@ func (c ScopesConfig) WithDefaults() ScopesConfig {
 	return c
 }
 
-// Validate reports every invalid field.
-func (c ScopesConfig) Validate() error {
-	return validateCommon("scopes", c.Conn, c.Timeout, c.CacheSize)
-}
-
-func validateCommon(hook string, nc *nats.Conn, timeout time.Duration, cacheSize int) error {
+func validateCommon(hook string, nc *nats.Conn, timeout time.Duration, cache CacheConfig) error {
 	var errs []error
 	if nc == nil {
 		errs = append(errs, fmt.Errorf("hooks config: %s: Conn is required", hook))
@@ -86,8 +97,8 @@ func validateCommon(hook string, nc *nats.Conn, timeout time.Duration, cacheSize
 	if timeout < 0 {
 		errs = append(errs, fmt.Errorf("hooks config: %s: Timeout must not be negative", hook))
 	}
-	if cacheSize < 0 {
-		errs = append(errs, fmt.Errorf("hooks config: %s: CacheSize must not be negative", hook))
+	if cache.Size < 0 {
+		errs = append(errs, fmt.Errorf("hooks config: %s: Cache.Size must not be negative", hook))
 	}
 	return errors.Join(errs...)
 }
@@ -115,7 +126,7 @@ func NewScopes(cfg ScopesConfig) (*Scopes, error) {
 	}
 	return &Scopes{
 		c:     caller{nc: cfg.Conn, hook: bus.HookScopes, timeout: cfg.Timeout, m: cfg.Metrics},
-		cache: newCache[engine.Allowed](cfg.CacheTTL, cfg.CacheSize, cfg.Clock),
+		cache: newCache[engine.Allowed](cfg.Cache),
 		m:     cfg.Metrics,
 	}, nil
 }

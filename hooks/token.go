@@ -51,14 +51,10 @@ type TokenConfig struct {
 	Conn *nats.Conn
 	// Timeout bounds one request (default DefaultTokenTimeout).
 	Timeout time.Duration
-	// CacheTTL is how long a verified token is reused (default
-	// DefaultTokenCacheTTL, never past its ExpiresAtMs; negative: ask on
-	// every request).
-	CacheTTL time.Duration
-	// CacheSize bounds the cached tokens (default DefaultCacheSize).
-	CacheSize int
-	Metrics   *Metrics
-	Clock     Clock
+	// Cache keeps a verified token (its TTL defaults to
+	// DefaultTokenCacheTTL), never past the answer's ExpiresAtMs.
+	Cache   CacheConfig
+	Metrics *Metrics
 }
 
 // WithDefaults returns c with unset fields defaulted.
@@ -66,21 +62,13 @@ func (c TokenConfig) WithDefaults() TokenConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTokenTimeout
 	}
-	if c.CacheTTL == 0 {
-		c.CacheTTL = DefaultTokenCacheTTL
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = DefaultCacheSize
-	}
-	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
+	c.Cache = c.Cache.withDefaults(DefaultTokenCacheTTL)
 	return c
 }
 
 // Validate reports every invalid field.
 func (c TokenConfig) Validate() error {
-	return validateCommon("token", c.Conn, c.Timeout, c.CacheSize)
+	return validateCommon(bus.HookToken, c.Conn, c.Timeout, c.Cache)
 }
 
 // Tokens verifies bearer tokens by asking a host process on
@@ -103,8 +91,8 @@ func NewTokens(cfg TokenConfig) (*Tokens, error) {
 	}
 	return &Tokens{
 		c:     caller{nc: cfg.Conn, hook: bus.HookToken, timeout: cfg.Timeout, m: cfg.Metrics},
-		cache: newCache[auth.Principal](cfg.CacheTTL, cfg.CacheSize, cfg.Clock),
-		clock: cfg.Clock,
+		cache: newCache[auth.Principal](cfg.Cache),
+		clock: cfg.Cache.Clock,
 		m:     cfg.Metrics,
 	}, nil
 }

@@ -94,7 +94,7 @@ func (c ValidateConfig) WithDefaults() ValidateConfig {
 
 // Validate reports every invalid field.
 func (c ValidateConfig) Validate() error {
-	return validateCommon("validate", c.Conn, c.Timeout, 0)
+	return validateCommon(bus.HookValidate, c.Conn, c.Timeout, CacheConfig{})
 }
 
 // Validator asks a host process to accept or reject every new commit. Its

@@ -353,13 +353,13 @@ func (h hooksConfig) hooks() hooks.Config {
 	}
 	var out hooks.Config
 	if h.Scopes.Enabled {
-		out.Scopes = &hooks.ScopesConfig{Timeout: h.Scopes.Timeout.Duration, CacheTTL: ttl(h.Scopes.CacheTTL), CacheSize: h.Scopes.CacheSize}
+		out.Scopes = &hooks.ScopesConfig{Timeout: h.Scopes.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Scopes.CacheTTL), Size: h.Scopes.CacheSize}}
 	}
 	if h.Validate.Enabled {
 		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration}
 	}
 	if h.Token.Enabled {
-		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, CacheTTL: ttl(h.Token.CacheTTL), CacheSize: h.Token.CacheSize}
+		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Token.CacheTTL), Size: h.Token.CacheSize}}
 	}
 	return out
 }

@@ -52,13 +52,13 @@ cache_ttl = "5s"
 		t.Errorf("nats/admin = %+v, %+v", c.NATS, c.Admin)
 	}
 	h := c.Hooks.hooks()
-	if h.Scopes == nil || h.Scopes.Timeout != 100*time.Millisecond || h.Scopes.CacheTTL >= 0 {
+	if h.Scopes == nil || h.Scopes.Timeout != 100*time.Millisecond || h.Scopes.Cache.TTL >= 0 {
 		t.Errorf("scopes hook = %+v (cache_ttl 0s must disable the cache)", h.Scopes)
 	}
 	if h.Validate == nil || h.Validate.Timeout != 500*time.Millisecond {
 		t.Errorf("validate hook = %+v", h.Validate)
 	}
-	if h.Token == nil || h.Token.CacheTTL != 5*time.Second {
+	if h.Token == nil || h.Token.Cache.TTL != 5*time.Second {
 		t.Errorf("token hook = %+v", h.Token)
 	}
 
