@@ -191,14 +191,14 @@ func mustJSON(v any) []byte {
 
 // serviceVersion is v as the SemVer micro requires: v without a leading
 // "v" when that is SemVer, else 0.0.0-<v> with the bytes SemVer does not
-// allow in a pre-release dropped ("devel" → "0.0.0-devel").
+// allow in a pre-release dropped ("devel" → "0.0.0-devel"), else 0.0.0.
 func serviceVersion(v string) string {
 	v = strings.TrimPrefix(v, "v")
 	if semver.MatchString(v) {
 		return v
 	}
 	pre := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
 			return r
 		}
 		return -1
