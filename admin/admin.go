@@ -175,6 +175,10 @@ type Admin struct {
 	mu      sync.Mutex
 	svc     micro.Service
 	stopped bool
+	// base bounds every request's work: Stop cancels it, so no handler
+	// outlives the service.
+	base   context.Context
+	cancel context.CancelFunc
 }
 
 var _ API = (*Admin)(nil)
@@ -185,7 +189,8 @@ func New(cfg Config) (*Admin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Admin{cfg: cfg, log: cfg.Logger}, nil
+	base, cancel := context.WithCancel(context.Background())
+	return &Admin{cfg: cfg, log: cfg.Logger, base: base, cancel: cancel}, nil
 }
 
 func unavailable(what string) *Error {

@@ -141,7 +141,8 @@ func (a *Admin) Start(context.Context) error {
 	return nil
 }
 
-// Stop drains the service's subscriptions. It is idempotent.
+// Stop drains the service's subscriptions and cancels the requests in
+// flight. It is idempotent.
 func (a *Admin) Stop(context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -149,7 +150,9 @@ func (a *Admin) Stop(context.Context) error {
 		return nil
 	}
 	a.stopped = true
-	if err := a.svc.Stop(); err != nil {
+	err := a.svc.Stop()
+	a.cancel()
+	if err != nil {
 		return fmt.Errorf("admin: stop: %w", err)
 	}
 	return nil
@@ -159,7 +162,7 @@ func (a *Admin) Stop(context.Context) error {
 // error reply (Nats-Service-Error headers and an {"error": …} body).
 func (a *Admin) handler(ep Endpoint) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(a.base, a.cfg.Timeout)
 		defer cancel()
 		resp, err := ep.Handler(ctx, req.Data())
 		if err == nil {

@@ -150,6 +150,9 @@ func (c Config) Validate() error {
 	if c.Password != "" && c.User == "" {
 		return fmt.Errorf("nats config: Password needs a User")
 	}
+	if c.User != "" && c.CredentialsFile != "" {
+		return fmt.Errorf("nats config: User and CredentialsFile are exclusive")
+	}
 	return nil
 }
 

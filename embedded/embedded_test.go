@@ -418,4 +418,7 @@ func TestUserPassword(t *testing.T) {
 	if err := (embedded.Config{DataDir: "d", Password: "p"}).Validate(); err == nil {
 		t.Error("a password without a user passed validation")
 	}
+	if err := (embedded.Config{Mode: embedded.ModeExternal, URLs: []string{"nats://x"}, User: "u", CredentialsFile: "c"}).Validate(); err == nil {
+		t.Error("a user and a credentials file passed validation")
+	}
 }

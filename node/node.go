@@ -60,7 +60,8 @@ type Config struct {
 	// SQLiteSynchronous is "FULL" (default) or "NORMAL".
 	SQLiteSynchronous string
 
-	// Auth authenticates requests. Required unless Hooks.Token is set.
+	// Auth authenticates requests. Required unless Hooks.Token is set,
+	// which replaces it.
 	Auth httpapi.Authenticator
 	// Hooks selects the host hooks the node asks over NATS (package
 	// hooks): scope resolution, write validation, token verification.
