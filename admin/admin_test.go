@@ -266,7 +266,8 @@ func TestDiscovery(t *testing.T) {
 	ctx := ctxT(t)
 	nc := connect(t, n, "operator", "operator-secret", nil)
 
-	msg, err := nc.RequestWithContext(ctx, "$SRV.PING.syncnode", nil)
+	// nats micro ls pings every service.
+	msg, err := nc.RequestWithContext(ctx, "$SRV.PING", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
