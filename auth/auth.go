@@ -182,11 +182,25 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 
 // VerifyHeader verifies an Authorization header value ("Bearer <token>").
 func (v *Verifier) VerifyHeader(h string) (Principal, error) {
+	tok, err := BearerToken(h)
+	if err != nil {
+		return Principal{}, err
+	}
+	return v.Verify(tok)
+}
+
+// BearerToken returns the token of an Authorization header value
+// ("Bearer <token>", the scheme case-insensitive), or ErrUnauthenticated.
+func BearerToken(h string) (string, error) {
 	const prefix = "bearer "
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return Principal{}, fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
+		return "", fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
 	}
-	return v.Verify(strings.TrimSpace(h[len(prefix):]))
+	tok := strings.TrimSpace(h[len(prefix):])
+	if tok == "" {
+		return "", fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
+	}
+	return tok, nil
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {

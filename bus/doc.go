@@ -6,10 +6,12 @@
 //
 // # Subject grammar
 //
-//	subject        = commit-subject | control-subject | reaction-subject
+//	subject        = commit-subject | control-subject | reaction-subject | admin-subject | hook-subject
 //	commit-subject = "sync." partition ".commit." table       (stream SYNC_COMMITS, sync.*.commit.*)
 //	control-subject= "syncctl." ( partition | "=global" ) "." event  (stream SYNC_CONTROL, syncctl.>)
 //	reaction-subject = "syncreact.work." type | "syncreact.event." partition "." event "." type  (core NATS, reactions.go)
+//	admin-subject  = "syncnode.admin." group "." op            (micro service syncnode, admin.go)
+//	hook-subject   = "syncnode.hook." ( ( "scopes" | "validate" ) "." partition | "token" )
 //	partition      = escaped | hashed
 //	escaped        = "=" | 1*( keep | "=" HEX HEX )           (at most 64 bytes)
 //	keep           = "A"-"Z" | "a"-"z" | "0"-"9" | "_" | "-"

@@ -84,6 +84,12 @@ type Config struct {
 	URLs []string
 	// CredentialsFile is a NATS .creds file for external mode.
 	CredentialsFile string
+	// User and Password authenticate the node's connections, in-process
+	// ones included, when nats.conf (or the external deployment) has
+	// users: the node's user needs every permission on the subjects the
+	// node publishes and subscribes (docs/bus.md, "Permissions").
+	User     string
+	Password string
 
 	// ClientName names the node's client connection (default "syncnode").
 	ClientName string
@@ -140,6 +146,12 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyTimeout < 0 {
 		return fmt.Errorf("nats config: ReadyTimeout must not be negative")
+	}
+	if c.Password != "" && c.User == "" {
+		return fmt.Errorf("nats config: Password needs a User")
+	}
+	if c.User != "" && c.CredentialsFile != "" {
+		return fmt.Errorf("nats config: User and CredentialsFile are exclusive")
 	}
 	return nil
 }
@@ -227,6 +239,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.User == "" && requiresAuth(opts) {
+		return nil, fmt.Errorf("start nats: %w: %s has users: set the node's user and password", ErrAuthRequired, cfg.ConfigFile)
+	}
 	if err := checkPortsFree(opts); err != nil {
 		return nil, err
 	}
@@ -255,6 +270,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*Server, error) {
 	connOpts := []nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.InProcessServer(srv),
+	}
+	if cfg.User != "" {
+		connOpts = append(connOpts, nats.UserInfo(cfg.User, cfg.Password))
 	}
 	nc, err := nats.Connect("", connOpts...)
 	if err != nil {
@@ -295,6 +313,9 @@ func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		connOpts = append(connOpts, nats.UserCredentials(cfg.CredentialsFile))
 	}
+	if cfg.User != "" {
+		connOpts = append(connOpts, nats.UserInfo(cfg.User, cfg.Password))
+	}
 	urls := strings.Join(cfg.URLs, ",")
 	nc, err := nats.Connect(urls, connOpts...)
 	if err != nil {
@@ -328,6 +349,12 @@ func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
 		urls:     urls,
 		logger:   cfg.Logger,
 	}, nil
+}
+
+// requiresAuth reports whether the server's options authenticate clients.
+func requiresAuth(opts *server.Options) bool {
+	return len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Authorization != "" || opts.Username != "" ||
+		opts.TrustedOperators != nil || opts.AuthCallout != nil
 }
 
 // waitListeners polls the server's listeners until they are up, a fatal

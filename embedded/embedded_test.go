@@ -394,3 +394,31 @@ func waitFor(t *testing.T, d time.Duration, cond func() error, what string, args
 		<-tick.C
 	}
 }
+
+// TestUserPassword starts the documented nats.conf with users: the node's
+// connections, in-process and extra ones, log in as the node's user, and
+// a start without it is refused by the server.
+func TestUserPassword(t *testing.T) {
+	t.Parallel()
+	conf := "../docs/nats-permissions.conf"
+	s := embeddedtest.Start(t, embeddedtest.WithConfigFile(conf), embeddedtest.WithUser("syncnode", "node-secret"))
+	exercise(t, s)
+
+	// A TCP client with the wrong password is refused.
+	if nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("syncnode", "wrong"), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("wrong password accepted")
+	}
+
+	_, err := embedded.Start(ctxT(t), embedded.Config{ConfigFile: conf, DataDir: t.TempDir(), Port: embedded.RandomPort,
+		ServerName: "no-user", ReadyTimeout: 5 * time.Second, Logger: testLogger(t)})
+	if !errors.Is(err, embedded.ErrAuthRequired) {
+		t.Fatalf("start without a user: err = %v, want %v", err, embedded.ErrAuthRequired)
+	}
+	if err := (embedded.Config{DataDir: "d", Password: "p"}).Validate(); err == nil {
+		t.Error("a password without a user passed validation")
+	}
+	if err := (embedded.Config{Mode: embedded.ModeExternal, URLs: []string{"nats://x"}, User: "u", CredentialsFile: "c"}).Validate(); err == nil {
+		t.Error("a user and a credentials file passed validation")
+	}
+}

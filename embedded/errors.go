@@ -12,6 +12,11 @@ var ErrPortInUse = errors.New("port in use")
 // JetStream API did not become ready within Config.ReadyTimeout.
 var ErrNotReady = errors.New("nats not ready")
 
+// ErrAuthRequired is returned by Start when nats.conf authenticates
+// clients and Config.User is empty: the node's own connections need a
+// user too.
+var ErrAuthRequired = errors.New("nats requires authentication")
+
 // PortInUseError is returned by Start when a fixed listener port of the
 // embedded server is already taken, for example by a stock nats-server on
 // 4222. Addr is the host:port that could not be bound.

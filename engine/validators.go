@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"maps"
 
@@ -41,4 +42,30 @@ func (e *Engine) SetValidators(rows map[string]RowValidator, commit CommitValida
 	}
 	e.validators.Store(vs)
 	return nil
+}
+
+// ChainCommitValidators runs whole-commit validators in order; the first
+// one that does not accept decides. Nil validators are skipped; with none
+// left it returns nil.
+func ChainCommitValidators(vs ...CommitValidator) CommitValidator {
+	var chain []CommitValidator
+	for _, v := range vs {
+		if v != nil {
+			chain = append(chain, v)
+		}
+	}
+	switch len(chain) {
+	case 0:
+		return nil
+	case 1:
+		return chain[0]
+	}
+	return func(ctx context.Context, v CommitValidation) error {
+		for _, cv := range chain {
+			if err := cv(ctx, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

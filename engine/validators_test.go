@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,5 +141,34 @@ func TestSetValidatorsRace(t *testing.T) {
 	}
 	if n := commits.Load(); n != writers*perWriter {
 		t.Fatalf("applied %d commits, want %d", n, writers*perWriter)
+	}
+}
+
+func TestChainCommitValidators(t *testing.T) {
+	t.Parallel()
+	if ChainCommitValidators(nil, nil) != nil {
+		t.Fatal("a chain of nils is not nil")
+	}
+	var calls []string
+	accept := func(name string) CommitValidator {
+		return func(context.Context, CommitValidation) error { calls = append(calls, name); return nil }
+	}
+	reject := func(name string) CommitValidator {
+		return func(context.Context, CommitValidation) error {
+			calls = append(calls, name)
+			return Reject("host."+name, name)
+		}
+	}
+	err := ChainCommitValidators(accept("a"), nil, reject("b"), accept("c"))(context.Background(), CommitValidation{})
+	var rj *Rejection
+	if !errors.As(err, &rj) || rj.Code != "host.b" {
+		t.Fatalf("chain = %v, want host.b", err)
+	}
+	if got := strings.Join(calls, ","); got != "a,b" {
+		t.Fatalf("calls = %s, want a,b (the chain stops at the first rejection)", got)
+	}
+	calls = nil
+	if err := ChainCommitValidators(accept("a"), accept("c"))(context.Background(), CommitValidation{}); err != nil || len(calls) != 2 {
+		t.Fatalf("accepting chain = %v, calls %v", err, calls)
 	}
 }

@@ -229,6 +229,29 @@ func TestRefusalRule(t *testing.T) {
 	}
 }
 
+// TestDeclareExternal: a checkpoint declared on someone else's behalf
+// closes the partition on the declaring gate too, until it activates.
+func TestDeclareExternal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	p := e.partition("p")
+	a := e.gate(gateOpts{name: "a"})
+	ctx := e.ctx
+	cp := must[storage.Checkpoint](t)(a.DeclareExternal(ctx, p.ID, "fix"))
+	if cp.State != storage.CheckpointDeclared || a.Declared(cp.CheckpointKey) {
+		t.Fatalf("declared %+v, own declaration %v", cp, a.Declared(cp.CheckpointKey))
+	}
+	_, err := a.Admit(ctx, p.ID)
+	if r := reason(t, err); r != gate.ReasonCheckpointPending {
+		t.Fatalf("reason = %s", r)
+	}
+	out := must[storage.ActivateOutcome](t)(a.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey}))
+	if out != storage.ActivateActivated {
+		t.Fatalf("activate = %s", out)
+	}
+	must[gate.Ticket](t)(a.Admit(ctx, p.ID))
+}
+
 // TestCheckRefusesChangedToken: a change between admission and the
 // serving transaction refuses, in a read and in a write transaction, even
 // when the values returned to where they were.

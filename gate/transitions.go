@@ -23,8 +23,21 @@ func (g *Gate) Key(partition, name string) storage.CheckpointKey {
 // declared it, until it activates. The process's own declaration is
 // recorded before the SQL transition, so it never refuses itself.
 func (g *Gate) Declare(ctx context.Context, partition, name string) (storage.Checkpoint, error) {
+	return g.declareCheckpoint(ctx, partition, name, true)
+}
+
+// DeclareExternal declares a checkpoint of the running schema version on
+// behalf of someone else (an operator through the admin API, fixing data
+// by hand: declare, fix, activate): this process does not join the
+// declarers, so every node, this one included, refuses the partition
+// until the checkpoint activates.
+func (g *Gate) DeclareExternal(ctx context.Context, partition, name string) (storage.Checkpoint, error) {
+	return g.declareCheckpoint(ctx, partition, name, false)
+}
+
+func (g *Gate) declareCheckpoint(ctx context.Context, partition, name string, own bool) (storage.Checkpoint, error) {
 	key := g.Key(partition, name)
-	added := g.declare(key)
+	added := own && g.declare(key)
 	cp, err := g.cfg.Store.CheckpointDeclare(ctx, key, g.cfg.Now())
 	if err != nil {
 		if added {

@@ -18,12 +18,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
+	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/relay"
@@ -58,8 +61,16 @@ type Config struct {
 	// SQLiteSynchronous is "FULL" (default) or "NORMAL".
 	SQLiteSynchronous string
 
-	// Auth authenticates requests. Required.
+	// Auth authenticates requests. Required unless Hooks.Token is set,
+	// which replaces it.
 	Auth httpapi.Authenticator
+	// Hooks selects the host hooks the node asks over NATS (package
+	// hooks): scope resolution, write validation, token verification.
+	Hooks hooks.Config
+	// NoAdmin turns the admin API (package admin) off.
+	NoAdmin bool
+	// Version is the build version the admin API reports.
+	Version string
 
 	MaxOperations         int
 	InlineSegmentMaxBytes int
@@ -124,6 +135,10 @@ type Node struct {
 	Gate     *gate.Gate
 	// Reactions is the reaction runner (nil when disabled).
 	Reactions *reactions.Runner
+	Hooks     *hooks.Set
+	Admin     *admin.Admin
+
+	adminConn *nats.Conn
 
 	ln         net.Listener
 	srv        *http.Server
@@ -136,8 +151,8 @@ type Node struct {
 // Start opens every component, in dependency order, and starts serving
 // HTTP. On failure it closes whatever it had opened.
 func Start(ctx context.Context, cfg Config) (n *Node, err error) {
-	if cfg.Schema == nil || cfg.Auth == nil {
-		return nil, errors.New("node: Schema and Auth are required")
+	if cfg.Schema == nil || (cfg.Auth == nil && cfg.Hooks.Token == nil) {
+		return nil, errors.New("node: Schema and Auth (or a token hook) are required")
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("node: DataDir is required")
@@ -212,11 +227,18 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("segment store: %w", err)
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authn, commitValidator, err := n.startHooks(cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
 		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
 		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
-		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
+		Validators: cfg.Validators, CommitValidator: commitValidator,
 		ReactionPlanner: cfg.Reactions.Planner, OnReactions: n.reactionsEnqueued,
 	}); err != nil {
 		return nil, err
@@ -225,13 +247,11 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.Reactions != nil {
 		reg.MustRegister(n.Reactions.Collector())
 	}
 	if n.Handler, err = httpapi.New(httpapi.Config{
-		Engine: n.Engine, Auth: cfg.Auth, Segments: n.Segments,
+		Engine: n.Engine, Auth: authn, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
 		Logger: cfg.Logger.With("component", "http"), Registry: reg,
 	}); err != nil {
@@ -241,6 +261,11 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Routes != nil {
 		if handler, n.routesStop, err = cfg.Routes(ctx, n, handler); err != nil {
 			return nil, fmt.Errorf("routes: %w", err)
+		}
+	}
+	if !cfg.NoAdmin {
+		if err = n.startAdmin(ctx, cfg); err != nil {
+			return nil, err
 		}
 	}
 	n.srv = &http.Server{
@@ -288,6 +313,14 @@ func (n *Node) Stop(ctx context.Context) error {
 			}
 		} else if n.ln != nil {
 			n.ln.Close()
+		}
+		if n.Admin != nil {
+			if err := n.Admin.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.adminConn != nil {
+			n.adminConn.Close()
 		}
 		if n.routesStop != nil {
 			if err := n.routesStop(ctx); err != nil {

@@ -34,7 +34,24 @@ type Admin interface {
 	// Segment address rows are left for the segment store's pruning. Wiping
 	// an unregistered partition does nothing.
 	PartitionWipe(ctx context.Context, partition string) error
+
+	// ClientList returns the client records of one partition in ascending
+	// client id order (bytewise) after p.AfterClientID (exclusive), at
+	// most p.Limit records, for operators. A limit outside
+	// 1..MaxClientListLimit is refused (CodeStorageInvalidLimit). An
+	// unregistered partition has no clients.
+	ClientList(ctx context.Context, p ClientListParams) ([]Client, error)
 }
+
+// ClientListParams selects a keyset page of a partition's client records.
+type ClientListParams struct {
+	Partition     string
+	AfterClientID string // exclusive; "" starts at the beginning
+	Limit         int
+}
+
+// MaxClientListLimit bounds the limit of ClientList.
+const MaxClientListLimit = 10_000
 
 // RowListParams selects a keyset page of a table's rows.
 type RowListParams struct {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/schema"
@@ -32,7 +33,8 @@ const checkpointsUsage = `Usage:
       list backfill checkpoints: state, owner epoch, watermark, observed rows
   syncnode checkpoints declare --partition P --name N
       declare a checkpoint of the stored schema version: until it activates,
-      only processes that declared it serve the partition, and the
+      only processes that declared it serve the partition (a running node
+      asked to declare does not: every node refuses it), and the
       partition's writer fence rises to the version
   syncnode checkpoints activate --partition P --name N --sources T1[,T2]
                                 [--owner-epoch E] [--watermark W]
@@ -46,15 +48,24 @@ const checkpointsUsage = `Usage:
   syncnode checkpoints republish
       rebuild every serve-gate token in JetStream KV from SQL
 
-Every subcommand takes the node's storage and NATS settings:
-  --config FILE    the node's config file (default $SYNCNODE_CONFIG)
-  --data DIR       data directory (the SQLite file)
-  --postgres URL   PostgreSQL URL
-  --nats URL       NATS to write tokens and events to (default: the
-                   config's external URLs, or the embedded server's
-                   client port on 127.0.0.1)
-  --no-nats        change SQL only; running nodes still refuse in SQL, and
-                   "republish" writes the tokens later
+The commands ask a running node through its admin API on NATS
+(syncnode.admin.checkpoints.*):
+  --nats URL             NATS the node is on (default: the config's external
+                         URLs, or the embedded server's client port on
+                         127.0.0.1)
+  --nats-user U          NATS user (the operator user of docs/bus.md)
+  --nats-password P      its password ($SYNCNODE_NATS_PASSWORD)
+  --nats-creds FILE      a NATS credentials file instead
+  --timeout D            bound each request (default 30s)
+
+Without a running node, --offline opens the node's store itself:
+  --offline              change the store directly (no node needed)
+  --config FILE          the node's config file (default $SYNCNODE_CONFIG)
+  --data DIR             data directory (the SQLite file)
+  --postgres URL         PostgreSQL URL
+  --no-nats              (implies --offline) change SQL only; running
+                         nodes still refuse in SQL, and "republish" writes
+                         the tokens later
 `
 
 // runCheckpoints dispatches the checkpoints subcommands.
@@ -115,107 +126,106 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 
-	env, err := o.open(ctx, stderr)
+	api, closeAPI, err := o.api(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	g := env.gate
+	defer closeAPI()
+	if sub == "republish" && o.noBus {
+		return errors.New("checkpoints republish: needs NATS (drop --no-nats or fix --nats)")
+	}
+	err = runCheckpointOp(ctx, api, sub, checkpointArgs{
+		partition: *partition, name: *name, sources: splitList(*sources), asJSON: *asJSON,
+		ownerEpoch: optional(set["owner-epoch"], *ownerEpoch), watermark: optional(set["watermark"], *watermark),
+		listOne: set["partition"],
+	}, stdout)
+	if errors.Is(err, admin.ErrNoNode) {
+		return fmt.Errorf("%w\nno syncnode answers at %s: start one, check the NATS user's permissions, or pass --offline to change the store directly", err, o.url)
+	}
+	return err
+}
 
+type checkpointArgs struct {
+	partition, name       string
+	sources               []string
+	ownerEpoch, watermark *int64
+	listOne, asJSON       bool
+}
+
+func optional(set bool, v int64) *int64 {
+	if !set {
+		return nil
+	}
+	return &v
+}
+
+// runCheckpointOp runs one subcommand against the admin API: a running
+// node's, or an offline one over the store.
+func runCheckpointOp(ctx context.Context, api admin.API, sub string, a checkpointArgs, stdout io.Writer) error {
 	switch sub {
 	case "list":
-		var parts []string
-		if set["partition"] {
-			parts = []string{*partition}
+		var req admin.CheckpointsRequest
+		if a.listOne {
+			req.Partition = &a.partition
 		}
-		cps, err := env.store.Checkpoints(ctx, parts...)
+		res, err := api.Checkpoints(ctx, req)
 		if err != nil {
 			return err
 		}
-		return printCheckpoints(stdout, cps, *asJSON)
+		return printCheckpoints(stdout, res.Checkpoints, a.asJSON)
 	case "declare":
-		cp, err := g.Declare(ctx, *partition, *name)
+		cp, err := api.CheckpointDeclare(ctx, admin.DeclareRequest{Partition: a.partition, Name: a.name})
 		if err != nil {
 			return err
 		}
-		return printCheckpoints(stdout, []storage.Checkpoint{cp}, *asJSON)
+		return printCheckpoints(stdout, []admin.Checkpoint{cp}, a.asJSON)
 	case "activate":
-		key := g.Key(*partition, *name)
-		cps, err := env.store.Checkpoints(ctx, *partition)
+		res, err := api.CheckpointActivate(ctx, admin.ActivateRequest{Partition: a.partition, Name: a.name, Sources: a.sources,
+			OwnerEpoch: a.ownerEpoch, Watermark: a.watermark})
 		if err != nil {
 			return err
 		}
-		// Owner epoch and watermark default to the stored row's (0 when
-		// there is none, which the store refuses as undeclared).
-		p := storage.CheckpointActivateParams{CheckpointKey: key, Sources: splitList(*sources)}
-		for _, c := range cps {
-			if c.CheckpointKey == key {
-				p.OwnerEpoch, p.Watermark = c.OwnerEpoch, c.Watermark
-			}
-		}
-		if set["owner-epoch"] {
-			p.OwnerEpoch = *ownerEpoch
-		}
-		if set["watermark"] {
-			p.Watermark = *watermark
-		}
-		out, err := g.Activate(ctx, p)
-		if err != nil {
-			return err
-		}
-		if out != storage.ActivateActivated {
-			why := "a source table changed above the watermark: run the backfill again"
-			if out == storage.ActivateUnverifiable {
-				why = "pruning passed the watermark, so the window cannot be checked: run the backfill again"
-			}
-			return fmt.Errorf("checkpoint %s not activated: %s (%s)", key, out, why)
-		}
-		fmt.Fprintf(stdout, "activated %s at watermark %d\n", key, p.Watermark)
+		fmt.Fprintf(stdout, "activated %s/%s at watermark %d\n", res.Partition, res.Name, res.Watermark)
 		return nil
 	case "gate":
-		st, err := env.store.GateRead(ctx, *partition, env.version)
+		g, err := api.Gate(ctx, admin.PartitionRequest{Partition: a.partition})
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(st)
+		if a.asJSON {
+			return json.NewEncoder(stdout).Encode(g)
 		}
-		fmt.Fprintf(stdout, "schema version %d (revision %d)\n", st.SchemaVersion, st.SchemaRevision)
-		if st.Registered {
-			fmt.Fprintf(stdout, "log epoch      %s (gate revision %d)\n", st.LogEpoch, st.Revision)
+		fmt.Fprintf(stdout, "schema version %d (revision %d)\n", g.SchemaVersion, g.SchemaRevision)
+		if g.Registered {
+			fmt.Fprintf(stdout, "log epoch      %s (gate revision %d)\n", g.LogEpoch, g.Revision)
 		} else {
 			fmt.Fprintln(stdout, "log epoch      (partition not registered)")
 		}
-		if fence, ok, err := env.store.WriterFence(ctx, *partition); err != nil {
-			return err
-		} else if ok {
-			fmt.Fprintf(stdout, "writer fence   %d\n", fence)
+		if g.WriterFence != nil {
+			fmt.Fprintf(stdout, "writer fence   %d\n", *g.WriterFence)
 		}
-		if len(st.Pending) == 0 {
+		if len(g.Pending) == 0 {
 			fmt.Fprintln(stdout, "pending        none: every node serves the partition")
 		}
-		for _, p := range st.Pending {
+		for _, p := range g.Pending {
 			fmt.Fprintf(stdout, "pending        %s (%s): served only by processes that declared it\n", p.Name, p.State)
 		}
 		return nil
 	case "rotate-epoch":
-		p, err := g.RotateEpoch(ctx, *partition)
+		p, err := api.RotateEpoch(ctx, admin.PartitionRequest{Partition: a.partition})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "partition %q: new log epoch %s\n", p.ID, p.LogEpoch)
+		fmt.Fprintf(stdout, "partition %q: new log epoch %s\n", p.Partition, p.LogEpoch)
 		return nil
 	case "republish":
-		if env.noBus {
-			return errors.New("checkpoints republish: needs NATS (drop --no-nats or fix --nats)")
-		}
-		if err := g.Reconcile(ctx); err != nil {
+		if _, err := api.Republish(ctx); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "serve-gate tokens rebuilt from SQL")
 		return nil
 	}
-	return nil
+	return fmt.Errorf("checkpoints: unknown subcommand %q", sub)
 }
 
 // parseSubcommand parses an operator subcommand's flags, refusing
@@ -242,23 +252,12 @@ func splitList(s string) []string {
 	return out
 }
 
-func printCheckpoints(w io.Writer, cps []storage.Checkpoint, asJSON bool) error {
+func printCheckpoints(w io.Writer, cps []admin.Checkpoint, asJSON bool) error {
 	if asJSON {
-		type row struct {
-			Partition     string `json:"partition"`
-			Name          string `json:"name"`
-			SchemaVersion int32  `json:"schemaVersion"`
-			State         string `json:"state"`
-			OwnerEpoch    int64  `json:"ownerEpoch"`
-			Watermark     int64  `json:"watermark"`
-			ObservedRows  int64  `json:"observedRows"`
-			UpdatedAtMs   int64  `json:"updatedAtMs"`
+		if cps == nil {
+			cps = []admin.Checkpoint{}
 		}
-		out := make([]row, len(cps))
-		for i, c := range cps {
-			out[i] = row{c.Partition, c.Name, c.SchemaVersion, string(c.State), c.OwnerEpoch, c.Watermark, c.ObservedRows, c.UpdatedAtMs}
-		}
-		return json.NewEncoder(w).Encode(out)
+		return json.NewEncoder(w).Encode(cps)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tNAME\tVERSION\tSTATE\tOWNER EPOCH\tWATERMARK\tROWS\tUPDATED")
@@ -269,18 +268,103 @@ func printCheckpoints(w io.Writer, cps []storage.Checkpoint, asJSON bool) error 
 	return tw.Flush()
 }
 
-// opsFlags are the storage and NATS settings of an operator command.
+// opsFlags are the settings of an operator command: how to reach a
+// running node's admin API, or (offline) the node's storage.
 type opsFlags struct {
-	config, data, postgres, natsURL *string
-	noNATS                          *bool
+	config, data, postgres, natsURL  *string
+	natsUser, natsPassword, natsCred *string
+	timeout                          *time.Duration
+	offline, noNATS                  *bool
+
+	url   string // the NATS URL in use
+	noBus bool   // offline without NATS
 }
 
 func (o *opsFlags) define(fs *flag.FlagSet) {
 	o.config = fs.String("config", "", "the node's config file (TOML); default $SYNCNODE_CONFIG")
-	o.data = fs.String("data", "", "data directory (the SQLite file)")
-	o.postgres = fs.String("postgres", "", "PostgreSQL URL")
-	o.natsURL = fs.String("nats", "", "NATS URL for tokens and events")
-	o.noNATS = fs.Bool("no-nats", false, "change SQL only")
+	o.data = fs.String("data", "", "data directory (the SQLite file); with --offline")
+	o.postgres = fs.String("postgres", "", "PostgreSQL URL; with --offline")
+	o.natsURL = fs.String("nats", "", "NATS URL of the node")
+	o.natsUser = fs.String("nats-user", "", "NATS user")
+	o.natsPassword = fs.String("nats-password", "", "NATS password (default $SYNCNODE_NATS_PASSWORD)")
+	o.natsCred = fs.String("nats-creds", "", "NATS credentials file")
+	o.timeout = fs.Duration("timeout", admin.DefaultClientTimeout, "bound each admin request")
+	o.offline = fs.Bool("offline", false, "open the store directly instead of asking a running node")
+	o.noNATS = fs.Bool("no-nats", false, "with --offline (implied): change SQL only")
+}
+
+// natsOptions are the connection options of the flags.
+func (o *opsFlags) natsOptions() ([]nats.Option, error) {
+	opts := []nats.Option{nats.Name("syncnode-cli"), nats.Timeout(2 * time.Second), nats.MaxReconnects(0)}
+	password := *o.natsPassword
+	if password == "" {
+		password = os.Getenv("SYNCNODE_NATS_PASSWORD")
+	}
+	switch {
+	case *o.natsCred != "" && *o.natsUser != "":
+		return nil, errors.New("--nats-creds and --nats-user are exclusive")
+	case *o.natsCred != "":
+		opts = append(opts, nats.UserCredentials(*o.natsCred))
+	case *o.natsUser != "":
+		opts = append(opts, nats.UserInfo(*o.natsUser, password))
+	}
+	return opts, nil
+}
+
+// api returns the admin API the command runs against: a running node's
+// over NATS, or with --offline one over the store the flags name.
+func (o *opsFlags) api(ctx context.Context, stderr io.Writer) (admin.API, func(), error) {
+	c, err := o.loadConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	o.url = *o.natsURL
+	if o.url == "" {
+		o.url = defaultNATSURL(c)
+	}
+	if *o.offline || *o.noNATS {
+		env, err := o.open(ctx, c, stderr)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := admin.New(admin.Config{Store: env.store, Gate: env.gate})
+		if err != nil {
+			env.close()
+			return nil, nil, err
+		}
+		return a, env.close, nil
+	}
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(o.url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("no node reachable: NATS at %s: %w\nstart the node, or pass --offline to change the store directly", o.url, err)
+	}
+	return admin.NewClient(nc, *o.timeout), nc.Close, nil
+}
+
+// loadConfig reads the node's configuration: defaults, file, environment.
+func (o *opsFlags) loadConfig() (config, error) {
+	c := defaultConfig()
+	path := *o.config
+	if path == "" {
+		path = os.Getenv("SYNCNODE_CONFIG")
+	}
+	if path != "" {
+		if _, err := toml.DecodeFile(path, &c); err != nil {
+			return config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	for _, ev := range envVars {
+		if v := os.Getenv(ev.name); v != "" {
+			if err := ev.set(&c, v); err != nil {
+				return config{}, &fieldError{Field: ev.name, Reason: err.Error()}
+			}
+		}
+	}
+	return c, nil
 }
 
 // opsEnv is an open store and a gate on it, bound to KV when reachable.
@@ -289,7 +373,6 @@ type opsEnv struct {
 	gate    *gate.Gate
 	version int32
 	nc      *nats.Conn
-	noBus   bool
 }
 
 func (e *opsEnv) close() {
@@ -299,34 +382,35 @@ func (e *opsEnv) close() {
 	_ = e.store.Close()
 }
 
-// open reads the node's configuration (defaults, file, environment, then
-// these flags), opens its store and a gate for the stored schema
-// version. A NATS that cannot be reached leaves the command on SQL alone,
-// with a warning.
-func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) {
-	c, st, m, err := o.openStore(ctx)
+// open opens the store of the node's configuration c (with these flags
+// applied) and a gate for the stored schema version. A NATS that cannot
+// be reached leaves the command on SQL alone, with a warning.
+func (o *opsFlags) open(ctx context.Context, c config, stderr io.Writer) (*opsEnv, error) {
+	st, m, err := o.openStore(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	env := &opsEnv{store: st, version: m.Version, noBus: *o.noNATS}
+	env := &opsEnv{store: st, version: m.Version}
+	o.noBus = *o.noNATS
 	gc := gate.Config{Store: st, Schema: &schema.Schema{Version: m.Version}, Node: "syncnode-cli",
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if !env.noBus {
-		url := *o.natsURL
-		if url == "" {
-			url = defaultNATSURL(c)
+	if !o.noBus {
+		opts, err := o.natsOptions()
+		if err != nil {
+			st.Close()
+			return nil, err
 		}
-		nc, err := nats.Connect(url, nats.Name("syncnode-cli"), nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+		nc, err := nats.Connect(o.url, opts...)
 		var js jetstream.JetStream
 		if err == nil {
 			js, err = jetstream.New(nc)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "warning: NATS at %s unreachable (%v): changing SQL only; run \"syncnode checkpoints republish\" once it is back\n", url, err)
+			fmt.Fprintf(stderr, "warning: NATS at %s unreachable (%v): changing SQL only; run \"syncnode checkpoints republish\" once it is back\n", o.url, err)
 			if nc != nil {
 				nc.Close()
 			}
-			env.noBus = true
+			o.noBus = true
 		} else {
 			env.nc, gc.Conn, gc.JetStream = nc, nc, js
 		}
@@ -335,37 +419,20 @@ func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) 
 		env.close()
 		return nil, err
 	}
-	if !env.noBus {
+	if !o.noBus {
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := env.gate.Bind(bctx); err != nil {
 			fmt.Fprintf(stderr, "warning: serve-gate bucket unavailable (%v): changing SQL only\n", err)
-			env.noBus = true
+			o.noBus = true
 		}
 	}
 	return env, nil
 }
 
-// openStore reads the node's configuration (defaults, file, environment,
-// then these flags) and opens its store, which must hold a schema.
-func (o *opsFlags) openStore(ctx context.Context) (config, storage.Store, storage.SchemaMarker, error) {
-	c := defaultConfig()
-	path := *o.config
-	if path == "" {
-		path = os.Getenv("SYNCNODE_CONFIG")
-	}
-	if path != "" {
-		if _, err := toml.DecodeFile(path, &c); err != nil {
-			return c, nil, storage.SchemaMarker{}, fmt.Errorf("config file %s: %w", path, err)
-		}
-	}
-	for _, ev := range envVars {
-		if v := os.Getenv(ev.name); v != "" {
-			if err := ev.set(&c, v); err != nil {
-				return c, nil, storage.SchemaMarker{}, &fieldError{Field: ev.name, Reason: err.Error()}
-			}
-		}
-	}
+// openStore opens the store of the node's configuration c (with these
+// flags applied), which must hold a schema.
+func (o *opsFlags) openStore(ctx context.Context, c config) (storage.Store, storage.SchemaMarker, error) {
 	if *o.data != "" {
 		c.DataDir = *o.data
 	}
@@ -381,12 +448,12 @@ func (o *opsFlags) openStore(ctx context.Context) (config, storage.Store, storag
 	} else {
 		dbPath := filepath.Join(c.DataDir, "syncnode.db")
 		if _, serr := os.Stat(dbPath); serr != nil {
-			return c, nil, storage.SchemaMarker{}, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
+			return nil, storage.SchemaMarker{}, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
 		}
 		st, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: dbPath})
 	}
 	if err != nil {
-		return c, nil, storage.SchemaMarker{}, err
+		return nil, storage.SchemaMarker{}, err
 	}
 	m, ok, err := st.SchemaMarker(ctx)
 	if err != nil || !ok {
@@ -394,9 +461,9 @@ func (o *opsFlags) openStore(ctx context.Context) (config, storage.Store, storag
 		if err == nil {
 			err = errors.New("no schema is installed: start a node first")
 		}
-		return c, nil, m, err
+		return nil, m, err
 	}
-	return c, st, m, nil
+	return st, m, nil
 }
 
 // defaultNATSURL is where the node's NATS listens: the first external

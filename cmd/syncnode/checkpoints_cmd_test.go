@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/poll"
@@ -152,5 +156,76 @@ func TestCheckpointsCommand(t *testing.T) {
 	cps, err := n.Store.Checkpoints(ctx, "acme")
 	if err != nil || len(cps) != 2 || cps[0].Name != "offline" || cps[0].State != storage.CheckpointDeclared {
 		t.Fatalf("checkpoints after an offline declaration: %+v, %v", cps, err)
+	}
+}
+
+// TestCheckpointsThroughAdminAPI: against a running node the commands go
+// through its admin API (the store is never opened: --data names nothing),
+// as the operator user of the documented permissions; without a node
+// answering they say so and point at --offline, which opens the store.
+func TestCheckpointsThroughAdminAPI(t *testing.T) {
+	ctx := context.Background()
+	sch, err := loadSchema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(dataDir string, noAdmin bool) *node.Node {
+		n, err := node.Start(ctx, node.Config{
+			DataDir: dataDir, Schema: sch, Name: "cli-admin", HTTPAddr: "127.0.0.1:0", NoAdmin: noAdmin,
+			NATS: embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1", ConfigFile: "../../docs/nats-permissions.conf",
+				User: "syncnode", Password: "node-secret"},
+			Auth: httpapi.AuthenticatorFunc(nil),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := n.Stop(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		return n
+	}
+	n := start(t.TempDir(), false)
+	if _, err := n.Store.PartitionTouch(ctx, "acme", time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	nowhere := filepath.Join(t.TempDir(), "nothing-here")
+	remote := []string{"--nats", n.NATS.ClientURL(), "--nats-user", "operator", "--nats-password", "operator-secret", "--data", nowhere}
+	cp := func(args ...string) (string, error) {
+		return cli(t, append(append([]string{"checkpoints"}, args...), remote...)...)
+	}
+	if _, err := cp("declare", "--partition", "acme", "--name", "remote"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cp("list", "--json")
+	var listed []map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 1 || listed[0]["name"] != "remote" {
+		t.Fatalf("list through the admin API = %q, %v", out, err)
+	}
+	if _, err := os.Stat(nowhere); !os.IsNotExist(err) {
+		t.Fatalf("the command touched --data: %v", err)
+	}
+
+	// A wrong password: refused by the server.
+	_, err = cli(t, "checkpoints", "list", "--nats", n.NATS.ClientURL(), "--nats-user", "operator", "--nats-password", "wrong")
+	if err == nil || !strings.Contains(err.Error(), "--offline") {
+		t.Fatalf("wrong password = %v", err)
+	}
+
+	// A node without the admin API: the command says so; --offline opens
+	// the store.
+	dataDir := t.TempDir()
+	quiet := start(dataDir, true)
+	_, err = cli(t, "checkpoints", "list", "--nats", quiet.NATS.ClientURL(), "--nats-user", "operator", "--nats-password", "operator-secret")
+	if !errors.Is(err, admin.ErrNoNode) || !strings.Contains(err.Error(), "--offline") {
+		t.Fatalf("no admin API = %v", err)
+	}
+	out, err = cli(t, "checkpoints", "list", "--offline", "--data", dataDir, "--nats", quiet.NATS.ClientURL(),
+		"--nats-user", "syncnode", "--nats-password", "node-secret")
+	if err != nil || !strings.Contains(out, "PARTITION") {
+		t.Fatalf("--offline = %q, %v", out, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/rules"
 )
 
@@ -32,6 +33,8 @@ type config struct {
 	Limits    limitsConfig    `toml:"limits"`
 	Reactions reactionsConfig `toml:"reactions"`
 	Log       logConfig       `toml:"log"`
+	Admin     adminConfig     `toml:"admin"`
+	Hooks     hooksConfig     `toml:"hooks"`
 	TestMode  testModeConfig  `toml:"-"`
 }
 
@@ -51,6 +54,31 @@ type natsConfig struct {
 	URLs        []string `toml:"urls"`
 	Credentials string   `toml:"credentials"`
 	Domain      string   `toml:"domain"`
+	// User and Password authenticate the node's own connections when
+	// nats.conf has users (docs/bus.md, "Permissions").
+	User     string `toml:"user"`
+	Password string `toml:"password"`
+}
+
+type adminConfig struct {
+	// Enabled serves the admin API (the micro service "syncnode").
+	Enabled bool `toml:"enabled"`
+}
+
+// hooksConfig turns the host hooks over NATS on (package hooks).
+type hooksConfig struct {
+	Scopes   hookConfig `toml:"scopes"`
+	Validate hookConfig `toml:"validate"`
+	Token    hookConfig `toml:"token"`
+}
+
+type hookConfig struct {
+	Enabled bool     `toml:"enabled"`
+	Timeout duration `toml:"timeout"`
+	// CacheTTL (scopes, token) reuses an answer this long; "0s" asks on
+	// every request.
+	CacheTTL  duration `toml:"cache_ttl"`
+	CacheSize int      `toml:"cache_size"`
 }
 
 type storageConfig struct {
@@ -136,6 +164,12 @@ func defaultConfig() config {
 		},
 		Reactions: reactionsConfig{Enabled: true},
 		Log:       logConfig{Level: "info", Format: "text"},
+		Admin:     adminConfig{Enabled: true},
+		Hooks: hooksConfig{
+			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
+			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
+			Token:    hookConfig{Timeout: duration{hooks.DefaultTokenTimeout}, CacheTTL: duration{hooks.DefaultTokenCacheTTL}, CacheSize: hooks.DefaultCacheSize},
+		},
 	}
 }
 
@@ -210,6 +244,23 @@ func (c *config) validate() error {
 			bad("reactions."+name, "must not be negative")
 		}
 	}
+	if c.NATS.Password != "" && c.NATS.User == "" {
+		bad("nats.password", "needs nats.user")
+	}
+	for _, h := range []struct {
+		name string
+		c    hookConfig
+	}{{"scopes", c.Hooks.Scopes}, {"validate", c.Hooks.Validate}, {"token", c.Hooks.Token}} {
+		if h.c.Timeout.Duration <= 0 || h.c.Timeout.Duration > time.Minute {
+			bad("hooks."+h.name+".timeout", "%s is outside (0, 1m]", h.c.Timeout)
+		}
+		if h.c.CacheTTL.Duration < 0 {
+			bad("hooks."+h.name+".cache_ttl", "must not be negative (0s disables the cache)")
+		}
+		if h.c.CacheSize < 0 {
+			bad("hooks."+h.name+".cache_size", "must not be negative")
+		}
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -245,6 +296,8 @@ var envVars = []struct {
 	}},
 	{"SYNCNODE_POSTGRES_URL", func(c *config, v string) error { c.Storage.PostgresURL = v; return nil }},
 	{"SYNCNODE_JWT_SECRET", func(c *config, v string) error { c.Auth.JWTSecret = v; return nil }},
+	{"SYNCNODE_NATS_USER", func(c *config, v string) error { c.NATS.User = v; return nil }},
+	{"SYNCNODE_NATS_PASSWORD", func(c *config, v string) error { c.NATS.Password = v; return nil }},
 	{"SYNCNODE_LOG_LEVEL", func(c *config, v string) error { c.Log.Level = v; return nil }},
 }
 
@@ -317,4 +370,26 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 		return config{}, err
 	}
 	return c, nil
+}
+
+// hooks is the node's hook selection: the enabled hooks with their
+// deadlines and caches (a zero cache_ttl disables the cache).
+func (h hooksConfig) hooks() hooks.Config {
+	ttl := func(d duration) time.Duration {
+		if d.Duration == 0 {
+			return -1
+		}
+		return d.Duration
+	}
+	var out hooks.Config
+	if h.Scopes.Enabled {
+		out.Scopes = &hooks.ScopesConfig{Timeout: h.Scopes.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Scopes.CacheTTL), Size: h.Scopes.CacheSize}}
+	}
+	if h.Validate.Enabled {
+		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration}
+	}
+	if h.Token.Enabled {
+		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Token.CacheTTL), Size: h.Token.CacheSize}}
+	}
+	return out
 }

@@ -94,7 +94,11 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		*limit = storage.MaxReactionBatch
 	}
 
-	c, st, _, err := o.openStore(ctx)
+	c, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	st, _, err := o.openStore(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		authn    httpapi.Authenticator = loadfix.Auth()
 		devToken string
 	)
-	if !cfg.TestMode.LoadFixture {
+	switch {
+	case cfg.Hooks.Token.Enabled:
+		authn = nil // the token hook verifies bearer tokens
+	case !cfg.TestMode.LoadFixture:
 		if authn, devToken, err = buildAuth(cfg, time.Now()); err != nil {
 			return err
 		}
@@ -93,6 +96,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		natsCfg.Domain = cfg.NATS.Domain
 	}
 
+	natsCfg.User, natsCfg.Password = cfg.NATS.User, cfg.NATS.Password
+
 	var routes func(context.Context, *node.Node, http.Handler) (http.Handler, func(context.Context) error, error)
 	if testMode {
 		routes = testModeRoutes(cfg.TestMode, cfg.DataDir, cfg.HTTP.MaxRequestBytes, log)
@@ -107,6 +112,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PostgresURL:           cfg.Storage.PostgresURL,
 		SQLiteSynchronous:     cfg.Storage.SQLiteSynchronous,
 		Auth:                  authn,
+		Hooks:                 cfg.Hooks.hooks(),
+		NoAdmin:               !cfg.Admin.Enabled,
+		Version:               buildVersion(),
 		MaxOperations:         cfg.Limits.MaxOperationsPerRequest,
 		InlineSegmentMaxBytes: cfg.Limits.InlineSegmentMaxBytes,
 		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
@@ -124,7 +132,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		storeDesc = "PostgreSQL"
 	}
 	log.Info("syncnode started", "version", buildVersion(), "http", n.URL(), "nats", n.NATS.ClientURL(),
-		"storage", storeDesc, "schemaVersion", sch.Version, "tables", len(sch.Tables))
+		"storage", storeDesc, "schemaVersion", sch.Version, "tables", len(sch.Tables), "admin", cfg.Admin.Enabled, "hooks", n.Hooks.Names())
 	if devToken != "" {
 		fmt.Fprintf(stderr, `
 WARNING: development authentication. No auth.jwt_secret or public key is

@@ -67,6 +67,12 @@ func WithDontListen() Option {
 	return func(o *options) { o.cfg.DontListen = true }
 }
 
+// WithUser authenticates the node's connections as user (a nats.conf
+// with users).
+func WithUser(user, password string) Option {
+	return func(o *options) { o.cfg.User, o.cfg.Password = user, password }
+}
+
 // WithLogger routes the server's log to logger (default: warnings and
 // errors to the test log).
 func WithLogger(logger *slog.Logger) Option {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
@@ -259,6 +260,39 @@ func (s *Store) ClientGet(ctx context.Context, partition, clientID string) (stor
 		cl.Subscriptions = []byte(*subs)
 	}
 	return cl, true, nil
+}
+
+// ClientList implements storage.Admin.
+func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]storage.Client, error) {
+	if err := admincore.CheckClientListLimit(p.Limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT client_id, `+clientCols+` FROM sync_clients
+		WHERE partition = $1 AND client_id COLLATE "C" > $2 ORDER BY client_id COLLATE "C" LIMIT $3`, p.Partition, p.AfterClientID, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list clients: %w", err)
+	}
+	defer rows.Close()
+	out := make([]storage.Client, 0, min(p.Limit, 1024))
+	for rows.Next() {
+		cl := storage.Client{Partition: p.Partition}
+		var (
+			wire int32
+			subs *string
+		)
+		if err := rows.Scan(&cl.ClientID, &cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs); err != nil {
+			return nil, fmt.Errorf("list clients: %w", err)
+		}
+		cl.WireVersion = uint16(wire)
+		if subs != nil {
+			cl.Subscriptions = []byte(*subs)
+		}
+		out = append(out, cl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list clients: %w", err)
+	}
+	return out, nil
 }
 
 // ClientPut implements storage.Store.

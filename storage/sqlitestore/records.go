@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
@@ -106,6 +107,38 @@ func (s *Store) ClientGet(ctx context.Context, partition, clientID string) (stor
 		cl.Subscriptions = subs
 	}
 	return cl, true, nil
+}
+
+// ClientList implements storage.Admin on a reader connection.
+func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]storage.Client, error) {
+	if err := admincore.CheckClientListLimit(p.Limit); err != nil {
+		return nil, err
+	}
+	out := make([]storage.Client, 0, min(p.Limit, 1024))
+	err := s.withReader(ctx, func(c *conn) error {
+		rows, err := c.query(ctx, `SELECT client_id, `+clientCols+` FROM sync_clients
+			WHERE partition = ? AND client_id > ? ORDER BY client_id LIMIT ?`, p.Partition, p.AfterClientID, p.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			cl := storage.Client{Partition: p.Partition}
+			var subs []byte
+			if err := rows.Scan(&cl.ClientID, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs); err != nil {
+				return err
+			}
+			if subs != nil {
+				cl.Subscriptions = subs
+			}
+			out = append(out, cl)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list clients: %w", err)
+	}
+	return out, nil
 }
 
 // ClientPut implements storage.Store.

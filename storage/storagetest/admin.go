@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +18,50 @@ var adminTests = []test{
 	{"RowSeedAllOrNothing", testRowSeedAllOrNothing},
 	{"PartitionWipe", testPartitionWipe},
 	{"PruneLiteralZeros", testPruneLiteral},
+	{"ClientListPages", testClientList},
+}
+
+func testClientList(t *testing.T, e *env) {
+	s, _ := e.store()
+	p, other := partition(t, s), partition(t, s)
+	ctx := t.Context()
+	ids := []string{"c2", "C1", "c10", "c1", "é"}
+	for i, id := range ids {
+		check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: id, ActorID: "a" + id, WireVersion: 2, Cursor: int64(i), UpdatedAtMs: int64(100 + i),
+			Subscriptions: json.RawMessage(`[{"id":"s"}]`)}))
+	}
+	check(t, s.ClientPut(ctx, storage.Client{Partition: other.ID, ClientID: "c0", ActorID: "x", WireVersion: 1}))
+	want := slices.Clone(ids)
+	slices.Sort(want) // bytewise
+	for _, page := range []int{1, 2, 100} {
+		var got []string
+		after := ""
+		for {
+			cs, err := s.ClientList(ctx, storage.ClientListParams{Partition: p.ID, AfterClientID: after, Limit: page})
+			check(t, err)
+			for _, c := range cs {
+				got = append(got, c.ClientID)
+				if c.Partition != p.ID || c.ActorID != "a"+c.ClientID || string(c.Subscriptions) != `[{"id":"s"}]` || c.WireVersion != 2 {
+					t.Fatalf("listed client %+v", c)
+				}
+			}
+			if len(cs) < page {
+				break
+			}
+			after = cs[len(cs)-1].ClientID
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("page %d: clients %q, want %q", page, got, want)
+		}
+	}
+	cs, err := s.ClientList(ctx, storage.ClientListParams{Partition: "never-registered", Limit: 10})
+	if err != nil || len(cs) != 0 {
+		t.Fatalf("unregistered partition: %v, %v", cs, err)
+	}
+	for _, limit := range []int{0, -1, storage.MaxClientListLimit + 1} {
+		_, err := s.ClientList(ctx, storage.ClientListParams{Partition: p.ID, Limit: limit})
+		wantCode(t, err, ssp2.CodeStorageInvalidLimit)
+	}
 }
 
 func listAll(t *testing.T, s storage.Store, partition, table string, page int) []storage.Row {

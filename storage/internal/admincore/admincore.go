@@ -18,6 +18,15 @@ func CheckListLimit(limit int) error {
 	return nil
 }
 
+// CheckClientListLimit refuses a ClientList limit outside
+// 1..storage.MaxClientListLimit.
+func CheckClientListLimit(limit int) error {
+	if limit < 1 || limit > storage.MaxClientListLimit {
+		return ssp2.Errorf(ssp2.CodeStorageInvalidLimit, "client list limit %d outside 1..%d", limit, storage.MaxClientListLimit)
+	}
+	return nil
+}
+
 // CheckSeedCount refuses a negative seed count.
 func CheckSeedCount(n int) error {
 	if n < 0 {

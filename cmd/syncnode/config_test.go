@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parseConfigFile(t *testing.T, body string) (config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "syncnode.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return parseServeFlags(fs, []string{"--config", path}, func(string) string { return "" })
+}
+
+// TestHooksConfig: [hooks], [admin] and the node's NATS user reach the
+// node's configuration; bad values are refused with the field's name.
+func TestHooksConfig(t *testing.T) {
+	c, err := parseConfigFile(t, `
+[nats]
+user = "syncnode"
+password = "node-secret"
+
+[admin]
+enabled = false
+
+[hooks.scopes]
+enabled = true
+timeout = "100ms"
+cache_ttl = "0s"
+
+[hooks.validate]
+enabled = true
+
+[hooks.token]
+enabled = true
+cache_ttl = "5s"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.User != "syncnode" || c.NATS.Password != "node-secret" || c.Admin.Enabled {
+		t.Errorf("nats/admin = %+v, %+v", c.NATS, c.Admin)
+	}
+	h := c.Hooks.hooks()
+	if h.Scopes == nil || h.Scopes.Timeout != 100*time.Millisecond || h.Scopes.Cache.TTL >= 0 {
+		t.Errorf("scopes hook = %+v (cache_ttl 0s must disable the cache)", h.Scopes)
+	}
+	if h.Validate == nil || h.Validate.Timeout != 500*time.Millisecond {
+		t.Errorf("validate hook = %+v", h.Validate)
+	}
+	if h.Token == nil || h.Token.Cache.TTL != 5*time.Second {
+		t.Errorf("token hook = %+v", h.Token)
+	}
+
+	d := defaultConfig()
+	if !d.Admin.Enabled {
+		t.Error("the admin API is off by default")
+	}
+	if h := d.Hooks.hooks(); h.Scopes != nil || h.Validate != nil || h.Token != nil {
+		t.Errorf("hooks on by default: %+v", h)
+	}
+
+	for _, tc := range []struct{ body, field string }{
+		{"[hooks.scopes]\ntimeout = \"0s\"", "hooks.scopes.timeout"},
+		{"[hooks.token]\ncache_ttl = \"-1s\"", "hooks.token.cache_ttl"},
+		{"[hooks.validate]\ntimeout = \"2m\"", "hooks.validate.timeout"},
+		{"[nats]\npassword = \"x\"", "nats.password"},
+	} {
+		_, err := parseConfigFile(t, tc.body)
+		var fe *fieldError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%q: err = %v, want a field error on %s", tc.body, err, tc.field)
+		}
+	}
+	if _, err := parseConfigFile(t, "[hooks.scopes]\nenable = true"); err == nil || !strings.Contains(err.Error(), "hooks.scopes.enable") {
+		t.Errorf("a misspelt key: %v", err)
+	}
+}

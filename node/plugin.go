@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncnode/syncnode/admin"
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/hooks"
+	"github.com/syncnode/syncnode/httpapi"
+)
+
+// startHooks builds the configured host hooks and returns the request
+// authenticator and the whole-commit validator with them in place: the
+// token hook authenticates, the scopes hook replaces the identity's
+// resolver, and the validate hook runs after the host's own validator.
+func (n *Node) startHooks(cfg Config, reg *prometheus.Registry) (httpapi.Authenticator, engine.CommitValidator, error) {
+	m, err := hooks.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hook metrics: %w", err)
+	}
+	clock := msClock(cfg.Now)
+	if n.Hooks, err = hooks.New(n.NATS.Conn(), cfg.Hooks, m, clock); err != nil {
+		return nil, nil, err
+	}
+	authn := cfg.Auth
+	if n.Hooks.Tokens != nil {
+		authn = n.Hooks.Tokens
+	}
+	if sc := n.Hooks.Scopes; sc != nil {
+		inner := authn
+		authn = httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
+			id, err := inner.Authenticate(r)
+			id.Scopes = sc
+			return id, err
+		})
+	}
+	cv := cfg.CommitValidator
+	if v := n.Hooks.Validator; v != nil {
+		cv = engine.ChainCommitValidators(cv, v.Validate)
+	}
+	return authn, cv, nil
+}
+
+// startAdmin serves the admin API on a connection of its own.
+func (n *Node) startAdmin(ctx context.Context, cfg Config) error {
+	nc, err := n.NATS.Connect()
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	n.adminConn = nc
+	storage := "sqlite"
+	if cfg.PostgresURL != "" {
+		storage = "postgres"
+	}
+	if n.Admin, err = admin.New(admin.Config{
+		Conn: nc, Node: cfg.Name, Version: cfg.Version, Storage: storage, Hooks: n.Hooks.Names(),
+		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(),
+		Ready: n.ready, Clock: msClock(cfg.Now), Logger: cfg.Logger.With("component", "admin"),
+	}); err != nil {
+		return err
+	}
+	if err := n.Admin.Start(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// msClock adapts the node's millisecond clock.
+type msClock func() int64
+
+func (c msClock) Now() time.Time { return time.UnixMilli(c()) }
