@@ -113,6 +113,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Segment", segmentTests},
 		{"Admin", adminTests},
 		{"Gate", gateTests},
+		{"Columns", columnTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

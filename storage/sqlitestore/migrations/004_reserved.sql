@@ -1,0 +1,4 @@
+-- 004: reserved for the reactions tables, which another branch adds under
+-- this number. This placeholder keeps the numbering dense until then and
+-- is deleted when that branch merges. Numbers match
+-- storage/pgstore/migrations.
