@@ -84,7 +84,7 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 	}
 	return &tableSQL{
 		byColumn: byColumn,
-		t: t,
+		t:        t,
 		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s WHERE %s RETURNING %s",
 			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
@@ -269,6 +269,7 @@ func (t *tx) RowScanByColumn(ctx context.Context, p storage.ColumnScanParams) ([
 	}
 	return out, nil
 }
+
 // RowDelete implements storage.Tx.
 func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	if err := t.check(); err != nil {
