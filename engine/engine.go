@@ -81,6 +81,19 @@ type Config struct {
 	// Mergers merge crdt columns by crdtType (SPEC.md §5.10). A crdt value
 	// pushed for a type without a merger fails with sync.crdt_merge_failed.
 	Mergers map[string]CrdtMerger
+
+	// WireWindow is the range of wire versions served (default
+	// DefaultWireWindow, 1 through 3); a request of another version is
+	// refused as sync.invalid_request before anything is read (SPEC.md
+	// §9). Version 3 pushes are sparse (v3push.go); every version reads
+	// and writes one stored state, so clients of different versions
+	// converge.
+	WireWindow ssp2.WireWindow
+	// CascadeLimit caps the operations reference enforcement may append
+	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
+	// is refused whole with sync.reference_violation, reason
+	// cascade_limit.
+	CascadeLimit int
 }
 
 // CrdtMerger merges an incoming CRDT update into the stored state (nil
@@ -128,7 +141,14 @@ type Metrics struct {
 const (
 	DefaultMaxOperations         = 500
 	DefaultInlineSegmentMaxBytes = 256 << 10
+	DefaultCascadeLimit          = 1000
 )
+
+// DefaultWireWindow serves wire versions 1, 2 and 3. Version 1 stays by
+// default: it is version 2 without the log epoch, over the same stored
+// state, and clients that speak it still exist; a deployment that wants
+// them gone sets Min to 2.
+var DefaultWireWindow = ssp2.WireWindow{Min: 1, Max: 3}
 
 // New validates cfg and returns an Engine.
 func New(cfg Config) (*Engine, error) {
@@ -152,6 +172,18 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.InlineSegmentMaxBytes == 0 {
 		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
+	}
+	if cfg.WireWindow == (ssp2.WireWindow{}) {
+		cfg.WireWindow = DefaultWireWindow
+	}
+	if err := cfg.WireWindow.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: WireWindow: %w", err)
+	}
+	if cfg.CascadeLimit == 0 {
+		cfg.CascadeLimit = DefaultCascadeLimit
+	}
+	if cfg.CascadeLimit < 1 {
+		return nil, fmt.Errorf("engine: CascadeLimit %d must be positive", cfg.CascadeLimit)
 	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
@@ -211,7 +243,7 @@ func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer
 }
 
 func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
-	req, err := ssp2.DecodeRequest(body)
+	req, err := ssp2.DecodeRequestWindow(body, e.cfg.WireWindow)
 	if err != nil {
 		return err
 	}
