@@ -23,7 +23,7 @@ const taskSchema = `{"version":1,"tables":[{"name":"tasks","columns":[
 // harness is an engine over a real SQLite store in a temp dir, with a
 // controllable clock.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	e       *Engine
 	store   storage.Store
 	schema  *schema.Schema
@@ -37,7 +37,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 }
 
 // openSQLite opens a store on a SQLite file of the test.
-func openSQLite(t *testing.T) storage.Store {
+func openSQLite(t testing.TB) storage.Store {
 	t.Helper()
 	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
 	if err != nil {
@@ -48,7 +48,7 @@ func openSQLite(t *testing.T) storage.Store {
 }
 
 // newHarnessOn is an engine over st serving the schema IR doc.
-func newHarnessOn(t *testing.T, st storage.Store, doc string, mod func(*Config)) *harness {
+func newHarnessOn(t testing.TB, st storage.Store, doc string, mod func(*Config)) *harness {
 	t.Helper()
 	s, err := schema.Parse([]byte(doc))
 	if err != nil {

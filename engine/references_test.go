@@ -37,7 +37,7 @@ type refs struct {
 	*v3
 }
 
-func newRefs(t *testing.T, open func(*testing.T) storage.Store, mod func(*Config)) *refs {
+func newRefs(t testing.TB, open func(testing.TB) storage.Store, mod func(*Config)) *refs {
 	t.Helper()
 	return &refs{newV3(t, open, refSchema, "folders", mod)}
 }
@@ -91,7 +91,7 @@ func (h *refs) exists(table, rowID string) bool {
 }
 
 func TestReferencesMissingParent(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newRefs(t, open, nil)
 		h.violation(1, reasonMissingParent, []string{"folder_id"}, map[string]string{"parent": "folders", "row": "F9"},
 			h.put("folders", map[string]any{"id": "F1"}), h.put("docs", map[string]any{"id": "D1", "folder_id": "F9"}))
@@ -112,7 +112,7 @@ func TestReferencesMissingParent(t *testing.T) {
 }
 
 func TestReferencesOnDelete(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newRefs(t, open, nil)
 		h.applied(3, alice, "c",
 			h.put("folders", map[string]any{"id": "F1"}), h.put("folders", map[string]any{"id": "F2"}),
@@ -171,7 +171,7 @@ func TestReferencesOnDelete(t *testing.T) {
 }
 
 func TestReferencesCascadeLimit(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newRefs(t, open, func(c *Config) { c.CascadeLimit = 3 })
 		ops := []ssp2.Operation{h.put("folders", map[string]any{"id": "F1"}), h.put("folders", map[string]any{"id": "F2"})}
 		for i := range 3 {

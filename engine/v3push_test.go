@@ -33,12 +33,12 @@ func setMerger(stored, incoming []byte) ([]byte, error) {
 
 // forStores runs f on SQLite and on PostgreSQL (skipped without
 // SYNCNODE_TEST_POSTGRES_URL unless CI requires it).
-func forStores(t *testing.T, f func(t *testing.T, open func(t *testing.T) storage.Store)) {
+func forStores(t *testing.T, f func(t *testing.T, open func(testing.TB) storage.Store)) {
 	t.Run("sqlite", func(t *testing.T) { f(t, openSQLite) })
 	t.Run("postgres", func(t *testing.T) { f(t, openPostgres) })
 }
 
-func openPostgres(t *testing.T) storage.Store {
+func openPostgres(t testing.TB) storage.Store {
 	t.Helper()
 	url, sch := pgtest.Schema(t)
 	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: sch})
@@ -57,7 +57,7 @@ type v3 struct {
 	n     int // commit ids
 }
 
-func newV3(t *testing.T, open func(t *testing.T) storage.Store, doc, table string, mod func(*Config)) *v3 {
+func newV3(t testing.TB, open func(testing.TB) storage.Store, doc, table string, mod func(*Config)) *v3 {
 	t.Helper()
 	h := newHarnessOn(t, open(t), doc, func(c *Config) {
 		c.Mergers = map[string]CrdtMerger{"set": setMerger}
@@ -243,7 +243,7 @@ func seed(h *v3) {
 }
 
 func TestV3DisjointAndOverlappingPatches(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newV3(t, open, notesSchema, "notes", nil)
 		seed(h)
 		tb := h.table
@@ -275,7 +275,7 @@ func TestV3DisjointAndOverlappingPatches(t *testing.T) {
 }
 
 func TestV3ExistingRowRules(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newV3(t, open, notesSchema, "notes", nil)
 		seed(h)
 		tb := h.table
@@ -302,7 +302,7 @@ func TestV3ExistingRowRules(t *testing.T) {
 }
 
 func TestV3AbsentRowAndTombstones(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newV3(t, open, notesSchema, "notes", nil)
 		tb := h.table
 		whole := func(id, title string) []byte {
@@ -354,7 +354,7 @@ func TestV3AbsentRowAndTombstones(t *testing.T) {
 }
 
 func TestV2AndV3OnOneRow(t *testing.T) {
-	forStores(t, func(t *testing.T, open func(*testing.T) storage.Store) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		h := newV3(t, open, notesSchema, "notes", nil)
 		seed(h)
 		tb := h.table
