@@ -9,6 +9,12 @@
 // commit order, one section per subscription in request order — and
 // finally the client record.
 //
+// A commit's operations are staged in the semantics of the request's wire
+// version — full rows and per-row conflicts below 3, sparse rows and
+// per-column conflicts at 3, over one stored state (v3push.go) — then its
+// declared references are enforced (references.go) and its whole-commit
+// validator runs.
+//
 // A failure found before the response starts is returned to the transport
 // as an *ssp2.Error with nothing written, so HTTP can answer it as JSON
 // with its status. Once the response has started, failures are written
