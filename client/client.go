@@ -52,6 +52,10 @@ type Config struct {
 	AcceptEncoding string
 	// MaxRounds bounds SyncUntilIdle (default 10 000).
 	MaxRounds int
+	// WireVersion is the SSP2 wire version spoken: 3 (the default) pushes
+	// sparse rows of the columns a write changes and reports conflicts per
+	// column; 2 pushes full rows, for servers that do not speak 3.
+	WireVersion uint16
 }
 
 // PullOptions are the PULL_HEADER fields (SPEC.md §4.2). Zero limits ask
@@ -71,6 +75,7 @@ const (
 	DefaultMaxOperations  = 500
 	DefaultAcceptEncoding = "zstd, gzip"
 	DefaultMaxRounds      = 10_000
+	DefaultWireVersion    = 3
 )
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -92,6 +97,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = DefaultMaxRounds
+	}
+	if c.WireVersion == 0 {
+		c.WireVersion = DefaultWireVersion
 	}
 	return c
 }
@@ -123,11 +131,14 @@ func (c Config) Validate() error {
 	if c.MaxRounds < 1 {
 		bad("MaxRounds", "%d must be positive", c.MaxRounds)
 	}
+	if c.WireVersion != 2 && c.WireVersion != 3 {
+		bad("WireVersion", "%d is not 2 or 3", c.WireVersion)
+	}
 	return errors.Join(errs...)
 }
 
-// Client is an SSP2 client (wire version 2) with a local replica and an
-// outbox. Reads (Rows, Row, Count, Pending, Subscriptions) and Commit are
+// Client is an SSP2 client (wire version 3, or 2) with a local replica
+// and an outbox. Reads (Rows, Row, Count, Pending, Subscriptions) and Commit are
 // safe to call concurrently with each other and with Sync; rounds run one
 // at a time.
 type Client struct {
@@ -197,6 +208,11 @@ func (c *Client) restore(st *State) error {
 	c.clientID, c.epoch, c.counter = st.ClientID, st.LogEpoch, st.CommitCounter
 	for i := range st.Outbox {
 		pc := st.Outbox[i]
+		for _, o := range pc.Operations {
+			if o.Sparse && c.cfg.WireVersion < 3 {
+				return fmt.Errorf("stored commit %s holds wire version 3 patches, which wire version %d cannot send", pc.ClientCommitID, c.cfg.WireVersion)
+			}
+		}
 		c.outbox = append(c.outbox, &pc)
 	}
 	for i := range st.Subscriptions {

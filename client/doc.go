@@ -1,5 +1,5 @@
-// Package client is a Go SSP2 client (wire version 2): it pushes an
-// outbox of commits, pulls subscriptions into a local replica, bootstraps
+// Package client is a Go SSP2 client (wire version 3, or 2 with
+// Config.WireVersion): it pushes an outbox of commits, pulls subscriptions into a local replica, bootstraps
 // them from segments delivered inline or downloaded by reference, and
 // survives restarts through a small persistence interface. Tests,
 // benchmarks, load generators, the `syncnode client` commands and an edge
@@ -40,6 +40,20 @@
 //
 // SyncUntilIdle repeats rounds until one delivers no commits while the
 // outbox is empty and no subscription is bootstrapping.
+//
+// # Writes
+//
+// Upsert writes a full row, Patch some of its columns, Delete a row. At
+// wire version 3 an upsert is a sparse row: a Patch presents exactly its
+// columns, an Upsert of a row the client holds the columns that differ
+// from the row it expects the server to hold (the replica with the queued
+// commits applied), so concurrent edits of different columns of one row
+// both apply. A conflict (*Rejection with Conflict) then names the moved
+// columns in Conflict.Columns. At wire version 2 every upsert is a full
+// row and conflicts are per row; a Patch is filled from the expected row.
+// A full row queued at version 2 is sent at version 3 as the sparse row
+// of every column; a client restarted at version 2 refuses an outbox
+// holding version 3 patches.
 //
 // # Replica and persistence
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -162,6 +163,11 @@ type Conflict struct {
 	// ServerRow is the authoritative row, decoded by column name (see
 	// Row.Values for the value types); nil when it did not decode.
 	ServerRow map[string]any
+	// Columns names the written columns that moved past the operation's
+	// baseVersion (wire version 3's conflictColumns, SPEC.md §6.3), in
+	// declaration order; nil at wire version 2, whose conflicts are per
+	// row.
+	Columns []string
 }
 
 func (r *Rejection) Error() string {
@@ -173,7 +179,11 @@ func (r *Rejection) Error() string {
 		s += ": " + r.Message
 	}
 	if r.Conflict != nil {
-		s += fmt.Sprintf(" (server version %d)", r.Conflict.ServerVersion)
+		s += fmt.Sprintf(" (server version %d", r.Conflict.ServerVersion)
+		if r.Conflict.Columns != nil {
+			s += fmt.Sprintf("; columns %s", strings.Join(r.Conflict.Columns, ", "))
+		}
+		s += ")"
 	}
 	return s
 }

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/syncnode/syncnode/ssp2"
 )
 
 // Op is one write of a commit: an upsert of a full row given by column
-// name, or a delete by rowId. Build it with Upsert or Delete.
+// name, a patch of some of its columns, or a delete by rowId. Build it
+// with Upsert, Patch or Delete.
 type Op struct {
 	Table string
-	// Values is the row of an upsert (see encodeRow for accepted types);
-	// nil for a delete.
+	// Values is the row of an upsert or patch (see rowValues for accepted
+	// types); nil for a delete.
 	Values map[string]any
+	// Patch writes only the columns Values names (the primary key among
+	// them), leaving the others as the server holds them.
+	Patch bool
 	// RowID is the target of a delete; an upsert's comes from its values.
 	RowID string
 	// BaseVersion, when set, is sent as the operation's baseVersion: the
@@ -27,9 +29,20 @@ type Op struct {
 	ReplicaVersion bool
 }
 
-// Upsert writes a full row.
+// Upsert writes a full row. At wire version 3 it is sent as a sparse row
+// of the columns that differ from the row the client expects the server
+// to hold (its replica with the queued commits applied); a row it does not
+// hold is sent whole.
 func Upsert(table string, values map[string]any) Op {
 	return Op{Table: table, Values: values}
+}
+
+// Patch writes the columns values names, the primary key among them. At
+// wire version 3 it is sent as a sparse row of exactly those columns; at
+// wire version 2, which pushes full rows, the other columns are filled
+// from the expected row, so the client must hold the row.
+func Patch(table string, values map[string]any) Op {
+	return Op{Table: table, Values: values, Patch: true}
 }
 
 // Delete deletes a row by rowId.
@@ -62,31 +75,15 @@ func (c *Client) Commit(ctx context.Context, ops ...Op) (string, error) {
 		return "", fmt.Errorf("commit: %d operations exceed MaxOperations %d", len(ops), c.cfg.MaxOperations)
 	}
 	pc := PendingCommit{Operations: make([]PendingOperation, len(ops))}
+	// The lock covers encoding, which reads the queued commits, and the
+	// append, so a concurrent Commit cannot slip between them.
+	c.mu.Lock()
 	for i, o := range ops {
-		t, ok := c.schema.Table(o.Table)
-		if !ok {
-			return "", fmt.Errorf("commit: operation %d: unknown table %q", i, o.Table)
-		}
-		po := &pc.Operations[i]
-		po.Table, po.BaseVersion = o.Table, o.BaseVersion
-		if o.Values != nil {
-			payload, rowID, err := encodeRow(t, o.Values)
-			if err != nil {
-				return "", fmt.Errorf("commit: operation %d: %w", i, err)
-			}
-			po.Op, po.RowID, po.Payload = ssp2.OpUpsert, rowID, payload
-		} else {
-			if o.RowID == "" {
-				return "", fmt.Errorf("commit: operation %d: a delete needs a rowId", i)
-			}
-			po.Op, po.RowID = ssp2.OpDelete, o.RowID
-		}
-		if o.ReplicaVersion {
-			v := c.rep.version(o.Table, po.RowID)
-			po.BaseVersion = &v
+		if err := c.encodeOp(&pc.Operations[i], o, pc.Operations[:i]); err != nil {
+			c.mu.Unlock()
+			return "", fmt.Errorf("commit: operation %d: %w", i, err)
 		}
 	}
-	c.mu.Lock()
 	c.counter++
 	if c.cfg.CommitID != nil {
 		pc.ClientCommitID = c.cfg.CommitID(c.counter)
@@ -114,6 +111,11 @@ func (c *Client) Commit(ctx context.Context, ops ...Op) (string, error) {
 		return "", fmt.Errorf("commit: %w", err)
 	}
 	return id, nil
+}
+
+// Patch queues a one-operation commit writing some columns of a row.
+func (c *Client) Patch(ctx context.Context, table string, values map[string]any) (string, error) {
+	return c.Commit(ctx, Patch(table, values))
 }
 
 // Upsert queues a one-operation commit writing a full row.

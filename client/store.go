@@ -82,7 +82,10 @@ type PendingOperation struct {
 	RowID       string  `json:"rowId"`
 	Op          ssp2.Op `json:"op"` // 1 upsert, 2 delete
 	BaseVersion *int64  `json:"baseVersion,omitempty"`
-	Payload     []byte  `json:"payload,omitempty"` // row codec bytes of an upsert
+	// Payload is an upsert's row: full-row codec bytes, or, when Sparse,
+	// a sparse row (wire version 3) of the columns it writes.
+	Payload []byte `json:"payload,omitempty"`
+	Sparse  bool   `json:"sparse,omitempty"`
 }
 
 // StoredRow is one persisted replica row.

@@ -14,9 +14,6 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 )
 
-// wireVersion is the SSP2 wire version the client speaks.
-const wireVersion = 2
-
 // Result reports what one or more rounds did.
 type Result struct {
 	Rounds int
@@ -177,7 +174,7 @@ func (c *Client) round(ctx context.Context, res *Result) (again bool, err error)
 			}
 			ops += len(pc.Operations)
 			pushed = append(pushed, pc)
-			frames = append(frames, pushFrame(pc))
+			frames = append(frames, c.pushFrame(pc))
 		}
 	}
 	p := c.cfg.Pull
@@ -194,7 +191,7 @@ func (c *Client) round(ctx context.Context, res *Result) (again bool, err error)
 	}
 	c.mu.Unlock()
 
-	body, err := (&ssp2.Message{WireVersion: wireVersion, Kind: ssp2.KindRequest, Frames: frames}).AppendEncode(nil)
+	body, err := (&ssp2.Message{WireVersion: c.cfg.WireVersion, Kind: ssp2.KindRequest, Frames: frames}).AppendEncode(nil)
 	if err != nil {
 		return false, fmt.Errorf("sync: encode request: %w", err)
 	}
@@ -214,10 +211,11 @@ func (c *Client) round(ctx context.Context, res *Result) (again bool, err error)
 	return again, err
 }
 
-func pushFrame(pc *PendingCommit) *ssp2.PushCommit {
+func (c *Client) pushFrame(pc *PendingCommit) *ssp2.PushCommit {
 	f := &ssp2.PushCommit{ClientCommitID: pc.ClientCommitID, Operations: make([]ssp2.Operation, len(pc.Operations))}
-	for i, o := range pc.Operations {
-		f.Operations[i] = ssp2.Operation{Table: o.Table, RowID: o.RowID, Op: o.Op, BaseVersion: o.BaseVersion, Payload: o.Payload}
+	for i := range pc.Operations {
+		o := &pc.Operations[i]
+		f.Operations[i] = ssp2.Operation{Table: o.Table, RowID: o.RowID, Op: o.Op, BaseVersion: o.BaseVersion, Payload: c.pushPayload(o)}
 	}
 	return f
 }
@@ -268,8 +266,8 @@ func (r *roundState) run(body io.Reader) (again bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("sync: read response: %w", err)
 	}
-	if mr.Kind() != ssp2.KindResponse || mr.WireVersion() != wireVersion {
-		return false, fmt.Errorf("sync: response is a wire version %d %s, want a version %d response", mr.WireVersion(), mr.Kind(), wireVersion)
+	if want := r.c.cfg.WireVersion; mr.Kind() != ssp2.KindResponse || mr.WireVersion() != want {
+		return false, fmt.Errorf("sync: response is a wire version %d %s, want a version %d response", mr.WireVersion(), mr.Kind(), want)
 	}
 	var inBand *Error
 	for {
@@ -416,6 +414,7 @@ func (c *Client) rejection(pc *PendingCommit, f *ssp2.PushResult) *Rejection {
 			if o.OpIndex >= 0 && int(o.OpIndex) < len(pc.Operations) {
 				if t, ok := c.schema.Table(pc.Operations[o.OpIndex].Table); ok {
 					rej.Conflict.ServerRow, _ = decodeValues(t, o.ServerRow)
+					rej.Conflict.Columns = conflictColumns(t, o.ConflictColumns)
 				}
 			}
 		}
@@ -671,14 +670,16 @@ func (r *roundState) dropRevoked(t *schema.Table, eff map[string][]string) {
 	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var vals []ssp2.Value
 	c.outbox = slices.DeleteFunc(c.outbox, func(pc *PendingCommit) bool {
-		for _, o := range pc.Operations {
+		for i := range pc.Operations {
+			o := &pc.Operations[i]
 			if o.Op != ssp2.OpUpsert || o.Table != t.Name {
 				continue
 			}
-			var err error
-			if vals, err = t.Codec.DecodeRow(o.Payload, vals); err == nil && m.match(vals) {
+			// A patch without its scope columns does not provably land in
+			// the scope; the server answers it.
+			vals, present, err := decodePending(t, o)
+			if err == nil && m.covered(present) && m.match(vals) {
 				r.res.Rejected = append(r.res.Rejected, &Rejection{ClientCommitID: pc.ClientCommitID, Code: ssp2.CodeScopeRevoked,
 					Message: "writes into a revoked scope", Dropped: true, Commit: *pc})
 				r.dirty = true

@@ -12,10 +12,13 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 )
 
-// encodeRow converts a row given by column name into the table's row codec
-// encoding and returns it with the row's rowId. Every column must be given
-// unless it is nullable (absent means NULL: an SSP2 v2 upsert carries the
-// full row). Values are accepted in their Go or encoding/json forms:
+// rowValues converts a row given by column name into the table's typed
+// values and returns them with the row's rowId and the columns it names.
+// Every column must be given unless it is nullable (absent means NULL: an
+// upsert writes the full row) — or, for a patch, unless it is not the
+// primary key: a patch writes only the columns it names, and the values
+// of the others are meaningless. Values are accepted in their Go or
+// encoding/json forms:
 //
 //	string            string
 //	integer           int*, uint*, integral float64, json.Number
@@ -26,36 +29,55 @@ import (
 //	bytes, crdt       []byte, or a string in standard base64
 //
 // nil is NULL.
-func encodeRow(t *schema.Table, values map[string]any) (payload []byte, rowID string, err error) {
+func rowValues(t *schema.Table, values map[string]any, patch bool) (vals []ssp2.Value, given ssp2.ColumnBitmap, rowID string, err error) {
 	for name := range values {
 		if _, ok := t.ColumnIndex(name); !ok {
-			return nil, "", &ValueError{Table: t.Name, Reason: fmt.Sprintf("unknown column %q", name)}
+			return nil, nil, "", &ValueError{Table: t.Name, Reason: fmt.Sprintf("unknown column %q", name)}
 		}
 	}
-	vals := make([]ssp2.Value, len(t.Columns))
+	vals = make([]ssp2.Value, len(t.Columns))
+	given = ssp2.NewColumnBitmap(len(t.Columns))
 	for i, col := range t.Columns {
 		v, present := values[col.Name]
+		if present {
+			given.Set(i)
+		}
+		if !present && patch && i != t.PKIndex {
+			continue
+		}
 		if !present || v == nil {
 			if !col.Nullable {
 				what := "missing"
 				if present {
 					what = "null"
 				}
-				return nil, "", &ValueError{Table: t.Name, Column: col.Name, Type: col.Type, Reason: what + " value for a non-nullable column"}
+				return nil, nil, "", &ValueError{Table: t.Name, Column: col.Name, Type: col.Type, Reason: what + " value for a non-nullable column"}
 			}
 			vals[i].Null = true
 			continue
 		}
 		if vals[i], err = toValue(col.Type, v); err != nil {
-			return nil, "", &ValueError{Table: t.Name, Column: col.Name, Type: col.Type, Value: v, Reason: err.Error()}
+			return nil, nil, "", &ValueError{Table: t.Name, Column: col.Name, Type: col.Type, Value: v, Reason: err.Error()}
 		}
-	}
-	payload, err = t.Codec.AppendRow(nil, vals)
-	if err != nil {
-		return nil, "", fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
 	rowID, err = t.RowID(vals)
 	if err != nil {
+		return nil, nil, "", fmt.Errorf("encode %s row: %w", t.Name, err)
+	}
+	if !patch {
+		given = ssp2.FullColumnBitmap(len(t.Columns))
+	}
+	return vals, given, rowID, nil
+}
+
+// encodeRow encodes a full row given by column name (see rowValues) with
+// the table's row codec and returns it with its rowId.
+func encodeRow(t *schema.Table, values map[string]any) (payload []byte, rowID string, err error) {
+	vals, _, rowID, err := rowValues(t, values, false)
+	if err != nil {
+		return nil, "", err
+	}
+	if payload, err = t.Codec.AppendRow(nil, vals); err != nil {
 		return nil, "", fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
 	return payload, rowID, nil
@@ -264,6 +286,17 @@ func newScopeMatcher(t *schema.Table, eff map[string][]string) (*scopeMatcher, b
 		m.sets = append(m.sets, set)
 	}
 	return m, len(keys) > 0
+}
+
+// covered reports whether present holds every scope column the matcher
+// reads.
+func (m *scopeMatcher) covered(present ssp2.ColumnBitmap) bool {
+	for _, c := range m.cols {
+		if !present.Has(c) {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *scopeMatcher) match(vals []ssp2.Value) bool {

@@ -9,6 +9,12 @@
 // commit order, one section per subscription in request order — and
 // finally the client record.
 //
+// A commit's operations are staged in the semantics of the request's wire
+// version — full rows and per-row conflicts below 3, sparse rows and
+// per-column conflicts at 3, over one stored state (v3push.go) — then its
+// declared references are enforced (references.go) and its whole-commit
+// validator runs.
+//
 // A failure found before the response starts is returned to the transport
 // as an *ssp2.Error with nothing written, so HTTP can answer it as JSON
 // with its status. Once the response has started, failures are written
@@ -89,6 +95,18 @@ type Config struct {
 	// OnReactions is called after a commit that enqueued reactions is
 	// durable, outside any transaction, with what was enqueued.
 	OnReactions func(partition string, p storage.ReactionEnqueueParams)
+	// WireWindow is the range of wire versions served (default
+	// DefaultWireWindow, 1 through 3); a request of another version is
+	// refused as sync.invalid_request before anything is read (SPEC.md
+	// §9). Version 3 pushes are sparse (v3push.go); every version reads
+	// and writes one stored state, so clients of different versions
+	// converge.
+	WireWindow ssp2.WireWindow
+	// CascadeLimit caps the operations reference enforcement may append
+	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
+	// is refused whole with sync.reference_violation, reason
+	// cascade_limit.
+	CascadeLimit int
 }
 
 // CrdtMerger merges an incoming CRDT update into the stored state (nil
@@ -136,7 +154,14 @@ type Metrics struct {
 const (
 	DefaultMaxOperations         = 500
 	DefaultInlineSegmentMaxBytes = 256 << 10
+	DefaultCascadeLimit          = 1000
 )
+
+// DefaultWireWindow serves wire versions 1, 2 and 3. Version 1 stays by
+// default: it is version 2 without the log epoch, over the same stored
+// state, and clients that speak it still exist; a deployment that wants
+// them gone sets Min to 2.
+var DefaultWireWindow = ssp2.WireWindow{Min: 1, Max: 3}
 
 // New validates cfg and returns an Engine.
 func New(cfg Config) (*Engine, error) {
@@ -160,6 +185,18 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.InlineSegmentMaxBytes == 0 {
 		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
+	}
+	if cfg.WireWindow == (ssp2.WireWindow{}) {
+		cfg.WireWindow = DefaultWireWindow
+	}
+	if err := cfg.WireWindow.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: WireWindow: %w", err)
+	}
+	if cfg.CascadeLimit == 0 {
+		cfg.CascadeLimit = DefaultCascadeLimit
+	}
+	if cfg.CascadeLimit < 1 {
+		return nil, fmt.Errorf("engine: CascadeLimit %d must be positive", cfg.CascadeLimit)
 	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
@@ -219,7 +256,7 @@ func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer
 }
 
 func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
-	req, err := ssp2.DecodeRequest(body)
+	req, err := ssp2.DecodeRequestWindow(body, e.cfg.WireWindow)
 	if err != nil {
 		return err
 	}

@@ -33,16 +33,28 @@ type harness struct {
 
 func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
-	s, err := schema.Parse([]byte(taskSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
+	return newHarnessOn(t, openSQLite(t), taskSchema, mod)
+}
+
+// openSQLite opens a store on a SQLite file of the test.
+func openSQLite(t testing.TB) storage.Store {
+	t.Helper()
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// newHarnessOn is an engine over st serving the schema IR doc.
+func newHarnessOn(t testing.TB, st storage.Store, doc string, mod func(*Config)) *harness {
+	t.Helper()
+	s, err := schema.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
 	if err := st.EnsureSchema(ctx, s); err != nil {
 		t.Fatal(err)
 	}

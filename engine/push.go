@@ -65,6 +65,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if err != nil {
 		return false, internal("decode push result", err)
 	}
+	fitWire(res, r.req.WireVersion)
 	e.countPush(res)
 	if err := r.enc.WriteFrame(res); err != nil {
 		return false, err
@@ -124,6 +125,7 @@ func (e *Engine) replay(r *request, key string, rec storage.PushRecord) error {
 	if res.Status == ssp2.PushApplied {
 		res.Status = ssp2.PushCached
 	}
+	fitWire(res, r.req.WireVersion)
 	e.countPush(res)
 	if err := r.enc.WriteFrame(res); err != nil {
 		return err
@@ -248,6 +250,14 @@ type stager struct {
 	vals    []ssp2.Value
 	stored  []ssp2.Value
 	payload []byte
+	// Wire version 3 and reference enforcement (v3push.go,
+	// references.go): rows this commit deleted, the staged changes of
+	// reference tables, and scratch.
+	deleted    map[rowKey]bool
+	refs       refState
+	merged     []ssp2.Value
+	versions   []int64
+	versionBuf []byte
 }
 
 // stage applies every operation in order, stopping at the first that does
@@ -260,7 +270,7 @@ func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Cha
 	wantEvidence := st.vs.commit != nil || st.e.cfg.ReactionPlanner != nil
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
-		ch, ev, rej, err := st.stageOp(ctx, i, op)
+		ch, ev, rej, err := st.stageAny(ctx, i, op)
 		if err != nil || rej != nil {
 			return nil, nil, rej, err
 		}
@@ -270,6 +280,14 @@ func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Cha
 		if wantEvidence {
 			evidence = append(evidence, ev)
 		}
+	}
+	more, moreEvidence, rej, err := st.enforceReferences(ctx)
+	if err != nil || rej != nil {
+		return nil, nil, rej, err
+	}
+	changes = append(changes, more...)
+	if wantEvidence {
+		evidence = append(evidence, moreEvidence...)
 	}
 	return changes, evidence, nil, nil
 }
@@ -354,7 +372,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 				changed = true
 			}
 		}
-		merged, rej := st.e.mergeCrdt(i, t, vals, st.stored)
+		merged, rej := st.e.mergeCrdt(i, t, vals, st.stored, nil)
 		if rej != nil {
 			return nil, ev, rej, nil
 		}
@@ -374,7 +392,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		if op.BaseVersion != nil && *op.BaseVersion != 0 {
 			return nil, ev, opError(i, ssp2.CodeRowMissing, "the row does not exist"), nil
 		}
-		merged, rej := st.e.mergeCrdt(i, t, vals, nil)
+		merged, rej := st.e.mergeCrdt(i, t, vals, nil, nil)
 		if rej != nil {
 			return nil, ev, rej, nil
 		}
@@ -408,10 +426,11 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 }
 
 // mergeCrdt replaces every pushed crdt value with merge(stored, incoming)
-// (SPEC.md §5.10.3). merged reports whether any value changed.
-func (e *Engine) mergeCrdt(i int, t *schema.Table, vals, stored []ssp2.Value) (merged bool, rej *rejection) {
+// (SPEC.md §5.10.3); with present set, only those of present columns.
+// merged reports whether any value changed.
+func (e *Engine) mergeCrdt(i int, t *schema.Table, vals, stored []ssp2.Value, present ssp2.ColumnBitmap) (merged bool, rej *rejection) {
 	for ci, c := range t.Columns {
-		if c.Type != ssp2.TypeCrdt || vals[ci].Null {
+		if c.Type != ssp2.TypeCrdt || vals[ci].Null || present != nil && !present.Has(ci) {
 			continue
 		}
 		m := e.cfg.Mergers[c.CrdtType]
@@ -451,11 +470,14 @@ func sameValue(a, b ssp2.Value) bool {
 		(a.Float == b.Float || a.Float != a.Float && b.Float != b.Float)
 }
 
-// encodeRecord stores a push result as a small SSP2 v1 response message:
-// RESP_HEADER, PUSH_RESULT, optional PUSH_RESULT_DETAILS, END. Replays
-// decode it back, so the bytes the client sees are the ones persisted.
+// encodeRecord stores a push result as a small SSP2 response message:
+// RESP_HEADER, PUSH_RESULT, optional PUSH_RESULT_DETAILS, END, of wire
+// version 1, or 3 for a conflict with conflictColumns (recordEnvelope).
+// Replays decode it back, so the bytes the client sees are the ones
+// persisted.
 func encodeRecord(res *ssp2.PushResult, details *ssp2.PushResultDetails) ([]byte, error) {
-	m := &ssp2.Message{WireVersion: 1, Kind: ssp2.KindResponse, Frames: []ssp2.Frame{&ssp2.RespHeader{}, res}}
+	version, hdr := recordEnvelope(res)
+	m := &ssp2.Message{WireVersion: version, Kind: ssp2.KindResponse, Frames: []ssp2.Frame{hdr, res}}
 	if details != nil {
 		m.Frames = append(m.Frames, details)
 	}

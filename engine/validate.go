@@ -18,8 +18,9 @@ import (
 type Row map[string]any
 
 // RowValidation is what a per-table write validator sees (SPEC.md §6.7):
-// the row that will persist (after the scope-column strip and CRDT merge;
-// nil for a delete) and the stored row (nil for an insert).
+// the full row that will persist (a wire version 3 patch's present columns
+// over the stored row; after the scope-column strip and CRDT merge; nil
+// for a delete) and the stored row (nil for an insert).
 type RowValidation struct {
 	Op        ssp2.Op
 	Table     string
@@ -46,6 +47,10 @@ type OperationEvidence struct {
 	Stored              Row // nil when the row did not exist
 	StoredServerVersion *int64
 	NextServerVersion   *int64
+	// Appended marks an operation the server appended while enforcing a
+	// declared reference (SPEC.md §6.11): a cascaded delete or a SET NULL
+	// update of a child. Its OpIndex is the originating client delete's.
+	Appended bool
 }
 
 // CommitValidation is what a whole-commit validator sees.

@@ -27,7 +27,7 @@ type Admin interface {
 
 	// PartitionWipe deletes everything the store keeps for the partition —
 	// its rows in every table of the installed schema, commits, changes,
-	// scope-index entries, push results, client records, segment
+	// scope-index entries, tombstones, push results, client records, segment
 	// publications, reactions, and its registry row — in one transaction
 	// holding the partition write lock. The next PartitionTouch registers it afresh,
 	// with a new log epoch, so clients of the old log are told to reset.

@@ -43,12 +43,16 @@
 // Internal tables are prefixed sync_. Each schema table becomes one real
 // application table of the same name with its typed columns plus the
 // internal columns _sync_partition, _sync_row_id, _sync_server_version,
-// _sync_scopes (JSON, variable → value) and _sync_payload (the row in SSP2
-// row-codec encoding, served as-is to pulls and segments), primary key
-// (_sync_partition, _sync_row_id), and an index on (_sync_partition,
-// column, _sync_row_id) per scope column. The commit log is sync_commits
-// and sync_changes; sync_scope_index holds one row per commit and distinct
-// (table, variable, value), so a pull window finds its candidate commits
-// without scanning the log (SPEC.md §3.1). A partition's max commitSeq is
-// that of its newest commit: pruning always keeps at least one.
+// _sync_scopes (JSON, variable → value), _sync_payload (the row in SSP2
+// row-codec encoding, served as-is to pulls and segments) and
+// _sync_column_versions (the columns' versions, SPEC.md §2.2; see
+// DecodeColumnVersions), primary key (_sync_partition, _sync_row_id), an
+// index on (_sync_partition, column, _sync_row_id) per scope column and
+// per reference column, and one per declared index. The commit log is
+// sync_commits and sync_changes; sync_scope_index holds one row per commit
+// and distinct (table, variable, value), so a pull window finds its
+// candidate commits without scanning the log (SPEC.md §3.1).
+// sync_tombstones holds a row's last applied delete above the horizon
+// (SPEC.md §6.2). A partition's max commitSeq is that of its newest
+// commit: pruning always keeps at least one.
 package storage

@@ -89,8 +89,9 @@ type Store interface {
 	// publishes from it.
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
 
-	// Prune raises the partition's horizon and deletes commits, changes and
-	// scope-index entries at or below it, in one transaction holding the
+	// Prune raises the partition's horizon and deletes commits, changes,
+	// scope-index entries and tombstones at or below it, in one transaction
+	// holding the
 	// partition write lock (SPEC.md §4.6). It refuses an unregistered
 	// partition (CodeStoragePartitionUnregistered), an epoch that is not the
 	// current one (CodeStoragePruneEpochMismatch), a ThroughSeq below 0 or
@@ -137,8 +138,21 @@ type ReadTx interface {
 	// Partition returns the registry row as of the snapshot.
 	Partition(ctx context.Context, partition string) (Partition, error)
 
-	// RowGet returns one stored row.
+	// RowGet returns one stored row, with its stored scopes and column
+	// versions.
 	RowGet(ctx context.Context, partition, table, rowID string) (Row, bool, error)
+
+	// RowScanByColumn returns the rows of one table whose column p.Column
+	// holds p.Value, in ascending row id order (bytewise), after
+	// p.AfterRowID (exclusive), at most p.Limit rows, each with its stored
+	// scopes and column versions, as RowGet returns it. It is a trusted
+	// server lookup, not scope-checked: the push path reaches the children
+	// of a declared reference (SPEC.md §6.11) through it. Reference columns
+	// and the leading column of a declared index are indexed; any other
+	// column is scanned. A NULL value, a column the table does not declare
+	// or a limit outside 1..MaxScanLimit is refused
+	// (CodeStorageInvalidLimit for the limit).
+	RowScanByColumn(ctx context.Context, p ColumnScanParams) ([]Row, error)
 
 	// RowScan returns rows of one table whose scope columns match scopes
 	// (every variable's value in its list), in ascending row id order
@@ -195,22 +209,30 @@ type Tx interface {
 
 	// RowUpsert writes a row of the locked partition: server_version 1 on
 	// insert, stored version + 1 on update; it returns the new version.
-	// Typed column values come from r.Values; _sync_payload from r.Payload.
-	// A unique, not-null, check or foreign-key violation is returned as a
-	// *ConstraintError.
+	// Typed column values come from r.Values; _sync_payload from r.Payload,
+	// _sync_column_versions from r.ColumnVersions. An insert clears the
+	// row's tombstone (SPEC.md §2.2). A unique, not-null, check or
+	// foreign-key violation is returned as a *ConstraintError.
 	RowUpsert(ctx context.Context, table string, r RowWrite) (version int64, err error)
 
 	// RowDelete deletes a row of the locked partition; it reports whether a
-	// row existed.
+	// row existed. The delete's tombstone is written by CommitAppend.
 	RowDelete(ctx context.Context, table, rowID string) (bool, error)
+
+	// TombstoneGet returns the commitSeq of the applied delete that left
+	// the row's tombstone in the locked partition (SPEC.md §2.2, §6.2),
+	// ok=false when there is none: never deleted, re-inserted since, or
+	// pruned with the commit log.
+	TombstoneGet(ctx context.Context, table, rowID string) (commitSeq int64, ok bool, err error)
 
 	// CommitAppend appends a commit with the next dense commitSeq, its
 	// changes and its scope-index entries (one per table, variable and
 	// value, however many changes share it), and raises the partition's max
-	// seq. It returns the assigned seq. A change with an unknown op, an
-	// upsert without a row or a change without stored scopes is refused
-	// before anything is written (the last with CodeMissingScopes, SPEC.md
-	// §3.1).
+	// seq. Every row whose last change in the commit is a delete gets a
+	// tombstone at the commit's seq, replacing an older one (SPEC.md §2.2).
+	// It returns the assigned seq. A change with an unknown op, an upsert
+	// without a row or a change without stored scopes is refused before
+	// anything is written (the last with CodeMissingScopes, SPEC.md §3.1).
 	CommitAppend(ctx context.Context, c CommitParams) (int64, error)
 
 	// Savepoint marks a point the transaction can roll back to without
@@ -261,8 +283,11 @@ type SchemaMarker struct {
 type Row struct {
 	RowID         string
 	ServerVersion int64
-	Scopes        map[string]string // variable → stored value (RowGet only)
+	Scopes        map[string]string // variable → stored value (RowGet, RowScanByColumn)
 	Payload       []byte            // the full row, SSP2 row codec
+	// ColumnVersions is the _sync_column_versions blob (RowGet,
+	// RowScanByColumn): see DecodeColumnVersions. nil is NULL.
+	ColumnVersions []byte
 }
 
 // RowWrite is a row to upsert.
@@ -271,6 +296,21 @@ type RowWrite struct {
 	Values  []ssp2.Value // one per schema column, in declaration order
 	Scopes  map[string]string
 	Payload []byte
+	// ColumnVersions is stored as _sync_column_versions (see
+	// AppendColumnVersions); nil stores NULL: every column at the row's
+	// new server version.
+	ColumnVersions []byte
+}
+
+// ColumnScanParams selects a keyset page of the rows of one table whose
+// column holds one value.
+type ColumnScanParams struct {
+	Partition  string
+	Table      string
+	Column     string
+	Value      ssp2.Value // of the column's type, not NULL
+	AfterRowID string     // exclusive; "" starts at the beginning
+	Limit      int
 }
 
 // ScanParams selects a keyset page of rows.

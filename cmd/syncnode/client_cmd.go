@@ -25,13 +25,16 @@ import (
 const clientUsage = `Usage:
   syncnode client token --actor A --partition P --scope VAR=V1[,V2] [--ttl 24h] [--secret S | --data DIR]
       print a development JWT (HS256) for actor A in partition P
-  syncnode client push --url U --token T --table T (--json ROW | --delete ROWID) [--base-version N] [--state FILE] [--schema FILE]
-      queue one write and push it; with --state, unsent writes survive and are replayed next time
-  syncnode client pull --url U --token T --table T --scope VAR=V1[,V2] [--state FILE] [--schema FILE]
+  syncnode client push --url U --token T --table T (--json ROW [--patch] | --delete ROWID) [--base-version N] [--state FILE] [--schema FILE] [--wire 3|2]
+      queue one write and push it; with --state, unsent writes survive and are replayed next time;
+      --patch writes only the columns --json names
+  syncnode client pull --url U --token T --table T --scope VAR=V1[,V2] [--state FILE] [--schema FILE] [--wire 3|2]
       pull a table and print its rows as JSON lines {"rowId","version","values"}
 
 --url and --token default to $SYNCNODE_URL and $SYNCNODE_TOKEN; --schema to
-the bundled example schema (tables tasks and notes).
+the bundled example schema (tables tasks and notes). --wire picks the SSP2
+wire version: 3 (the default) pushes only the columns a write changes and
+reports conflicts per column; 2 pushes full rows.
 `
 
 // runClient dispatches the client subcommands.
@@ -156,6 +159,7 @@ func runClientToken(args []string, stdout, stderr io.Writer) error {
 // connFlags are the flags every networked client command takes.
 type connFlags struct {
 	url, token, state, schema *string
+	wire                      *uint
 }
 
 func addConnFlags(fs *flag.FlagSet) connFlags {
@@ -164,6 +168,7 @@ func addConnFlags(fs *flag.FlagSet) connFlags {
 		token:  fs.String("token", os.Getenv("SYNCNODE_TOKEN"), "bearer token (see: syncnode client token)"),
 		state:  fs.String("state", "", "state file: client id, outbox, cursors and rows survive between runs"),
 		schema: fs.String("schema", "", "schema IR file (default: the bundled example schema)"),
+		wire:   fs.Uint("wire", client.DefaultWireVersion, "SSP2 wire version: 3 (sparse pushes, per-column conflicts) or 2 (full rows)"),
 	}
 }
 
@@ -176,7 +181,10 @@ func (f connFlags) open() (*client.Client, *schema.Schema, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := client.Config{BaseURL: *f.url, Token: *f.token, Schema: s}
+	if *f.wire != 2 && *f.wire != 3 {
+		return nil, nil, fmt.Errorf("--wire %d: give 2 or 3", *f.wire)
+	}
+	cfg := client.Config{BaseURL: *f.url, Token: *f.token, Schema: s, WireVersion: uint16(*f.wire)}
 	if *f.state != "" {
 		cfg.Store = &client.FileStore{Path: *f.state}
 	}
@@ -189,15 +197,17 @@ func (f connFlags) open() (*client.Client, *schema.Schema, error) {
 
 // pushOutcome is one line of `client push` output.
 type pushOutcome struct {
-	ClientCommitID string          `json:"clientCommitId"`
-	Status         string          `json:"status"`
-	CommitSeq      int64           `json:"commitSeq,omitempty"`
-	Code           string          `json:"code,omitempty"`
-	Message        string          `json:"message,omitempty"`
-	OpIndex        *int32          `json:"opIndex,omitempty"`
-	ServerVersion  *int64          `json:"serverVersion,omitempty"`
-	ServerRow      map[string]any  `json:"serverRow,omitempty"`
-	Details        json.RawMessage `json:"details,omitempty"`
+	ClientCommitID string         `json:"clientCommitId"`
+	Status         string         `json:"status"`
+	CommitSeq      int64          `json:"commitSeq,omitempty"`
+	Code           string         `json:"code,omitempty"`
+	Message        string         `json:"message,omitempty"`
+	OpIndex        *int32         `json:"opIndex,omitempty"`
+	ServerVersion  *int64         `json:"serverVersion,omitempty"`
+	ServerRow      map[string]any `json:"serverRow,omitempty"`
+	// ConflictColumns are the written columns that moved (wire version 3).
+	ConflictColumns []string        `json:"conflictColumns,omitempty"`
+	Details         json.RawMessage `json:"details,omitempty"`
 }
 
 func runClientPush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -206,6 +216,7 @@ func runClientPush(ctx context.Context, args []string, stdout, stderr io.Writer)
 	table := fs.String("table", "", "table to write")
 	rowJSON := fs.String("json", "", "the full row to upsert, as a JSON object")
 	del := fs.String("delete", "", "rowId to delete")
+	patch := fs.Bool("patch", false, "write only the columns --json names (with the primary key)")
 	base := fs.Int64("base-version", -1, "baseVersion: fail unless the row is at this version (0: must not exist)")
 	if err := parseFlags(fs, args); err != nil {
 		return clientFlagErr(err)
@@ -215,7 +226,7 @@ func runClientPush(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("client push: %w", err)
 	}
 	if *rowJSON != "" || *del != "" {
-		op, err := pushOp(*table, *rowJSON, *del, *base)
+		op, err := pushOp(*table, *rowJSON, *del, *base, *patch)
 		if err != nil {
 			return fmt.Errorf("client push: %w", err)
 		}
@@ -265,17 +276,20 @@ func fillRejection(out *pushOutcome, r *client.Rejection) {
 	out.Code, out.Message, out.OpIndex, out.Details = string(r.Code), r.Message, &op, r.Details
 	if r.Conflict != nil {
 		v := r.Conflict.ServerVersion
-		out.ServerVersion, out.ServerRow = &v, r.Conflict.ServerRow
+		out.ServerVersion, out.ServerRow, out.ConflictColumns = &v, r.Conflict.ServerRow, r.Conflict.Columns
 	}
 }
 
 // pushOp builds the operation of `client push`.
-func pushOp(table, rowJSON, del string, base int64) (client.Op, error) {
+func pushOp(table, rowJSON, del string, base int64, patch bool) (client.Op, error) {
 	if table == "" {
 		return client.Op{}, errors.New("--table is required")
 	}
 	if (rowJSON == "") == (del == "") {
 		return client.Op{}, errors.New("give exactly one of --json and --delete")
+	}
+	if patch && rowJSON == "" {
+		return client.Op{}, errors.New("--patch needs --json")
 	}
 	var op client.Op
 	if del != "" {
@@ -291,6 +305,9 @@ func pushOp(table, rowJSON, del string, base int64) (client.Op, error) {
 			return client.Op{}, errors.New("--json holds more than one value")
 		}
 		op = client.Upsert(table, row)
+		if patch {
+			op = client.Patch(table, row)
+		}
 	}
 	if base >= 0 {
 		op = op.WithBaseVersion(base)

@@ -12,9 +12,9 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
-// qAppendCommit inserts a commit, its changes and its scope-index entries
-// in one statement of fixed shape: the changes and entries travel as
-// arrays, so any commit size is one prepared statement and one round trip.
+// qAppendCommit inserts a commit, its changes, its scope-index entries and
+// its tombstones in one statement of fixed shape: they travel as arrays,
+// so any commit size is one prepared statement and one round trip.
 const qAppendCommit = `WITH c AS (
 		INSERT INTO sync_commits (partition, seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version, writer_version)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $18)
@@ -23,6 +23,10 @@ const qAppendCommit = `WITH c AS (
 		SELECT $1, $2, x.idx, x.tbl, x.row_id, x.op, x.row_version, x.scopes, x.row
 		FROM unnest($8::int[], $9::text[], $10::text[], $11::smallint[], $12::bigint[], $13::text[], $14::bytea[])
 			AS x(idx, tbl, row_id, op, row_version, scopes, row)
+	), tb AS (
+		INSERT INTO sync_tombstones (partition, tbl, row_id, commit_seq)
+		SELECT $1, z.tbl, z.row_id, $2 FROM unnest($19::text[], $20::text[]) AS z(tbl, row_id)
+		ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq
 	)
 	INSERT INTO sync_scope_index (partition, tbl, variable, value, seq)
 	SELECT $1, y.tbl, y.variable, y.value, $2
@@ -76,8 +80,13 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	for i, e := range entries {
 		eTbl[i], eVar[i], eVal[i] = e.Table, e.Variable, e.Value
 	}
+	tombstones := commitlog.Tombstones(nil, c.Changes)
+	tTbl, tRow := make([]string, len(tombstones)), make([]string, len(tombstones))
+	for i, tb := range tombstones {
+		tTbl[i], tRow[i] = tb.Table, tb.RowID
+	}
 	t.queue(qAppendCommit, t.locked.ID, seq, c.CreatedAtMs, c.ActorID, c.ClientID, c.ClientCommitID, c.SchemaVersion,
-		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal, commitlog.WriterVersion(&c))
+		idx, tbl, rowID, op, version, scopes, row, eTbl, eVar, eVal, commitlog.WriterVersion(&c), tTbl, tRow)
 	t.maxSeq = seq
 	t.s.analyzer.wrote("sync_commits", 1)
 	t.s.analyzer.wrote("sync_changes", n)

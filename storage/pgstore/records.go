@@ -356,6 +356,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 			WHERE s.partition = $1 AND s.tbl = d.tbl AND s.variable = d.key AND s.value = d.value AND s.seq = d.seq`,
 			p.Partition, from, through)
 		t.queue(`DELETE FROM sync_changes WHERE partition = $1 AND seq > $2 AND seq <= $3`, p.Partition, from, through)
+		// Past the horizon a delete no longer beats an unversioned upsert
+		// (SPEC.md §4.6).
+		t.queue(`DELETE FROM sync_tombstones WHERE partition = $1 AND commit_seq <= $2`, p.Partition, through)
 		t.queue(`UPDATE sync_partitions SET horizon_seq = $2 WHERE id = $1`, p.Partition, target)
 		tag, err := t.exec(ctx, `DELETE FROM sync_commits WHERE partition = $1 AND seq > $2 AND seq <= $3`, p.Partition, from, through)
 		if err != nil {

@@ -30,6 +30,9 @@ type tableSQL struct {
 	delete string
 	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
 	scanHead string
+	// byColumn holds, per column, the keyset page of rows holding one
+	// value of it (RowScanByColumn).
+	byColumn []string
 }
 
 func newInstalled(sc *schema.Schema) *installed {
@@ -58,15 +61,27 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 		vals = append(vals, "$"+strconv.Itoa(i+5))
 		sets = append(sets, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", quote(c.Name)))
 	}
+	// The column versions come last: $(5 + number of columns).
+	cols = append(cols, quote(schemaplan.ColColumnVersions))
+	vals = append(vals, "$"+strconv.Itoa(len(t.Columns)+5))
+	sets = append(sets, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", quote(schemaplan.ColColumnVersions)))
 	key := fmt.Sprintf("%s = $1 AND %s = $2", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
+	byColumn := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		byColumn[i] = fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1 AND %s = $2 AND %s > $3 ORDER BY %s LIMIT $4`,
+			quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes),
+			quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name,
+			quote(schemaplan.ColPartition), quote(c.Name), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
+	}
 	return &tableSQL{
-		t: t,
+		t:        t,
+		byColumn: byColumn,
 		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s RETURNING %s",
 			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
 			quote(schemaplan.ColServerVersion)),
-		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
-			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
+		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
+			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
@@ -100,7 +115,7 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 	}
 	r := storage.Row{RowID: rowID}
 	var scopes string
-	ok, err := t.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload)
+	ok, err := t.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions)
 	if err != nil {
 		return r, false, t.fail("get row", table, err)
 	}
@@ -152,17 +167,82 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	if payload == nil {
 		payload = []byte{}
 	}
-	args := make([]any, 0, 4+len(r.Values))
+	args := make([]any, 0, 5+len(r.Values))
 	args = append(args, t.locked.ID, r.RowID, string(commitlog.AppendScopesJSON(nil, r.Scopes)), payload)
 	for i, c := range ts.t.Columns {
 		args = append(args, bindValue(c.Type, r.Values[i]))
 	}
+	var versions any // NULL
+	if r.ColumnVersions != nil {
+		versions = r.ColumnVersions
+	}
+	args = append(args, versions)
 	var version int64
 	if _, err := t.queryRow(ctx, ts.upsert, args, &version); err != nil {
 		return 0, t.fail("upsert row", table, err)
 	}
 	t.s.analyzer.wrote(table, 1)
+	if version == 1 { // an insert: the row is no longer deleted; sent with the next statement
+		t.queue(qClearTombstone, t.locked.ID, table, r.RowID)
+	}
 	return version, nil
+}
+
+const (
+	qClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+	qGetTombstone   = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+)
+
+// TombstoneGet implements storage.Tx.
+func (t *tx) TombstoneGet(ctx context.Context, table, rowID string) (int64, bool, error) {
+	if err := t.check(); err != nil {
+		return 0, false, err
+	}
+	if _, err := t.table("get tombstone", table); err != nil {
+		return 0, false, err
+	}
+	var seq int64
+	ok, err := t.queryRow(ctx, qGetTombstone, []any{t.locked.ID, table, rowID}, &seq)
+	if err != nil {
+		return 0, false, t.fail("get tombstone", table, err)
+	}
+	return seq, ok, nil
+}
+
+// RowScanByColumn implements storage.ReadTx: an equality on the typed
+// column, which its reference or declared index serves in row id order.
+func (t *tx) RowScanByColumn(ctx context.Context, p storage.ColumnScanParams) ([]storage.Row, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	ts, err := t.table("scan rows by column", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	col, err := schemaplan.ColumnScan(ts.t, &p)
+	if err != nil {
+		return nil, err
+	}
+	var out []storage.Row
+	args := []any{p.Partition, bindValue(ts.t.Columns[col].Type, p.Value), p.AfterRowID, p.Limit}
+	err = t.query(ctx, ts.byColumn[col], args, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r storage.Row
+			var scopes string
+			if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+				return err
+			}
+			if r.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, t.fail("scan rows by column", p.Table, err)
+	}
+	return out, nil
 }
 
 // RowDelete implements storage.Tx.

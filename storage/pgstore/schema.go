@@ -99,6 +99,17 @@ func ensureSchema(ctx context.Context, tx pgx.Tx, sc *schema.Schema) error {
 		if err != nil {
 			return err
 		}
+		if plan.Action == schemaplan.Migrate && exists {
+			// Internal columns a table built by an older build lacks
+			// arrive only with a schema version bump (SPEC.md §2.4).
+			for _, col := range schemaplan.Upgradable(cols) {
+				ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
+				if _, err := tx.Exec(ctx, ddl); err != nil {
+					return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
+				}
+				cols = append(cols, schemaplan.PhysicalColumn{Name: col.Name, Type: sqlType(col.Type)})
+			}
+		}
 		if err := schemaplan.CheckPhysical(k.Stored, exists, cols, sqlType); err != nil {
 			return err
 		}
@@ -172,16 +183,17 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// reconcileIndexes makes the scope indexes of t exactly one per scope
-// column: stale ones (a column no longer scoped) are dropped, missing ones
-// created.
+// reconcileIndexes makes the managed indexes of t exactly
+// schemaplan.Indexes(t): stale ones (a column no longer scoped, a changed
+// or dropped declared index) are dropped, missing ones created.
 func reconcileIndexes(ctx context.Context, tx pgx.Tx, t *schema.Table) error {
-	want := map[string]string{}
-	for _, col := range schemaplan.ScopeColumns(t.Layout()) {
-		want[schemaplan.ScopeIndexName(t.Name, col)] = col
+	defs := schemaplan.Indexes(t)
+	want := make(map[string]bool, len(defs))
+	for _, ix := range defs {
+		want[ix.Name] = true
 	}
 	rows, err := tx.Query(ctx, `SELECT indexname FROM pg_indexes
-		WHERE schemaname = current_schema() AND tablename = $1 AND indexname LIKE 'sync\_scope\_%'`, t.Name)
+		WHERE schemaname = current_schema() AND tablename = $1 AND starts_with(indexname, $2)`, t.Name, schemaplan.ManagedIndexPrefix)
 	if err != nil {
 		return fmt.Errorf("ensure schema: list indexes of %s: %w", t.Name, err)
 	}
@@ -190,7 +202,7 @@ func reconcileIndexes(ctx context.Context, tx pgx.Tx, t *schema.Table) error {
 		return fmt.Errorf("ensure schema: list indexes of %s: %w", t.Name, err)
 	}
 	for _, n := range have {
-		if _, ok := want[n]; ok {
+		if want[n] {
 			delete(want, n)
 			continue
 		}
@@ -198,11 +210,13 @@ func reconcileIndexes(ctx context.Context, tx pgx.Tx, t *schema.Table) error {
 			return fmt.Errorf("ensure schema: drop index %s: %w", n, err)
 		}
 	}
-	for name, col := range want {
-		ddl := fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s, %s)", quote(name), quote(t.Name),
-			quote(schemaplan.ColPartition), quote(col), quote(schemaplan.ColRowID))
+	for _, ix := range defs {
+		if !want[ix.Name] {
+			continue
+		}
+		ddl := ix.CreateSQL(t.Name, quote)
 		if _, err := tx.Exec(ctx, ddl); err != nil {
-			return fmt.Errorf("ensure schema: create index %s: %w", name, err)
+			return fmt.Errorf("ensure schema: create index %s: %w", ix.Name, err)
 		}
 	}
 	return nil

@@ -16,9 +16,12 @@ const (
 	indexChunk  = 64 // 5 parameters per row
 )
 
+const tombstoneChunk = 64 // 4 parameters per row
+
 var (
-	insertChangesSQL [changeChunk + 1]string
-	insertIndexSQL   [indexChunk + 1]string
+	insertChangesSQL   [changeChunk + 1]string
+	insertIndexSQL     [indexChunk + 1]string
+	insertTombstoneSQL [tombstoneChunk + 1]string
 )
 
 func init() {
@@ -29,6 +32,11 @@ func init() {
 	for n := 1; n <= indexChunk; n++ {
 		insertIndexSQL[n] = "INSERT INTO sync_scope_index (partition, tbl, variable, value, seq) VALUES " +
 			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
+	}
+	for n := 1; n <= tombstoneChunk; n++ {
+		insertTombstoneSQL[n] = "INSERT INTO sync_tombstones (partition, tbl, row_id, commit_seq) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", n), ", ") +
+			" ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = excluded.commit_seq"
 	}
 }
 
@@ -84,6 +92,18 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 		}
 		t.scratch.args = args
 		if _, err := t.c.exec(ctx, insertIndexSQL[len(chunk)], args...); err != nil {
+			return 0, t.fail("append commit", "", err)
+		}
+	}
+	t.scratch.tombstones = commitlog.Tombstones(t.scratch.tombstones, c.Changes)
+	for start := 0; start < len(t.scratch.tombstones); start += tombstoneChunk {
+		chunk := t.scratch.tombstones[start:min(start+tombstoneChunk, len(t.scratch.tombstones))]
+		args := t.scratch.args[:0]
+		for _, tb := range chunk {
+			args = append(args, part, tb.Table, tb.RowID, seq)
+		}
+		t.scratch.args = args
+		if _, err := t.c.exec(ctx, insertTombstoneSQL[len(chunk)], args...); err != nil {
 			return 0, t.fail("append commit", "", err)
 		}
 	}

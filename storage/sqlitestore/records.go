@@ -213,6 +213,11 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 		if res.RemovedCommits, err = t.c.exec(ctx, `DELETE FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ?`, p.Partition, from, through); err != nil {
 			return err
 		}
+		// Past the horizon a delete no longer beats an unversioned upsert
+		// (SPEC.md §4.6).
+		if _, err := t.c.exec(ctx, `DELETE FROM sync_tombstones WHERE partition = ? AND commit_seq <= ?`, p.Partition, through); err != nil {
+			return err
+		}
 		_, err = t.c.exec(ctx, `UPDATE sync_partitions SET horizon_seq = ? WHERE id = ?`, target, p.Partition)
 		return err
 	})

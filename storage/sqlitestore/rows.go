@@ -35,6 +35,9 @@ type tableSQL struct {
 	delete  string
 	// scanHead is the SELECT … WHERE _sync_partition = ? prefix of scans.
 	scanHead string
+	// byColumn holds, per column, the keyset page of rows holding one
+	// value of it (RowScanByColumn).
+	byColumn []string
 }
 
 func newInstalled(sc *schema.Schema) *installed {
@@ -50,10 +53,12 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 	cols := []string{quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion),
 		quote(schemaplan.ColScopes), quote(schemaplan.ColPayload)}
 	// Parameters: ?1 partition, ?2 row id, ?3 scopes, ?4 payload, then
-	// one per schema column.
+	// one per schema column, then the column versions.
 	vals := []string{"?1", "?2", "1", "?3", "?4"}
 	version := fmt.Sprintf("%[1]s = %[2]s.%[1]s + 1", quote(schemaplan.ColServerVersion), name)
-	sets := []string{version, quote(schemaplan.ColScopes) + " = ?3", quote(schemaplan.ColPayload) + " = ?4"}
+	cvParam := "?" + strconv.Itoa(len(t.Columns)+5)
+	sets := []string{version, quote(schemaplan.ColScopes) + " = ?3", quote(schemaplan.ColPayload) + " = ?4",
+		quote(schemaplan.ColColumnVersions) + " = " + cvParam}
 	allSets := slices.Clone(sets)
 	var same []string
 	for i, c := range t.Columns {
@@ -67,17 +72,27 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			sets = append(sets, quote(c.Name)+" = "+p)
 		}
 	}
+	cols = append(cols, quote(schemaplan.ColColumnVersions))
+	vals = append(vals, cvParam)
 	key := fmt.Sprintf("%s = ? AND %s = ?", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
+	byColumn := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		byColumn[i] = fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = ? AND %s = ? AND %s > ? ORDER BY %s LIMIT ?`,
+			quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes),
+			quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name,
+			quote(schemaplan.ColPartition), quote(c.Name), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
+	}
 	return &tableSQL{
-		t: t,
+		byColumn: byColumn,
+		t:        t,
 		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s WHERE %s RETURNING %s",
 			name, strings.Join(cols, ", "), strings.Join(vals, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), strings.Join(sets, ", "),
 			strings.Join(same, " AND "), quote(schemaplan.ColServerVersion)),
 		rescope: fmt.Sprintf("UPDATE %s SET %s WHERE %s = ?1 AND %s = ?2 RETURNING %s", name, strings.Join(allSets, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion)),
-		get: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
-			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), name, key),
+		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
+			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = ?", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
@@ -111,7 +126,7 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 	}
 	r := storage.Row{RowID: rowID}
 	var scopes []byte
-	ok, err := t.c.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload)
+	ok, err := t.c.queryRow(ctx, ts.get, []any{partition, rowID}, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions)
 	if err != nil {
 		return r, false, t.fail("get row", table, err)
 	}
@@ -171,6 +186,11 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	for i, c := range ts.t.Columns {
 		args = append(args, bindValue(c.Type, r.Values[i]))
 	}
+	var versions any // NULL
+	if r.ColumnVersions != nil {
+		versions = r.ColumnVersions
+	}
+	args = append(args, versions)
 	t.scratch.args = args
 	var version int64
 	ok, err := t.c.queryRow(ctx, ts.upsert, args, &version)
@@ -184,7 +204,70 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	if err != nil {
 		return 0, t.fail("upsert row", table, err)
 	}
+	if version == 1 { // an insert: the row is no longer deleted
+		if _, err := t.c.exec(ctx, qClearTombstone, t.locked.ID, table, r.RowID); err != nil {
+			return 0, t.fail("upsert row", table, err)
+		}
+	}
 	return version, nil
+}
+
+const (
+	qClearTombstone = `DELETE FROM sync_tombstones WHERE partition = ? AND tbl = ? AND row_id = ?`
+	qGetTombstone   = `SELECT commit_seq FROM sync_tombstones WHERE partition = ? AND tbl = ? AND row_id = ?`
+)
+
+// TombstoneGet implements storage.Tx.
+func (t *tx) TombstoneGet(ctx context.Context, table, rowID string) (int64, bool, error) {
+	if err := t.check(); err != nil {
+		return 0, false, err
+	}
+	if _, err := t.table("get tombstone", table); err != nil {
+		return 0, false, err
+	}
+	var seq int64
+	ok, err := t.c.queryRow(ctx, qGetTombstone, []any{t.locked.ID, table, rowID}, &seq)
+	if err != nil {
+		return 0, false, t.fail("get tombstone", table, err)
+	}
+	return seq, ok, nil
+}
+
+// RowScanByColumn implements storage.ReadTx: an equality on the typed
+// column, which its reference or declared index serves in row id order.
+func (t *tx) RowScanByColumn(ctx context.Context, p storage.ColumnScanParams) ([]storage.Row, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	ts, err := t.table("scan rows by column", p.Table)
+	if err != nil {
+		return nil, err
+	}
+	col, err := schemaplan.ColumnScan(ts.t, &p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.c.query(ctx, ts.byColumn[col], p.Partition, bindValue(ts.t.Columns[col].Type, p.Value), p.AfterRowID, p.Limit)
+	if err != nil {
+		return nil, t.fail("scan rows by column", p.Table, err)
+	}
+	defer rows.Close()
+	var out []storage.Row
+	for rows.Next() {
+		var r storage.Row
+		var scopes []byte
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+			return nil, t.fail("scan rows by column", p.Table, err)
+		}
+		if r.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+			return nil, fmt.Errorf("scan rows by column: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.fail("scan rows by column", p.Table, err)
+	}
+	return out, nil
 }
 
 // RowDelete implements storage.Tx.

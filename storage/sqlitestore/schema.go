@@ -101,6 +101,17 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 		if err != nil {
 			return err
 		}
+		if plan.Action == schemaplan.Migrate && exists {
+			// Internal columns a table built by an older build lacks
+			// arrive only with a schema version bump (SPEC.md §2.4).
+			for _, col := range schemaplan.Upgradable(cols) {
+				ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
+				if err := c.execOnce(ctx, ddl); err != nil {
+					return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
+				}
+				cols = append(cols, schemaplan.PhysicalColumn{Name: col.Name, Type: sqlType(col.Type)})
+			}
+		}
 		if err := schemaplan.CheckPhysical(k.Stored, exists, cols, sqlType); err != nil {
 			return err
 		}
@@ -159,16 +170,17 @@ func catalog(ctx context.Context, c *conn, table string) (exists bool, cols []sc
 	return len(cols) > 0, cols, nil
 }
 
-// reconcileIndexes makes the scope indexes of t exactly one per scope
-// column: stale ones (a column no longer scoped) are dropped, missing ones
-// created.
+// reconcileIndexes makes the managed indexes of t exactly
+// schemaplan.Indexes(t): stale ones (a column no longer scoped, a changed
+// or dropped declared index) are dropped, missing ones created.
 func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
-	want := map[string]string{}
-	for _, col := range schemaplan.ScopeColumns(t.Layout()) {
-		want[schemaplan.ScopeIndexName(t.Name, col)] = col
+	defs := schemaplan.Indexes(t)
+	want := make(map[string]bool, len(defs))
+	for _, ix := range defs {
+		want[ix.Name] = true
 	}
 	rows, err := c.queryOnce(ctx, `SELECT name FROM sqlite_schema
-		WHERE type = 'index' AND tbl_name = ? AND name LIKE 'sync\_scope\_%' ESCAPE '\'`, t.Name)
+		WHERE type = 'index' AND tbl_name = ? AND substr(name, 1, length(?)) = ?`, t.Name, schemaplan.ManagedIndexPrefix, schemaplan.ManagedIndexPrefix)
 	if err != nil {
 		return fmt.Errorf("ensure schema: list indexes of %s: %w", t.Name, err)
 	}
@@ -186,7 +198,7 @@ func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
 		return fmt.Errorf("ensure schema: list indexes of %s: %w", t.Name, err)
 	}
 	for _, n := range have {
-		if _, ok := want[n]; ok {
+		if want[n] {
 			delete(want, n)
 			continue
 		}
@@ -194,11 +206,13 @@ func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
 			return fmt.Errorf("ensure schema: drop index %s: %w", n, err)
 		}
 	}
-	for name, col := range want {
-		ddl := fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s, %s)", quote(name), quote(t.Name),
-			quote(schemaplan.ColPartition), quote(col), quote(schemaplan.ColRowID))
+	for _, ix := range defs {
+		if !want[ix.Name] {
+			continue
+		}
+		ddl := ix.CreateSQL(t.Name, quote)
 		if err := c.execOnce(ctx, ddl); err != nil {
-			return fmt.Errorf("ensure schema: create index %s: %w", name, err)
+			return fmt.Errorf("ensure schema: create index %s: %w", ix.Name, err)
 		}
 	}
 	return nil

@@ -34,9 +34,10 @@ type tx struct {
 
 // txScratch holds buffers reused across calls of one transaction.
 type txScratch struct {
-	args    []any
-	entries []commitlog.IndexEntry
-	scopes  []byte
+	args       []any
+	entries    []commitlog.IndexEntry
+	tombstones []commitlog.Tombstone
+	scopes     []byte
 }
 
 var (

@@ -114,6 +114,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Admin", adminTests},
 		{"Gate", gateTests},
 		{"Reaction", reactionTests},
+		{"Columns", columnTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -284,3 +284,37 @@ func PruneTarget(ctx context.Context, p storage.PruneParams, part storage.Partit
 	}
 	return max(target, part.HorizonSeq), nil
 }
+
+// Tombstone is a row a commit leaves deleted.
+type Tombstone struct {
+	Table string
+	RowID string
+}
+
+// Tombstones returns the rows whose last change among changes is a
+// delete, each once, in order of that change: the tombstones a commit
+// writes (SPEC.md §2.2). A row deleted and then written again by the same
+// commit gets none. buf is reused.
+func Tombstones(buf []Tombstone, changes []storage.Change) []Tombstone {
+	out := buf[:0]
+	deletes := 0
+	for i := range changes {
+		if changes[i].Op == storage.OpDelete {
+			deletes++
+		}
+	}
+	if deletes == 0 {
+		return out
+	}
+	last := make(map[Tombstone]int, len(changes))
+	for i := range changes {
+		last[Tombstone{Table: changes[i].Table, RowID: changes[i].RowID}] = i
+	}
+	for i := range changes {
+		k := Tombstone{Table: changes[i].Table, RowID: changes[i].RowID}
+		if changes[i].Op == storage.OpDelete && last[k] == i {
+			out = append(out, k)
+		}
+	}
+	return out
+}

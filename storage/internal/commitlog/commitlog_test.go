@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/syncnode/syncnode/ssp2"
@@ -120,5 +121,22 @@ func TestPruneTarget(t *testing.T) {
 		if ssp2.CodeOf(err) != tc.code || got != tc.want {
 			t.Errorf("%s: PruneTarget = %d, %v; want %d, %q", tc.name, got, err, tc.want, tc.code)
 		}
+	}
+}
+
+func TestTombstones(t *testing.T) {
+	ch := func(table, row string, op storage.Op) storage.Change {
+		return storage.Change{Table: table, RowID: row, Op: op}
+	}
+	got := Tombstones(nil, []storage.Change{
+		ch("a", "1", storage.OpDelete), ch("a", "2", storage.OpDelete), ch("b", "1", storage.OpUpsert),
+		ch("a", "2", storage.OpUpsert), ch("b", "1", storage.OpDelete), ch("a", "1", storage.OpDelete),
+	})
+	want := []Tombstone{{"b", "1"}, {"a", "1"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Tombstones = %v, want %v (last change a delete, once each, in order)", got, want)
+	}
+	if got := Tombstones(got, []storage.Change{ch("a", "1", storage.OpUpsert)}); len(got) != 0 {
+		t.Fatalf("Tombstones of upserts = %v", got)
 	}
 }

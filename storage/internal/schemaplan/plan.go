@@ -7,8 +7,6 @@
 package schemaplan
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/syncnode/syncnode/schema"
@@ -22,6 +20,9 @@ const (
 	ColServerVersion = "_sync_server_version"
 	ColScopes        = "_sync_scopes"
 	ColPayload       = "_sync_payload"
+	// ColColumnVersions holds the row's column versions (SPEC.md §2.2,
+	// storage.DecodeColumnVersions); NULL for a row written before them.
+	ColColumnVersions = "_sync_column_versions"
 )
 
 // InternalColumns are the columns every application table carries before
@@ -32,6 +33,36 @@ var InternalColumns = []ssp2.Column{
 	{Name: ColServerVersion, Type: ssp2.TypeInteger},
 	{Name: ColScopes, Type: ssp2.TypeJSON},
 	{Name: ColPayload, Type: ssp2.TypeBytes},
+	{Name: ColColumnVersions, Type: ssp2.TypeBytes, Nullable: true},
+}
+
+// upgradable are the internal columns that tables created by an older
+// build lack and that only a forward migration (a schema version bump)
+// adds; a same-version open refuses such a table (SPEC.md §2.4).
+var upgradable = []string{ColColumnVersions}
+
+// Upgradable returns the internal columns a forward migration adds to a
+// table whose catalog is cols: those it was created without.
+func Upgradable(cols []PhysicalColumn) []ssp2.Column {
+	var out []ssp2.Column
+	for _, name := range upgradable {
+		found := false
+		for _, c := range cols {
+			if c.Name == name {
+				found = true
+				break
+			}
+		}
+		if found {
+			continue
+		}
+		for _, c := range InternalColumns {
+			if c.Name == name {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // Mismatch reasons carried in the Details of a layout refusal.
@@ -61,19 +92,6 @@ func Refuse(code ssp2.Code, d Details) error {
 	e := ssp2.Errorf(code, "%s", msg).WithDetails(d)
 	e.Op = "ensure schema"
 	return e
-}
-
-// ScopeIndexName is the name of the index on (_sync_partition, column,
-// _sync_row_id) of a scope column. Index names are database-wide in both
-// dialects, so a hash of (table, column) keeps them unique, and the name
-// fits PostgreSQL's 63-byte identifiers.
-func ScopeIndexName(table, column string) string {
-	sum := sha256.Sum256([]byte(table + "\x00" + column))
-	name := "sync_scope_" + hex.EncodeToString(sum[:4]) + "_" + table + "_" + column
-	if len(name) > schema.MaxIdentifierLength {
-		name = name[:schema.MaxIdentifierLength]
-	}
-	return name
 }
 
 // ScopeColumns returns the distinct scope columns of a layout, in

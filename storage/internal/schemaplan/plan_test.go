@@ -80,7 +80,7 @@ func TestCheckPhysical(t *testing.T) {
 	good := []PhysicalColumn{
 		{ColPartition, "TEXT", true, 1}, {ColRowID, "text", true, 2}, {ColServerVersion, "INTEGER", true, 0},
 		{ColScopes, "TEXT", true, 0}, {ColPayload, "BLOB", true, 0}, {"id", "TEXT", true, 0}, {"p", "TEXT", true, 0},
-		{"extra", "REAL", false, 0},
+		{"extra", "REAL", false, 0}, {ColColumnVersions, "BLOB", false, 0},
 	}
 	if err := CheckPhysical(l, true, good, typeOf); err != nil {
 		t.Fatalf("CheckPhysical(good) = %v", err)
@@ -110,6 +110,64 @@ func TestCheckPhysical(t *testing.T) {
 		if ssp2.CodeOf(err) != ssp2.CodeStoragePhysicalLayoutMismatch || d.Reason != tc.reason || d.Table != "t" {
 			t.Errorf("%s: CheckPhysical = %v (%+v), want reason %s", tc.name, err, d, tc.reason)
 		}
+	}
+}
+
+func TestUpgradable(t *testing.T) {
+	if got := Upgradable([]PhysicalColumn{{Name: ColPartition}, {Name: ColColumnVersions}}); len(got) != 0 {
+		t.Fatalf("Upgradable(with column versions) = %v, want none", got)
+	}
+	got := Upgradable([]PhysicalColumn{{Name: ColPartition}, {Name: ColRowID}})
+	if len(got) != 1 || got[0].Name != ColColumnVersions || !got[0].Nullable {
+		t.Fatalf("Upgradable(legacy) = %v, want the nullable column versions", got)
+	}
+}
+
+func TestIndexes(t *testing.T) {
+	s := parse(t, `{"version": 1, "tables": [
+	 {"name": "a", "primaryKey": "id", "columns": [{"name": "id", "type": "string"}, {"name": "p", "type": "string"}],
+	  "scopes": ["p:{p}"]},
+	 {"name": "b", "primaryKey": "id",
+	  "columns": [{"name": "id", "type": "string"}, {"name": "p", "type": "string"},
+	   {"name": "x", "type": "string", "nullable": true}, {"name": "y", "type": "string", "nullable": true},
+	   {"name": "z", "type": "string", "nullable": true}],
+	  "scopes": ["p:{p}"],
+	  "references": [{"column": "x", "parentTable": "a"}, {"column": "y", "parentTable": "a"}, {"column": "p", "parentTable": "a"}],
+	  "indexes": [{"name": "b_x", "columns": ["x"]}, {"name": "b_zy", "columns": ["z", "y"], "unique": true}]}]}`)
+	b, _ := s.Table("b")
+	got := map[string]IndexDef{}
+	for _, ix := range Indexes(b) {
+		got[ix.Name] = ix
+	}
+	want := map[string]string{
+		ScopeIndexName("b", "p"):     "_sync_partition,p,_sync_row_id",
+		ReferenceIndexName("b", "y"): "_sync_partition,y,_sync_row_id", // x is served by b_x, p by its scope index
+		Indexes(b)[1].Name:           "_sync_partition,x,_sync_row_id",
+		Indexes(b)[2].Name:           "_sync_partition,z,y",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Indexes(b) = %v, want %v", got, want)
+	}
+	for name, cols := range want {
+		if ix, ok := got[name]; !ok || strings.Join(ix.Columns, ",") != cols {
+			t.Fatalf("index %s = %+v, want columns %s", name, ix, cols)
+		}
+	}
+	if !got[Indexes(b)[2].Name].Unique || !strings.HasPrefix(Indexes(b)[2].Name, "sync_index_") || !strings.HasSuffix(Indexes(b)[2].Name, "_b_zy") {
+		t.Fatalf("declared unique index = %+v", Indexes(b)[2])
+	}
+	if sql := Indexes(b)[2].CreateSQL("b", func(s string) string { return "'" + s + "'" }); sql != "CREATE UNIQUE INDEX '"+Indexes(b)[2].Name+"' ON 'b' ('_sync_partition', 'z', 'y')" {
+		t.Fatalf("CreateSQL = %s", sql)
+	}
+	// A changed declaration is another index.
+	changed := parse(t, strings.Replace(`{"version": 1, "tables": [{"name": "c", "primaryKey": "id",
+	  "columns": [{"name": "id", "type": "string"}, {"name": "p", "type": "string"}, {"name": "q", "type": "string"}],
+	  "scopes": ["p:{p}"], "indexes": [{"name": "c_q", "columns": ["q"]}]}]}`, `"columns": ["q"]`, `"columns": ["q", "p"]`, 1))
+	orig := parse(t, `{"version": 1, "tables": [{"name": "c", "primaryKey": "id",
+	  "columns": [{"name": "id", "type": "string"}, {"name": "p", "type": "string"}, {"name": "q", "type": "string"}],
+	  "scopes": ["p:{p}"], "indexes": [{"name": "c_q", "columns": ["q"]}]}]}`)
+	if Indexes(changed.Tables[0])[1].Name == Indexes(orig.Tables[0])[1].Name {
+		t.Fatal("a changed index definition kept its name")
 	}
 }
 

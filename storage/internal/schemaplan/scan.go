@@ -1,6 +1,7 @@
 package schemaplan
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -74,4 +75,22 @@ func ScanFilters(t *schema.Table, p *storage.ScanParams) (filters []Filter, none
 		return 0
 	})
 	return filters, false, nil
+}
+
+// ColumnScan validates p against table t and returns the position of the
+// column it filters on.
+func ColumnScan(t *schema.Table, p *storage.ColumnScanParams) (int, error) {
+	if p.Limit < 1 || p.Limit > storage.MaxScanLimit {
+		e := ssp2.Errorf(ssp2.CodeStorageInvalidLimit, "scan limit %d outside 1..%d", p.Limit, storage.MaxScanLimit)
+		e.Op = "scan rows by column"
+		return 0, e
+	}
+	i, ok := t.ColumnIndex(p.Column)
+	if !ok {
+		return 0, fmt.Errorf("scan rows by column: table %s has no column %q", t.Name, p.Column)
+	}
+	if p.Value.Null {
+		return 0, fmt.Errorf("scan rows by column: %s.%s: a NULL value matches no row by equality", t.Name, p.Column)
+	}
+	return i, nil
 }
