@@ -267,7 +267,7 @@ type stager struct {
 func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Change, []OperationEvidence, *rejection, error) {
 	changes := make([]storage.Change, 0, len(pc.Operations))
 	var evidence []OperationEvidence
-	wantEvidence := st.vs.commit != nil || st.e.cfg.ReactionPlanner != nil
+	wantEvidence := st.wantsEvidence()
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		ch, ev, rej, err := st.stageAny(ctx, i, op)
@@ -292,6 +292,18 @@ func (st *stager) stage(ctx context.Context, pc *ssp2.PushCommit) ([]storage.Cha
 	return changes, evidence, nil, nil
 }
 
+// wantsEvidence reports whether anything reads the commit's operation
+// evidence: a whole-commit validator or the reaction planner.
+func (st *stager) wantsEvidence() bool {
+	return st.vs.commit != nil || st.e.cfg.ReactionPlanner != nil
+}
+
+// wantsRows reports whether an operation's rows must be decoded by column
+// name: for its table's row validator, or for the evidence.
+func (st *stager) wantsRows(validator RowValidator) bool {
+	return validator != nil || st.wantsEvidence()
+}
+
 func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*storage.Change, OperationEvidence, *rejection, error) {
 	ev := OperationEvidence{OpIndex: i, Op: op.Op, Table: op.Table, RowID: op.RowID}
 	t, ok := st.e.cfg.Schema.Table(op.Table)
@@ -300,7 +312,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	}
 	// Decoded rows by column name are built only for validators.
 	validator := st.vs.rows[t.Name]
-	want := st.vs.commit != nil || validator != nil || st.e.cfg.ReactionPlanner != nil
+	want := st.wantsRows(validator)
 	var vals []ssp2.Value
 	if op.Op == ssp2.OpUpsert {
 		var err error

@@ -184,7 +184,7 @@ func (en *refEnforcer) cascade(ctx context.Context, origin int, t *schema.Table,
 	ev := OperationEvidence{OpIndex: origin, Op: ssp2.OpDelete, Table: t.Name, RowID: row.RowID, Appended: true}
 	sv := row.ServerVersion
 	ev.StoredServerVersion = &sv
-	if validator != nil || st.vs.commit != nil {
+	if st.wantsRows(validator) {
 		vals, err := t.Codec.DecodeRow(row.Payload, nil)
 		if err != nil {
 			return nil, internal("decode stored row", err)
@@ -211,7 +211,7 @@ func (en *refEnforcer) setNull(ctx context.Context, origin int, t *schema.Table,
 		return nil, internal("decode stored row", err)
 	}
 	validator := st.vs.rows[t.Name]
-	want := validator != nil || st.vs.commit != nil
+	want := st.wantsRows(validator)
 	ev := OperationEvidence{OpIndex: origin, Op: ssp2.OpUpsert, Table: t.Name, RowID: row.RowID, Appended: true}
 	sv := row.ServerVersion
 	ev.StoredServerVersion = &sv

@@ -96,7 +96,7 @@ func (st *stager) stageSparse(ctx context.Context, i int, op *ssp2.Operation) (*
 		return nil, ev, nil, nil, internal("read row", err)
 	}
 	validator := st.vs.rows[t.Name]
-	want := st.vs.commit != nil || validator != nil
+	want := st.wantsRows(validator)
 	var w sparseWrite
 	var rej *rejection
 	if exists {
