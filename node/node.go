@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/storage"
@@ -79,6 +81,12 @@ type Config struct {
 	// serve gate ("" for every partition); see gate.Config.OnChange.
 	OnGateChange func(partition string)
 
+	// Realtime tunes the realtime channel (GET /realtime); the node fills
+	// in its engine, store, auth, gate, NATS, clock and logger.
+	// RealtimeOff leaves the route unanswered.
+	Realtime    realtime.Config
+	RealtimeOff bool
+
 	// Now is the clock (default wall clock), in Unix ms.
 	Now    func() int64
 	Logger *slog.Logger
@@ -102,7 +110,10 @@ type Node struct {
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
 	Gate     *gate.Gate
+	// Realtime is nil when Config.RealtimeOff is set.
+	Realtime *realtime.Hub
 
+	hub        atomic.Pointer[realtime.Hub] // for the gate's callback, set once started
 	ln         net.Listener
 	srv        *http.Server
 	routesStop func(context.Context) error
@@ -175,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Gate, err = gate.New(gate.Config{
 		Store: n.Store, Schema: cfg.Schema, Declared: cfg.Checkpoints,
 		Conn: n.NATS.Conn(), JetStream: n.NATS.JetStream(), Node: cfg.Name,
-		OnChange: cfg.OnGateChange, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
+		OnChange: n.gateChanged, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
 	}); err != nil {
 		return nil, err
 	}
@@ -201,10 +212,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var rt http.Handler
+	if !cfg.RealtimeOff {
+		if err = n.startRealtime(ctx, reg); err != nil {
+			return nil, err
+		}
+		rt = n.Realtime
+	}
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: cfg.Auth, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
-		Logger: cfg.Logger.With("component", "http"), Registry: reg,
+		Logger: cfg.Logger.With("component", "http"), Registry: reg, Realtime: rt,
 	}); err != nil {
 		return nil, err
 	}
@@ -260,6 +278,11 @@ func (n *Node) Stop(ctx context.Context) error {
 		} else if n.ln != nil {
 			n.ln.Close()
 		}
+		if n.Realtime != nil {
+			if err := n.Realtime.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if n.routesStop != nil {
 			if err := n.routesStop(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("routes stop: %w", err))
@@ -293,6 +316,38 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.stopErr = errors.Join(errs...)
 	})
 	return n.stopErr
+}
+
+// startRealtime starts the realtime hub on the node's components.
+func (n *Node) startRealtime(ctx context.Context, reg prometheus.Registerer) error {
+	rc := n.cfg.Realtime
+	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, n.cfg.Auth, n.Gate
+	rc.Conn, rc.JetStream, rc.Node = n.NATS.Conn(), n.NATS.JetStream(), n.cfg.Name
+	if rc.MaxRequestBytes == 0 {
+		rc.MaxRequestBytes = n.cfg.MaxRequestBytes
+	}
+	rc.Now, rc.Logger = n.cfg.Now, n.log.With("component", "realtime")
+	hub, err := realtime.New(rc)
+	if err != nil {
+		return err
+	}
+	if err := hub.Start(ctx); err != nil {
+		return err
+	}
+	n.Realtime = hub
+	n.hub.Store(hub)
+	return realtime.RegisterMetrics(reg, hub.Metrics())
+}
+
+// gateChanged passes serve-gate changes to the realtime hub and the
+// configured hook.
+func (n *Node) gateChanged(partition string) {
+	if hub := n.hub.Load(); hub != nil {
+		hub.GateChanged(partition)
+	}
+	if n.cfg.OnGateChange != nil {
+		n.cfg.OnGateChange(partition)
+	}
 }
 
 func openStore(ctx context.Context, cfg Config) (storage.Store, error) {
