@@ -207,8 +207,11 @@ func TestRoundProtocolViolationsClose(t *testing.T) {
 			_ = c.sendBinary(b)
 			return nothing
 		},
-		"bytes past END": func(t *testing.T, c *wsClient) func() { _ = c.sendBinary(append(append([]byte{0x01}, req...), 0)); return nothing },
-		"malformed ack":  func(t *testing.T, c *wsClient) func() { c.sendText(`{"type":"ack","cursor":1.5}`); return nothing },
+		"bytes past END": func(t *testing.T, c *wsClient) func() {
+			_ = c.sendBinary(append(append([]byte{0x01}, req...), 0))
+			return nothing
+		},
+		"malformed ack": func(t *testing.T, c *wsClient) func() { c.sendText(`{"type":"ack","cursor":1.5}`); return nothing },
 		"malformed presence": func(t *testing.T, c *wsClient) func() {
 			c.sendText(`{"event":"presence","data":{"scopeKey":"","doc":null}}`)
 			return nothing
