@@ -65,7 +65,9 @@
 // answered RESP_HEADER, ERROR, END; an invalid envelope header, bytes past
 // END, a chunk during a round's response or another tag closes the socket
 // with 1008. A successful round with a PULL_HEADER re-reads the client
-// record: registrations, wire version and epoch follow it.
+// record before its END is sent: registrations, wire version and epoch
+// follow it, so whatever the client sends after END (a presence publish,
+// an ack) is judged by the new registrations.
 //
 // # Presence
 //

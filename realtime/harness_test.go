@@ -146,7 +146,7 @@ func postSync(t testing.TB, base, tok string, body []byte) (int, []byte) {
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", httpapi.ContentType)
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func dial(t testing.TB, base, tok, clientID string) (*wsClient, *http.Response, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h, HTTPClient: httpClient})
 	if err != nil {
 		return nil, resp, err
 	}

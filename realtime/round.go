@@ -66,6 +66,16 @@ func (s *session) runRound(body []byte, done chan struct{}) {
 	if err == nil && req.Header.ClientID != s.clientID {
 		err = ssp2.Errorf(ssp2.CodeInvalidClientID, "a socket round's clientId must be the connection's")
 	}
+	if err == nil && req.Pull != nil {
+		// Registrations follow the record the round just wrote, before
+		// its END leaves: what the client sends after END is judged by
+		// them.
+		w.beforeEnd = func() {
+			if !w.tr.sawError {
+				s.refresh()
+			}
+		}
+	}
 	if err == nil {
 		err = s.h.cfg.Engine.Sync(s.ctx, s.ident, body, w)
 	}
@@ -76,10 +86,6 @@ func (s *session) runRound(body []byte, done chan struct{}) {
 		// The response cannot be finished: the stream has no end the
 		// client could find.
 		s.close(statusInternal, "sync round failed")
-		return
-	}
-	if req != nil && req.Pull != nil && !w.tr.sawError {
-		s.refresh()
 	}
 }
 
@@ -103,8 +109,8 @@ func (s *session) writeFailure(w *roundWriter, wire uint16, err error) {
 	}
 }
 
-// refresh re-reads the client record after a successful round with a
-// pull: its subscription list replaces the registrations (SPEC.md §8.7)
+// refresh re-reads the client record at the end of a successful round
+// with a pull: its subscription list replaces the registrations (SPEC.md §8.7)
 // and its wire version the deltas' encoding. A record written under
 // another epoch than the session's means the client reset onto it: the
 // session follows, observing the partition as it is now.
@@ -145,6 +151,9 @@ type roundWriter struct {
 	started bool
 	ended   bool
 	err     error
+	// beforeEnd runs once the response's END is written by the engine and
+	// before it is sent.
+	beforeEnd func()
 }
 
 func (w *roundWriter) Write(p []byte) (int, error) {
@@ -160,6 +169,9 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 	switch {
 	case w.tr.ended:
 		w.ended = true
+		if w.beforeEnd != nil {
+			w.beforeEnd()
+		}
 		w.err = w.send(true)
 	case len(w.buf) >= roundChunkBytes:
 		w.err = w.send(false)
