@@ -15,6 +15,7 @@ import (
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
@@ -218,4 +219,43 @@ func TestEpochRotationResetsEveryNode(t *testing.T) {
 		}
 		assertMatchesServer(t, d.nodes[i].Store, c, "p1")
 	}
+}
+
+func TestGateRefusalResetsTheNodesThatRefuse(t *testing.T) {
+	d := startDeployment(t, 2)
+	a, b := d.nodes[0], d.nodes[1]
+	pa := newPusher(t, a.URL(), "alice", "p1")
+	pa.push([2]string{"r1", "p1"})
+	ca := registered(t, a, "bob", "bob-a", "p1")
+	cb := registered(t, b, "bob", "bob-b", "p1")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+
+	// Node a declares a backfill: it keeps serving the partition, node b
+	// refuses it, and b's sessions are told to reset.
+	cp, err := a.Gate.Declare(ctx, partition, "bf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.wakeAtLeast(ssp2.WakeResetRequired, 0)
+	s := pa.push([2]string{"r2", "p1"})
+	if got := deltaSeq(t, ca.applyDelta(0)); got != s {
+		t.Fatalf("node a's delta carries %d, want %d", got, s)
+	}
+	cb.wakeAtLeast(ssp2.WakeResetRequired, s)
+	if cb.numDeltas() != 0 {
+		t.Fatal("node b sent a delta of a partition its gate refuses")
+	}
+
+	if out, err := a.Gate.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey, OwnerEpoch: cp.OwnerEpoch,
+		Watermark: s, Sources: []string{"tasks"}}); err != nil || out != storage.ActivateActivated {
+		t.Fatalf("activate: %v %v", out, err)
+	}
+	poll.Until(t, wait, "node b to serve again", func() bool { _, err := b.Gate.Admit(ctx, partition); return err == nil })
+	cb.sync()
+	s = pa.push([2]string{"r3", "p1"})
+	if got := deltaSeq(t, cb.applyDelta(0)); got != s {
+		t.Fatalf("node b's delta after the activation carries %d, want %d", got, s)
+	}
+	assertMatchesServer(t, b.Store, cb, "p1")
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,4 +182,41 @@ func TestShutdownClosesWithGoingAway(t *testing.T) {
 		t.Fatalf("opened %d closed %d", m.Opened.Load(), m.Closed.Load())
 	}
 	refusal(t, n.URL(), token(t, "bob", "p1"), "bob-2", http.StatusTooManyRequests, ssp2.CodeWebsocketLimit)
+}
+
+func TestSlowReaderIsDropped(t *testing.T) {
+	n := startNode(t, func(c *node.Config) {
+		c.Realtime.SendQueueMessages, c.Realtime.SendQueueBytes, c.Realtime.MaxDeltaBytes = 4, 64<<10, 64<<10
+		c.Realtime.WriteTimeout = 200 * time.Millisecond
+	})
+	tok := token(t, "bob", "p1")
+	registered(t, n, "bob", "slow-1", "p1").close()
+	// The slow client connects (registered by its last round) and never
+	// reads.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	slow, _, err := websocket.Dial(ctx, "ws"+n.URL()[4:]+"/realtime?clientId=slow-1", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}, HTTPClient: httpClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.CloseNow()
+	fast := registered(t, n, "carol", "fast-1", "p2") // sees no presence on p1
+
+	pub := registered(t, n, "alice", "pub-1", "p1")
+	doc := `{"pad":"` + strings.Repeat("x", 15<<10) + `"}`
+	m := n.Realtime.Metrics()
+	for i := 0; m.Dropped.Load() == 0; i++ {
+		if i > 20000 {
+			t.Fatal("the slow reader was never dropped")
+		}
+		pub.publish("project:p1", doc)
+	}
+	poll.Until(t, wait, "the slow socket to close", func() bool { return m.Open() == 2 })
+	// The others are unaffected.
+	a := newPusher(t, n.URL(), "alice", "p2")
+	s := a.push([2]string{"r1", "p2"})
+	if got := deltaSeq(t, fast.applyDelta(0)); got != s {
+		t.Fatalf("fast client's delta carries %d, want %d", got, s)
+	}
 }

@@ -52,8 +52,9 @@
 // Every session has a bounded send queue (messages and bytes) drained by
 // one writer goroutine. Fan-out never blocks on a socket: a delta that does
 // not fit becomes a wake-up (a flag, not a queued message); a presence
-// event that does not fit drops the slow consumer (close 1013), as does a
-// socket that does not take a message within WriteTimeout. A socket round
+// event that does not fit drops the slow consumer (its connection is cut
+// at once: a socket that does not drain takes no close frame either), as
+// does a socket that does not take a message within WriteTimeout. A socket round
 // streams its response through the same queue one chunk at a time and
 // waits for each to be written, so it runs at the socket's pace.
 //

@@ -26,9 +26,7 @@ const (
 	statusGoingAway   = websocket.StatusGoingAway
 	statusViolation   = websocket.StatusPolicyViolation
 	statusTooBig      = websocket.StatusMessageTooBig
-	statusInternal    = websocket.StatusInternalError
-	statusSlowReader  = websocket.StatusTryAgainLater
-	reasonSlowConsume = "slow consumer"
+	statusInternal  = websocket.StatusInternalError
 )
 
 var errClosed = errors.New("realtime: connection closed")
@@ -191,8 +189,7 @@ func (s *session) send(kind msgKind, data []byte) {
 	closed := s.closed
 	s.mu.Unlock()
 	if !ok && !closed {
-		s.h.metrics.Dropped.Add(1)
-		s.close(statusSlowReader, reasonSlowConsume)
+		s.drop()
 	}
 }
 
@@ -381,9 +378,10 @@ func (s *session) writeLoop() {
 			}
 			if err != nil {
 				if timedOut {
-					s.h.metrics.Dropped.Add(1)
+					s.drop()
+				} else {
+					s.close(statusInternal, "write failed")
 				}
-				s.close(statusSlowReader, reasonSlowConsume)
 				return
 			}
 			switch m.kind {
@@ -404,19 +402,39 @@ func (s *session) writeLoop() {
 func (s *session) close(code websocket.StatusCode, reason string) {
 	s.once.Do(func() {
 		s.mu.Lock()
-		s.closed = true
-		for _, m := range s.queue {
-			if m.done != nil {
-				m.done <- errClosed
-			}
-		}
-		s.queue, s.queued = nil, 0
+		s.shutLocked()
 		s.mu.Unlock()
 		go func() {
 			_ = s.conn.Close(code, reason)
 			s.cancel()
 		}()
 	})
+}
+
+// drop disconnects a slow consumer at once: its socket does not drain, so
+// neither would a close frame.
+func (s *session) drop() {
+	s.once.Do(func() {
+		s.h.metrics.Dropped.Add(1)
+		s.h.log.Info("realtime: dropping a slow consumer", "partition", s.ident.Partition, "client", s.clientID)
+		s.mu.Lock()
+		s.shutLocked()
+		s.mu.Unlock()
+		_ = s.conn.CloseNow()
+		s.cancel()
+	})
+}
+
+// shutLocked marks the session closed, drops what is queued and releases
+// a waiting round chunk.
+func (s *session) shutLocked() {
+	s.closed = true
+	for _, m := range s.queue {
+		if m.done != nil {
+			m.done <- errClosed
+		}
+	}
+	s.queue, s.queued = nil, 0
 }
 
 // readLoop reads the client's messages until the connection ends.
