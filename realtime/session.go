@@ -23,9 +23,9 @@ const (
 
 // Close codes.
 const (
-	statusGoingAway   = websocket.StatusGoingAway
-	statusViolation   = websocket.StatusPolicyViolation
-	statusTooBig      = websocket.StatusMessageTooBig
+	statusGoingAway = websocket.StatusGoingAway
+	statusViolation = websocket.StatusPolicyViolation
+	statusTooBig    = websocket.StatusMessageTooBig
 	statusInternal  = websocket.StatusInternalError
 )
 
