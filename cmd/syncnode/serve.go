@@ -108,6 +108,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
 		Validators:            validators,
 		CommitValidator:       commitValidator,
+		Realtime:              cfg.Realtime.hubConfig(),
+		RealtimeOff:           !cfg.Realtime.Enabled,
 		Logger:                log,
 		Routes:                routes,
 	})
