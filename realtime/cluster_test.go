@@ -96,7 +96,7 @@ type deployment struct {
 	proxies []*proxy
 }
 
-func startDeployment(t *testing.T, n int, mods ...func(*node.Config)) *deployment {
+func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deployment {
 	t.Helper()
 	pgURL, pgSchema := pgtest.Schema(t)
 	srv := embeddedtest.Start(t)
