@@ -220,3 +220,24 @@ func TestSlowReaderIsDropped(t *testing.T) {
 		t.Fatalf("fast client's delta carries %d, want %d", got, s)
 	}
 }
+
+func TestMissedEventIsNeverASilentGap(t *testing.T) {
+	n := startNode(t, func(c *node.Config) { c.Realtime.ResyncInterval = 20 * time.Millisecond })
+	a := newPusher(t, n.URL(), "alice", "p1")
+	c := registered(t, n, "bob", "bob-1", "p1")
+	s := a.push([2]string{"r1", "p1"})
+	if got := deltaSeq(t, c.applyDelta(0)); got != s {
+		t.Fatalf("delta carries %d, want %d", got, s)
+	}
+	// Without the relay a commit reaches SQL and never the bus: the
+	// periodic check wakes the session all the same.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := n.Relay.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = a.push([2]string{"r2", "p1"})
+	c.wakeAtLeast(ssp2.WakeCatchupRequired, s)
+	c.sync()
+	assertMatchesServer(t, n.Store, c, "p1")
+}

@@ -213,6 +213,20 @@ func (h *Hub) GateChanged(partition string) {
 	go h.checkAll(workCheck, partition)
 }
 
+// RefreshScopes re-resolves, now, the registrations of the partition's
+// sessions — of actorID's only, when it is not "" — instead of at their
+// next round: the host changed what an actor may see (SPEC.md §8.7). It
+// fails closed: a session whose resolution or client record read fails
+// loses every registration until its next round. Presence follows the new
+// registrations.
+func (h *Hub) RefreshScopes(ctx context.Context, partition, actorID string) {
+	for _, s := range h.partitionSessions(partition) {
+		if actorID == "" || s.ident.ActorID == actorID {
+			s.refresh(ctx, true)
+		}
+	}
+}
+
 // checkAll queues a check of one partition, or of all when partition is
 // "".
 func (h *Hub) checkAll(kind workKind, partition string) {

@@ -1,11 +1,16 @@
 package realtime_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -153,4 +158,62 @@ func TestRegistrationChangeMovesPresence(t *testing.T) {
 	c.mu.Unlock()
 	c.sync()
 	wantFanout(t, fanout(c, 0), "project:p2", ssp2.PresenceJoin, "bob", "bob-1", `{"bob":1}`)
+}
+
+// grantAuth is the JWT authenticator whose scope grants the test can
+// change while sockets are open.
+type grantAuth struct {
+	inner  httpapi.Authenticator
+	mu     sync.Mutex
+	grants map[string]engine.Allowed
+}
+
+func (g *grantAuth) Authenticate(r *http.Request) (engine.Identity, error) {
+	id, err := g.inner.Authenticate(r)
+	if err != nil {
+		return id, err
+	}
+	id.Scopes = engine.ResolverFunc(func(_ context.Context, _, actor string) (engine.Allowed, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.grants[actor], nil
+	})
+	return id, nil
+}
+
+func TestRefreshScopesFailsClosed(t *testing.T) {
+	g := &grantAuth{inner: newGatedAuth(t, "").inner, grants: map[string]engine.Allowed{
+		"bob": {"project_id": {"p1", "p2"}}, "alice": {"project_id": {"p1", "p2"}}}}
+	n := startNode(t, withAuth(g))
+	a := newPusher(t, n.URL(), "alice", "p1", "p2")
+	bob := registered(t, n, "bob", "bob-1", "p1", "p2")
+	alice := registered(t, n, "alice", "alice-1", "p1", "p2")
+	bob.publish("project:p2", `{"b":1}`)
+	wantFanout(t, fanout(alice, 0), "project:p2", ssp2.PresenceJoin, "bob", "bob-1", `{"b":1}`)
+
+	// The host takes p2 from bob and refreshes: his p2 presence leaves,
+	// his p2 commits stop, p1 goes on.
+	g.mu.Lock()
+	g.grants["bob"] = engine.Allowed{"project_id": {"p1"}}
+	g.mu.Unlock()
+	n.Realtime.RefreshScopes(t.Context(), partition, "bob")
+	wantFanout(t, fanout(alice, 1), "project:p2", ssp2.PresenceLeave, "bob", "bob-1", "")
+	a.push([2]string{"secret", "p2"})
+	s := a.push([2]string{"open", "p1"})
+	if got := deltaSeq(t, bob.applyDelta(0)); got != s || bob.numDeltas() != 1 {
+		t.Fatalf("bob's first delta after losing p2 carries %d (of %d deltas), want only %d", got, bob.numDeltas(), s)
+	}
+	// Without any grant, nothing stays registered.
+	g.mu.Lock()
+	delete(g.grants, "bob")
+	g.mu.Unlock()
+	n.Realtime.RefreshScopes(t.Context(), partition, "")
+	a.push([2]string{"open", "p1"})
+	s = a.push([2]string{"open2", "p1"})
+	if got := deltaSeq(t, alice.applyDelta(3)); got != s {
+		t.Fatalf("alice's delta carries %d, want %d", got, s)
+	}
+	if bob.numDeltas() != 1 {
+		t.Fatalf("bob got %d deltas without a grant", bob.numDeltas())
+	}
 }

@@ -1,9 +1,11 @@
 package realtime
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -72,7 +74,7 @@ func (s *session) runRound(body []byte, done chan struct{}) {
 		// them.
 		w.beforeEnd = func() {
 			if !w.tr.sawError {
-				s.refresh()
+				s.refresh(s.ctx, false)
 			}
 		}
 	}
@@ -114,11 +116,17 @@ func (s *session) writeFailure(w *roundWriter, wire uint16, err error) {
 // and its wire version the deltas' encoding. A record written under
 // another epoch than the session's means the client reset onto it: the
 // session follows, observing the partition as it is now.
-func (s *session) refresh() {
-	a, err := s.h.cfg.Engine.Attach(s.ctx, s.ident, s.clientID)
+//
+// With failClosed (a host-initiated refresh) a failed read leaves the
+// session with no registrations; otherwise it keeps the ones it had.
+func (s *session) refresh(ctx context.Context, failClosed bool) {
+	a, err := s.h.cfg.Engine.Attach(ctx, s.ident, s.clientID)
 	if err != nil {
 		s.h.log.Debug("realtime: reload registrations", "client", s.clientID, "err", err)
-		return
+		if !failClosed {
+			return
+		}
+		a = engine.Attachment{}
 	}
 	s.mu.Lock()
 	prev := s.keys
