@@ -2,6 +2,7 @@ package realtime_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -116,6 +117,16 @@ func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deploymen
 	return d
 }
 
+// gatesLive waits until every node's serve gate watches its KV bucket:
+// from then on a gate change on one node reaches all of them (a node's
+// gate binds the bucket in the background after it starts).
+func (d *deployment) gatesLive(t testing.TB) {
+	t.Helper()
+	for i, n := range d.nodes {
+		poll.Until(t, wait, fmt.Sprintf("node %d's gate to watch KV", i), n.Gate.WatchLive)
+	}
+}
+
 // wakeAtLeast waits for a wake-up with reason whose cursor reached seq.
 func (c *wsClient) wakeAtLeast(reason ssp2.WakeReason, seq int64) {
 	c.t.Helper()
@@ -197,6 +208,7 @@ func TestEpochRotationResetsEveryNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	d.gatesLive(t)
 	rotated, err := d.nodes[0].Gate.RotateEpoch(ctx, partition)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +245,7 @@ func TestGateRefusalResetsTheNodesThatRefuse(t *testing.T) {
 
 	// Node a declares a backfill: it keeps serving the partition, node b
 	// refuses it, and b's sessions are told to reset.
+	d.gatesLive(t)
 	cp, err := a.Gate.Declare(ctx, partition, "bf")
 	if err != nil {
 		t.Fatal(err)

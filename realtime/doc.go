@@ -16,7 +16,11 @@
 // processed, the others are skipped by (epoch, seq). Events whose epoch is
 // not the one the hub knows make it read the partition in SQL: a rotated
 // epoch answers every session of the partition with reset-required, and
-// the history the relay republishes under the new epoch is skipped.
+// the history the relay republishes under the new epoch is skipped. The
+// serve gate's token watch (Hub.GateChanged, on every node) makes the hub
+// read the partition after any gate change — an epoch rotation, a
+// checkpoint that closes the partition to this node — and the periodic
+// check below is the backstop when neither signal arrives.
 //
 // # Sessions
 //
