@@ -60,11 +60,14 @@ func (a *ackWriter) flush(ctx context.Context) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sqlTimeout)
-		_, err := a.h.cfg.Store.ClientAck(wctx, p)
+		ok, err := a.h.cfg.Store.ClientAck(wctx, p)
 		cancel()
 		if err != nil {
 			a.h.log.Warn("realtime: persist ack", "partition", p.Partition, "client", p.ClientID, "err", err)
 			continue
+		}
+		if !ok {
+			a.h.metrics.AcksRefused.Add(1)
 		}
 		// A refusal (no record of this actor under this epoch: a delayed
 		// ack from before a rotation, a client that never pulled) changes

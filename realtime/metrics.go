@@ -23,6 +23,10 @@ type Metrics struct {
 	Dropped     atomic.Int64
 	Rounds      atomic.Int64 // socket rounds run
 	Acks        atomic.Int64 // acks received
+	// AcksRefused counts acks the store refused: no record of the
+	// session's actor under its epoch (a client that never pulled, an ack
+	// from before a rotation).
+	AcksRefused atomic.Int64
 	PresenceIn  atomic.Int64 // presence publishes received from clients
 	PresenceOut atomic.Int64 // presence events sent to clients
 	BusEvents   atomic.Int64 // commit events read from the bus
@@ -65,6 +69,7 @@ func RegisterMetrics(reg prometheus.Registerer, m *Metrics) error {
 		counter("syncnode_realtime_dropped_total", "Realtime slow consumers disconnected.", m.Dropped.Load, nil),
 		counter("syncnode_realtime_rounds_total", "Sync rounds run over realtime sockets.", m.Rounds.Load, nil),
 		counter("syncnode_realtime_acks_total", "Realtime acks received.", m.Acks.Load, nil),
+		counter("syncnode_realtime_acks_refused_total", "Realtime acks that matched no client record of the actor and epoch.", m.AcksRefused.Load, nil),
 		counter("syncnode_realtime_presence_received_total", "Presence messages received from clients.", m.PresenceIn.Load, nil),
 		counter("syncnode_realtime_presence_sent_total", "Presence events sent to clients.", m.PresenceOut.Load, nil),
 		counter("syncnode_realtime_bus_events_total", "Commit events read from the bus.", m.BusEvents.Load, nil),

@@ -62,3 +62,35 @@ func TestPushReachesAnotherClientAsDeltas(t *testing.T) {
 		}
 	})
 }
+
+func TestDeltasUseTheRecordsWireVersion(t *testing.T) {
+	n := startNode(t)
+	a := newPusher(t, n.URL(), "alice", "p1")
+	tok := token(t, "bob", "p1")
+	// bob's last pull was a wire version 1 request over HTTP.
+	status, b := postSync(t, n.URL(), tok, encode(t, 1, &ssp2.ReqHeader{ClientID: "bob-1", SchemaVersion: 1}, &ssp2.PullHeader{Accept: ssp2.AcceptInlineRows},
+		&ssp2.Subscription{ID: "tasks", Table: "tasks", Scopes: map[string][]string{"project_id": {"p1"}}}))
+	if status != 200 {
+		t.Fatalf("v1 pull: %d %s", status, b)
+	}
+	c := mustDial(t, n.URL(), tok, "bob-1")
+	if h := c.hello(); h.RequiresSync {
+		t.Fatalf("hello after a pull at the head: %+v", h)
+	}
+	s := a.push([2]string{"r1", "p1"})
+	m := c.delta(0)
+	if m.WireVersion != 1 || deltaSeq(t, m) != s || m.Frames[0].(*ssp2.RespHeader).LogEpoch != "" {
+		t.Fatalf("delta for a v1 client: wire %d %+v", m.WireVersion, m.Frames[0])
+	}
+}
+
+func TestAckNeverCreatesARecord(t *testing.T) {
+	n := startNode(t)
+	c := mustDial(t, n.URL(), token(t, "bob", "p1"), "bob-1")
+	c.hello()
+	c.ack(5)
+	waitMetric(t, "the ack to be refused", n.Realtime.Metrics().AcksRefused.Load, 1)
+	if _, ok, err := n.Store.ClientGet(t.Context(), partition, "bob-1"); err != nil || ok {
+		t.Fatalf("an ack without a record: record %v, %v", ok, err)
+	}
+}
