@@ -470,7 +470,7 @@ func (h *Hub) heartbeats() {
 	}
 }
 
-// errLimit is a refused connect.
+// limitError refuses a connect with sync.websocket_connection_limit.
 func limitError(format string, args ...any) error {
 	return ssp2.Errorf(ssp2.CodeWebsocketLimit, format, args...)
 }
