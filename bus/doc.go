@@ -93,7 +93,14 @@
 // # Reacting to events
 //
 // Follow delivers commit events in order with catch-up from a stream
-// sequence (an ordered consumer). WatchPartitions is the cross-node
+// sequence (an ordered consumer); every node's realtime hub (package
+// realtime) follows the stream this way. WatchPartitions is the cross-node
 // "partition changed" notifier: a core subscription to every commit event,
 // coalesced per partition.
+//
+// # Realtime subjects
+//
+// Presence (realtime.go) travels on core NATS, never in a stream:
+// syncrt.<partition>.presence per partition, syncrt.=node.alive and
+// syncrt.=node.sync node-wide.
 package bus

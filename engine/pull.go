@@ -135,13 +135,7 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 		c := &win.Commits[i]
 		f := &ssp2.Commit{CommitSeq: c.CommitSeq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: tables, Changes: make([]ssp2.Change, len(c.Changes))}
 		for j := range c.Changes {
-			ch := &c.Changes[j]
-			out := ssp2.Change{RowID: ch.RowID, Op: ssp2.Op(ch.Op), Scopes: ch.Scopes}
-			if ch.Op == storage.OpUpsert {
-				v := ch.RowVersion
-				out.RowVersion, out.Row = &v, ch.Row
-			}
-			f.Changes[j] = out
+			f.Changes[j] = wireChange(&c.Changes[j])
 		}
 		if err := r.enc.WriteFrame(f); err != nil {
 			return 0, false, err

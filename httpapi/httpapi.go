@@ -71,6 +71,9 @@ type Config struct {
 	// StreamSegmentsAbove: segments larger than this are streamed from the
 	// store and compressed on the fly instead of cached (default 8 MiB).
 	StreamSegmentsAbove int64
+	// Realtime serves GET /realtime (the WebSocket channel, package
+	// realtime); nil leaves the route unanswered (404).
+	Realtime http.Handler
 }
 
 // Handler is the HTTP surface of a node.
@@ -110,6 +113,10 @@ func New(cfg Config) (*Handler, error) {
 	h.m = m
 	h.mux.Handle("POST /sync", h.instrument("sync", http.HandlerFunc(h.serveSync)))
 	h.mux.Handle("GET /segments/{id}", h.instrument("segment", http.HandlerFunc(h.serveSegment)))
+	if cfg.Realtime != nil {
+		// Not instrumented: a socket's lifetime is no request latency.
+		h.mux.Handle("GET /realtime", cfg.Realtime)
+	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -308,14 +315,9 @@ type errorBody struct {
 	Details           json.RawMessage `json:"details,omitempty"`
 }
 
-// writeError answers err as JSON with its code's status.
-func writeError(w http.ResponseWriter, err error) {
-	writeErrorStatus(w, Status(ssp2.CodeOf(err)), err)
-}
-
-// writeErrorStatus answers err as JSON with an explicit status. Internal
-// errors never expose their cause.
-func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+// errorJSON renders err as the JSON error body; an internal error's cause
+// is never sent.
+func errorJSON(err error) ([]byte, *ssp2.ErrorFrame) {
 	f := ssp2.NewErrorFrame(err)
 	if f.Code == string(ssp2.CodeInternalError) {
 		f.Message = "internal error"
@@ -325,6 +327,18 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 		Code: f.Code, Category: f.Category, Retryable: f.Retryable,
 		RecommendedAction: f.RecommendedAction, Message: f.Message, Details: f.Details,
 	})
+	return b, f
+}
+
+// writeError answers err as JSON with its code's status.
+func writeError(w http.ResponseWriter, err error) {
+	writeErrorStatus(w, Status(ssp2.CodeOf(err)), err)
+}
+
+// writeErrorStatus answers err as JSON with an explicit status. Internal
+// errors never expose their cause.
+func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	b, f := errorJSON(err)
 	hdr := w.Header()
 	hdr.Del("Content-Encoding")
 	hdr.Set("Content-Type", "application/json")

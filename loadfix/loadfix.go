@@ -19,8 +19,8 @@
 //
 // Metrics count from the last reset. requests, requestErrors (status 400
 // and above) and the duration percentiles cover POST /sync and GET
-// /segments/{id}; the push and segment counters come from the engine; the
-// realtime counters stay 0 until realtime exists; RSS is this process's
+// /segments/{id}; the push and segment counters come from the engine, the
+// realtime ones from the node's realtime hub; RSS is this process's
 // (VmRSS and VmHWM of /proc/self/status). cpuSeconds is the process's
 // user + system CPU time since it started, not zeroed by reset: a load
 // generator reads it before and after a run and divides the difference by
@@ -51,6 +51,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/rusage"
+	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -103,6 +104,8 @@ type Store interface {
 type Config struct {
 	Store  Store
 	Engine *engine.Engine
+	// Realtime is the node's realtime hub's counters (nil: they stay 0).
+	Realtime *realtime.Metrics
 	// Now is the clock in Unix ms (default wall clock).
 	Now    func() int64
 	Logger *slog.Logger
@@ -129,17 +132,24 @@ type Fixture struct {
 	resetting               atomic.Bool
 }
 
-// engineCounts is a snapshot of the engine counters the metrics report.
+// engineCounts is a snapshot of the engine and realtime counters the
+// metrics report.
 type engineCounts struct {
 	segmentsBuilt, segmentsReused, pushApplied, pushConflicted, pushRejected int64
+	realtimeDeltas, realtimeWakes, realtimeOpened, realtimeClosed            int64
 }
 
 func (f *Fixture) engineCounts() *engineCounts {
 	m := f.cfg.Engine.Metrics()
-	return &engineCounts{
+	c := &engineCounts{
 		segmentsBuilt: m.SegmentsBuilt.Load(), segmentsReused: m.SegmentsReused.Load(),
 		pushApplied: m.PushApplied.Load(), pushConflicted: m.PushConflicted.Load(), pushRejected: m.PushRejected.Load(),
 	}
+	if r := f.cfg.Realtime; r != nil {
+		c.realtimeDeltas, c.realtimeWakes = r.Deltas.Load(), r.Wakes()
+		c.realtimeOpened, c.realtimeClosed = r.Opened.Load(), r.Closed.Load()
+	}
+	return c
 }
 
 // New returns a Fixture. The engine must serve Schema().
@@ -238,8 +248,10 @@ func (f *Fixture) Snapshot() Metrics {
 		RequestDurationMs: Percentiles{P50: p[0], P95: p[1], P99: p[2]},
 		SegmentsBuilt:     now.segmentsBuilt - base.segmentsBuilt, SegmentsReused: now.segmentsReused - base.segmentsReused,
 		PushApplied: now.pushApplied - base.pushApplied, PushConflicted: now.pushConflicted - base.pushConflicted,
-		PushRejected: now.pushRejected - base.pushRejected,
-		PruneRuns:    f.pruneRuns.Load(), PruneRemovedCommits: f.pruneRemoved.Load(),
+		PushRejected:   now.pushRejected - base.pushRejected,
+		RealtimeDeltas: now.realtimeDeltas - base.realtimeDeltas, RealtimeWakes: now.realtimeWakes - base.realtimeWakes,
+		RealtimeOpened: now.realtimeOpened - base.realtimeOpened, RealtimeClosed: now.realtimeClosed - base.realtimeClosed,
+		PruneRuns: f.pruneRuns.Load(), PruneRemovedCommits: f.pruneRemoved.Load(),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/reactions"
+	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -95,6 +97,12 @@ type Config struct {
 	// serve gate ("" for every partition); see gate.Config.OnChange.
 	OnGateChange func(partition string)
 
+	// Realtime tunes the realtime channel (GET /realtime); the node fills
+	// in its engine, store, auth, gate, NATS, clock and logger.
+	// RealtimeOff leaves the route unanswered.
+	Realtime    realtime.Config
+	RealtimeOff bool
+
 	// Now is the clock (default wall clock), in Unix ms.
 	Now    func() int64
 	Logger *slog.Logger
@@ -139,7 +147,10 @@ type Node struct {
 	Admin     *admin.Admin
 
 	adminConn *nats.Conn
+	// Realtime is nil when Config.RealtimeOff is set.
+	Realtime *realtime.Hub
 
+	hub        atomic.Pointer[realtime.Hub] // for the gate's callback, set once started
 	ln         net.Listener
 	srv        *http.Server
 	routesStop func(context.Context) error
@@ -212,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Gate, err = gate.New(gate.Config{
 		Store: n.Store, Schema: cfg.Schema, Declared: cfg.Checkpoints,
 		Conn: n.NATS.Conn(), JetStream: n.NATS.JetStream(), Node: cfg.Name,
-		OnChange: cfg.OnGateChange, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
+		OnChange: n.gateChanged, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
 	}); err != nil {
 		return nil, err
 	}
@@ -250,10 +261,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Reactions != nil {
 		reg.MustRegister(n.Reactions.Collector())
 	}
+	var rt http.Handler
+	if !cfg.RealtimeOff {
+		if err = n.startRealtime(ctx, reg, authn); err != nil {
+			return nil, err
+		}
+		rt = n.Realtime
+	}
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: authn, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
-		Logger: cfg.Logger.With("component", "http"), Registry: reg,
+		Logger: cfg.Logger.With("component", "http"), Registry: reg, Realtime: rt,
 	}); err != nil {
 		return nil, err
 	}
@@ -313,6 +331,11 @@ func (n *Node) Stop(ctx context.Context) error {
 			}
 		} else if n.ln != nil {
 			n.ln.Close()
+		}
+		if n.Realtime != nil {
+			if err := n.Realtime.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if n.Admin != nil {
 			if err := n.Admin.Stop(ctx); err != nil {
@@ -386,6 +409,38 @@ func (n *Node) startReactions(ctx context.Context) error {
 // reactionsEnqueued publishes the enqueued events of a durable commit.
 func (n *Node) reactionsEnqueued(partition string, p storage.ReactionEnqueueParams) {
 	reactions.PublishEnqueued(n.NATS.Conn(), n.cfg.Name, n.log, partition, p)
+}
+
+// startRealtime starts the realtime hub on the node's components.
+func (n *Node) startRealtime(ctx context.Context, reg prometheus.Registerer, authn httpapi.Authenticator) error {
+	rc := n.cfg.Realtime
+	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.Gate
+	rc.Conn, rc.JetStream, rc.Node = n.NATS.Conn(), n.NATS.JetStream(), n.cfg.Name
+	if rc.MaxRequestBytes == 0 {
+		rc.MaxRequestBytes = n.cfg.MaxRequestBytes
+	}
+	rc.Now, rc.Logger = n.cfg.Now, n.log.With("component", "realtime")
+	hub, err := realtime.New(rc)
+	if err != nil {
+		return err
+	}
+	if err := hub.Start(ctx); err != nil {
+		return err
+	}
+	n.Realtime = hub
+	n.hub.Store(hub)
+	return realtime.RegisterMetrics(reg, hub.Metrics())
+}
+
+// gateChanged passes serve-gate changes to the realtime hub and the
+// configured hook.
+func (n *Node) gateChanged(partition string) {
+	if hub := n.hub.Load(); hub != nil {
+		hub.GateChanged(partition)
+	}
+	if n.cfg.OnGateChange != nil {
+		n.cfg.OnGateChange(partition)
+	}
 }
 
 func openStore(ctx context.Context, cfg Config) (storage.Store, error) {

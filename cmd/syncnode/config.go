@@ -12,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/syncnode/syncnode/hooks"
+	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/rules"
 )
 
@@ -31,6 +32,7 @@ type config struct {
 	Storage   storageConfig   `toml:"storage"`
 	Auth      authConfig      `toml:"auth"`
 	Limits    limitsConfig    `toml:"limits"`
+	Realtime  realtimeConfig  `toml:"realtime"`
 	Reactions reactionsConfig `toml:"reactions"`
 	Log       logConfig       `toml:"log"`
 	Admin     adminConfig     `toml:"admin"`
@@ -121,6 +123,23 @@ type reactionsConfig struct {
 	Rules               []rules.ReactionRule `toml:"rules"`
 }
 
+// realtimeConfig is the realtime channel, GET /realtime (package
+// realtime; its Config documents each field).
+type realtimeConfig struct {
+	Enabled                 bool     `toml:"enabled"`
+	HeartbeatInterval       duration `toml:"heartbeat_interval"`
+	MaxConnections          int      `toml:"max_connections"`
+	MaxConnectionsPerClient int      `toml:"max_connections_per_client"`
+	MaxDeltaBytes           int      `toml:"max_delta_bytes"`
+	MaxPresenceBytes        int      `toml:"max_presence_bytes"`
+	SendQueueMessages       int      `toml:"send_queue_messages"`
+	SendQueueBytes          int      `toml:"send_queue_bytes"`
+	WriteTimeout            duration `toml:"write_timeout"`
+	FallbackPollInterval    duration `toml:"fallback_poll_interval"`
+	PresenceAliveInterval   duration `toml:"presence_alive_interval"`
+	OriginPatterns          []string `toml:"origin_patterns"`
+}
+
 type logConfig struct {
 	Level  string `toml:"level"`
 	Format string `toml:"format"`
@@ -162,6 +181,19 @@ func defaultConfig() config {
 			InlineSegmentMaxBytes:   256 << 10,
 			SegmentTTL:              duration{24 * time.Hour},
 		},
+		Realtime: realtimeConfig{
+			Enabled:                 true,
+			HeartbeatInterval:       duration{realtime.DefaultHeartbeatInterval},
+			MaxConnections:          realtime.DefaultMaxConnections,
+			MaxConnectionsPerClient: realtime.DefaultMaxConnectionsPerClient,
+			MaxDeltaBytes:           realtime.DefaultMaxDeltaBytes,
+			MaxPresenceBytes:        realtime.DefaultMaxPresenceBytes,
+			SendQueueMessages:       realtime.DefaultSendQueueMessages,
+			SendQueueBytes:          realtime.DefaultSendQueueBytes,
+			WriteTimeout:            duration{realtime.DefaultWriteTimeout},
+			FallbackPollInterval:    duration{realtime.DefaultFallbackPollInterval},
+			PresenceAliveInterval:   duration{realtime.DefaultPresenceAliveInterval},
+		},
 		Reactions: reactionsConfig{Enabled: true},
 		Log:       logConfig{Level: "info", Format: "text"},
 		Admin:     adminConfig{Enabled: true},
@@ -170,6 +202,17 @@ func defaultConfig() config {
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
 			Token:    hookConfig{Timeout: duration{hooks.DefaultTokenTimeout}, CacheTTL: duration{hooks.DefaultTokenCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 		},
+	}
+}
+
+// hubConfig is the realtime section as the hub takes it.
+func (r realtimeConfig) hubConfig() realtime.Config {
+	return realtime.Config{
+		HeartbeatInterval: r.HeartbeatInterval.Duration, MaxConnections: r.MaxConnections,
+		MaxConnectionsPerClient: r.MaxConnectionsPerClient, MaxDeltaBytes: r.MaxDeltaBytes,
+		MaxPresenceBytes: r.MaxPresenceBytes, SendQueueMessages: r.SendQueueMessages, SendQueueBytes: r.SendQueueBytes,
+		WriteTimeout: r.WriteTimeout.Duration, FallbackPollInterval: r.FallbackPollInterval.Duration,
+		PresenceAliveInterval: r.PresenceAliveInterval.Duration, OriginPatterns: r.OriginPatterns,
 	}
 }
 
@@ -261,6 +304,7 @@ func (c *config) validate() error {
 			bad("hooks."+h.name+".cache_size", "must not be negative")
 		}
 	}
+	c.Realtime.validate(bad)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -272,6 +316,39 @@ func (c *config) validate() error {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
 	}
 	return errors.Join(errs...)
+}
+
+func (r realtimeConfig) validate(bad func(field, format string, args ...any)) {
+	durations := []struct {
+		field string
+		d     time.Duration
+	}{
+		{"heartbeat_interval", r.HeartbeatInterval.Duration}, {"write_timeout", r.WriteTimeout.Duration},
+		{"fallback_poll_interval", r.FallbackPollInterval.Duration}, {"presence_alive_interval", r.PresenceAliveInterval.Duration},
+	}
+	for _, d := range durations {
+		if d.d < time.Millisecond {
+			bad("realtime."+d.field, "%s is below 1ms", d.d)
+		}
+	}
+	if r.MaxConnections < 1 {
+		bad("realtime.max_connections", "%d must be positive", r.MaxConnections)
+	}
+	if r.MaxConnectionsPerClient < 1 {
+		bad("realtime.max_connections_per_client", "%d must be positive", r.MaxConnectionsPerClient)
+	}
+	if r.MaxDeltaBytes < 1<<10 {
+		bad("realtime.max_delta_bytes", "%d is below 1 KiB", r.MaxDeltaBytes)
+	}
+	if r.MaxPresenceBytes < 2 {
+		bad("realtime.max_presence_bytes", "%d is below 2", r.MaxPresenceBytes)
+	}
+	if r.SendQueueMessages < 4 {
+		bad("realtime.send_queue_messages", "%d is below 4", r.SendQueueMessages)
+	}
+	if r.SendQueueBytes < r.MaxDeltaBytes {
+		bad("realtime.send_queue_bytes", "%d is below max_delta_bytes (%d)", r.SendQueueBytes, r.MaxDeltaBytes)
+	}
 }
 
 // envVars maps SYNCNODE_* variables onto fields.

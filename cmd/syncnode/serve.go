@@ -121,6 +121,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Validators:            validators,
 		CommitValidator:       commitValidator,
 		Reactions:             reactionsCfg,
+		Realtime:              cfg.Realtime.hubConfig(),
+		RealtimeOff:           !cfg.Realtime.Enabled,
 		Logger:                log,
 		Routes:                routes,
 	})

@@ -52,7 +52,11 @@ func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, lo
 	return func(ctx context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
 		stop := func(context.Context) error { return nil }
 		if tm.LoadFixture {
-			f, err := loadfix.New(loadfix.Config{Store: n.Store, Engine: n.Engine, Logger: log.With("component", "loadfix")})
+			lc := loadfix.Config{Store: n.Store, Engine: n.Engine, Logger: log.With("component", "loadfix")}
+			if n.Realtime != nil {
+				lc.Realtime = n.Realtime.Metrics()
+			}
+			f, err := loadfix.New(lc)
 			if err != nil {
 				return nil, nil, err
 			}

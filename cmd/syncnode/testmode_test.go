@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -756,8 +759,20 @@ func TestLoadFixtureServe(t *testing.T) {
 	if rj := push(t, c, map[string]any{"id": "y", "project_id": "storm", "title": "short", "done": false, "priority": 1, "updated_at_ms": 1}); rj != nil {
 		t.Fatalf("short title: %+v", rj)
 	}
+	// The realtime channel is the node's: a socket opens and closes.
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(s.url, "http")+"/realtime?clientId=rt-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, b, err := ws.Read(ctx); err != nil || typ != websocket.MessageText || !strings.Contains(string(b), `"event":"hello"`) {
+		t.Fatalf("first realtime message: %s %v", b, err)
+	}
+	_ = ws.Close(websocket.StatusNormalClosure, "")
 	var m map[string]any
-	mustCall(t, "GET", s.url+"/__load/metrics", nil, &m)
+	poll.Until(t, 10*time.Second, "the realtime counters", func() bool {
+		mustCall(t, "GET", s.url+"/__load/metrics", nil, &m)
+		return m["realtimeOpened"] == 1.0 && m["realtimeClosed"] == 1.0
+	})
 	if m["pushApplied"] != 1.0 || m["pushRejected"] != 1.0 {
 		t.Fatalf("metrics = %v", m)
 	}

@@ -161,7 +161,8 @@ func testClientAck(t *testing.T, e *env) {
 	s, _ := e.store()
 	p := partition(t, s)
 	ctx := t.Context()
-	check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 10, UpdatedAtMs: 1}))
+	subs := json.RawMessage(`[{"id":"s1","table":"tasks","scopes":{"project_id":["p1"]}}]`)
+	check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 10, UpdatedAtMs: 1, Subscriptions: subs}))
 	ack := func(a storage.ClientAckParams) bool {
 		t.Helper()
 		ok, err := s.ClientAck(ctx, a)
@@ -182,6 +183,10 @@ func testClientAck(t *testing.T, e *env) {
 	if c, u := cursor(); c != 15 || u != 2 {
 		t.Fatalf("after ack: cursor %d updated %d; want 15, 2", c, u)
 	}
+	// An ack keeps what the last round registered.
+	got, _, err := s.ClientGet(ctx, p.ID, "c1")
+	check(t, err)
+	assertClient(t, got, storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 15, UpdatedAtMs: 2, Subscriptions: subs})
 	lower := base
 	lower.Cursor, lower.NowMs = 5, 3
 	if !ack(lower) {
@@ -207,7 +212,7 @@ func testClientAck(t *testing.T, e *env) {
 		t.Fatalf("ack created a record: %v, %v", ok, err)
 	}
 	// After rotation the old epoch is refused, and the record is gone.
-	_, err := s.PartitionRotateEpoch(ctx, p.ID, 10)
+	_, err = s.PartitionRotateEpoch(ctx, p.ID, 10)
 	check(t, err)
 	if ack(base) {
 		t.Fatal("ack after rotation accepted")

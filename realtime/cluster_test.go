@@ -1,0 +1,274 @@
+package realtime_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/embedded/embeddedtest"
+	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
+)
+
+// proxy is a TCP proxy a test can cut: it stands for the network between
+// a node and its NATS server.
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	up    bool
+	conns []net.Conn
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, up: true}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+	})
+	return p
+}
+
+func (p *proxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.up {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, u)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(u, c); u.Close() }()
+		go func() { _, _ = io.Copy(c, u); c.Close() }()
+	}
+}
+
+// cut drops every connection and refuses new ones until restore.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) restore() {
+	p.mu.Lock()
+	p.up = true
+	p.mu.Unlock()
+}
+
+// deployment is nodes sharing one PostgreSQL schema and one NATS server,
+// each reaching NATS through a proxy of its own.
+type deployment struct {
+	nodes   []*node.Node
+	proxies []*proxy
+}
+
+func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deployment {
+	t.Helper()
+	pgURL, pgSchema := pgtest.Schema(t)
+	srv := embeddedtest.Start(t)
+	target := strings.TrimPrefix(srv.ClientURL(), "nats://")
+	d := &deployment{}
+	for i := range n {
+		p := startProxy(t, target)
+		d.proxies = append(d.proxies, p)
+		d.nodes = append(d.nodes, startNode(t, append([]func(*node.Config){func(c *node.Config) {
+			c.Name = "node-" + string(rune('a'+i))
+			c.PostgresURL, c.PostgresSchema = pgURL, pgSchema
+			c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{p.url()}}
+			c.Realtime.FallbackPollInterval = 20 * time.Millisecond
+			c.Realtime.PresenceAliveInterval = 50 * time.Millisecond
+		}}, mods...)...))
+	}
+	return d
+}
+
+// gatesLive waits until every node's serve gate watches its KV bucket:
+// from then on a gate change on one node reaches all of them (a node's
+// gate binds the bucket in the background after it starts).
+func (d *deployment) gatesLive(t testing.TB) {
+	t.Helper()
+	for i, n := range d.nodes {
+		poll.Until(t, wait, fmt.Sprintf("node %d's gate to watch KV", i), n.Gate.WatchLive)
+	}
+}
+
+// wakeAtLeast waits for a wake-up with reason whose cursor reached seq.
+func (c *wsClient) wakeAtLeast(reason ssp2.WakeReason, seq int64) {
+	c.t.Helper()
+	c.until("a wake-up at "+string(reason), func() bool {
+		for _, m := range c.events {
+			if w, ok := m.(*ssp2.Wake); ok && w.Reason == reason && w.Cursor >= seq {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// assertContiguous checks the client applied every commit from first to
+// last exactly once.
+func assertContiguous(t testing.TB, c *wsClient, first, last int64) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := []int64{}
+	for s := first; s <= last; s++ {
+		want = append(want, s)
+	}
+	if !slices.Equal(c.rep.seqs, want) {
+		t.Fatalf("applied commits %v, want each of %d..%d once, in order", c.rep.seqs, first, last)
+	}
+}
+
+func TestCommitOnOneNodeIsADeltaOnAnother(t *testing.T) {
+	d := startDeployment(t, 2)
+	a, b := d.nodes[0], d.nodes[1]
+	pa := newPusher(t, a.URL(), "alice", "p1")
+	c := mustDial(t, b.URL(), token(t, "bob", "p1"), "bob-1")
+	c.subscribe("tasks", "p1")
+	first := pa.push([2]string{"r1", "p1"})
+	c.sync()
+	s := pa.push([2]string{"r2", "p1"})
+	if got := deltaSeq(t, c.applyDelta(0)); got != s {
+		t.Fatalf("delta on node b carries %d, want %d", got, s)
+	}
+
+	// Node b loses NATS: its sessions are woken from SQL, and catch up by
+	// pulling over the socket.
+	d.proxies[1].cut()
+	poll.Until(t, wait, "node b to see NATS down", func() bool { return !b.NATS.Conn().IsConnected() })
+	for range 2 {
+		s = pa.push([2]string{"r3", "p1"}, [2]string{"r4", "p1"})
+		c.wakeAtLeast(ssp2.WakeCatchupRequired, s)
+		c.sync()
+	}
+	deltas := c.numDeltas()
+
+	// Back on the bus: the consumer replays what it missed (skipped: the
+	// session already observed it) and deltas resume.
+	d.proxies[1].restore()
+	poll.Until(t, wait, "node b to reconnect", func() bool { return b.NATS.Conn().IsConnected() })
+	for i := range 3 {
+		s = pa.push([2]string{"r5", "p1"})
+		if got := deltaSeq(t, c.applyDelta(deltas+i)); got != s {
+			t.Fatalf("delta %d after the reconnect carries %d, want %d", i, got, s)
+		}
+	}
+	assertContiguous(t, c, first, s)
+	assertMatchesServer(t, b.Store, c, "p1")
+}
+
+func TestEpochRotationResetsEveryNode(t *testing.T) {
+	d := startDeployment(t, 2)
+	pa := newPusher(t, d.nodes[0].URL(), "alice", "p1")
+	var clients []*wsClient
+	for i, n := range d.nodes {
+		c := mustDial(t, n.URL(), token(t, "bob", "p1"), "bob-"+string(rune('1'+i)))
+		c.subscribe("tasks", "p1")
+		clients = append(clients, c)
+	}
+	pa.push([2]string{"r1", "p1"})
+	for _, c := range clients {
+		c.sync()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	d.gatesLive(t)
+	rotated, err := d.nodes[0].Gate.RotateEpoch(ctx, partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients {
+		c.wakeAtLeast(ssp2.WakeResetRequired, 0)
+		// The client resets onto the new epoch over the socket; deltas
+		// then carry it.
+		c.sync()
+		if c.rep.epoch != rotated.LogEpoch {
+			t.Fatalf("client %d reset onto %s, want %s", i, c.rep.epoch, rotated.LogEpoch)
+		}
+	}
+	pa.epoch = rotated.LogEpoch
+	s := pa.push([2]string{"r2", "p1"})
+	for i, c := range clients {
+		m := c.applyDelta(0)
+		if got := deltaSeq(t, m); got != s || m.Frames[0].(*ssp2.RespHeader).LogEpoch != rotated.LogEpoch {
+			t.Fatalf("client %d: delta %d under %s, want %d under %s", i, got, m.Frames[0].(*ssp2.RespHeader).LogEpoch, s, rotated.LogEpoch)
+		}
+		assertMatchesServer(t, d.nodes[i].Store, c, "p1")
+	}
+}
+
+func TestGateRefusalResetsTheNodesThatRefuse(t *testing.T) {
+	d := startDeployment(t, 2)
+	a, b := d.nodes[0], d.nodes[1]
+	pa := newPusher(t, a.URL(), "alice", "p1")
+	pa.push([2]string{"r1", "p1"})
+	ca := registered(t, a, "bob", "bob-a", "p1")
+	cb := registered(t, b, "bob", "bob-b", "p1")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+
+	// Node a declares a backfill: it keeps serving the partition, node b
+	// refuses it, and b's sessions are told to reset.
+	d.gatesLive(t)
+	cp, err := a.Gate.Declare(ctx, partition, "bf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.wakeAtLeast(ssp2.WakeResetRequired, 0)
+	s := pa.push([2]string{"r2", "p1"})
+	if got := deltaSeq(t, ca.applyDelta(0)); got != s {
+		t.Fatalf("node a's delta carries %d, want %d", got, s)
+	}
+	cb.wakeAtLeast(ssp2.WakeResetRequired, s)
+	if cb.numDeltas() != 0 {
+		t.Fatal("node b sent a delta of a partition its gate refuses")
+	}
+
+	if out, err := a.Gate.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey, OwnerEpoch: cp.OwnerEpoch,
+		Watermark: s, Sources: []string{"tasks"}}); err != nil || out != storage.ActivateActivated {
+		t.Fatalf("activate: %v %v", out, err)
+	}
+	poll.Until(t, wait, "node b to serve again", func() bool { _, err := b.Gate.Admit(ctx, partition); return err == nil })
+	cb.sync()
+	s = pa.push([2]string{"r3", "p1"})
+	if got := deltaSeq(t, cb.applyDelta(0)); got != s {
+		t.Fatalf("node b's delta after the activation carries %d, want %d", got, s)
+	}
+	assertMatchesServer(t, b.Store, cb, "p1")
+}

@@ -1,0 +1,565 @@
+package realtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// sqlTimeout bounds one SQL read or write of the hub.
+const sqlTimeout = 10 * time.Second
+
+// ErrHubStopped is returned by Start after Stop.
+var ErrHubStopped = errors.New("realtime hub stopped")
+
+// Hub is a node's realtime channel: the sockets it holds, the commit
+// events it follows, the presence it shares with other nodes. It is safe
+// for concurrent use; it serves GET /realtime as an http.Handler.
+type Hub struct {
+	cfg     Config
+	log     *slog.Logger
+	schema  *schema.Schema
+	metrics Metrics
+	// node identifies this hub among the nodes of a deployment (presence):
+	// the configured name and a random suffix, so a restarted node is a
+	// new peer.
+	node string
+
+	mu        sync.Mutex
+	parts     map[string]*partState // partitions with sessions, by id
+	sessions  map[*session]struct{}
+	perClient map[clientKey]int
+	admitted  int // sockets admitted, upgraded or about to be
+	stopping  bool
+
+	work     []chan work
+	follower *bus.Follower
+	busUp    atomic.Bool
+	presence *presence
+	acks     *ackWriter
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	bg      sync.WaitGroup // background goroutines
+	conns   sync.WaitGroup // socket handlers
+	started atomic.Bool
+	stop    sync.Once
+	stopErr error
+}
+
+type clientKey struct{ partition, clientID string }
+
+// partState is the hub's view of one partition with sessions: the log
+// epoch it last read in SQL (and as commit events carry it), the highest
+// commitSeq it processed, and the sessions. Its commits and checks are
+// processed by one worker, in order.
+type partState struct {
+	id       string
+	mu       sync.Mutex
+	epoch    string
+	epochTok string
+	lastSeq  int64
+	pollMax  int64 // the partition's max seq at the previous resync
+	sessions map[*session]struct{}
+}
+
+func (p *partState) snapshot() []*session {
+	out := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+type workKind uint8
+
+const (
+	workCommit workKind = iota // a commit event
+	workCheck                  // read the partition in SQL: epoch, gate
+	workPoll                   // workCheck, and wake sessions behind the log (bus down)
+	workResync                 // workCheck, and wake sessions behind the previous resync's log
+)
+
+type work struct {
+	kind     workKind
+	part     string
+	epochTok string
+	seq      int64
+}
+
+// New validates cfg and returns a Hub; Start connects it to the bus.
+func New(cfg Config) (*Hub, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	h := &Hub{
+		cfg: cfg, log: cfg.Logger, schema: cfg.Engine.Schema(),
+		node:      cfg.Node + "-" + hex.EncodeToString(suffix[:]),
+		parts:     map[string]*partState{},
+		sessions:  map[*session]struct{}{},
+		perClient: map[clientKey]int{},
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.presence = newPresence(h)
+	h.acks = newAckWriter(h)
+	return h, nil
+}
+
+// Metrics returns the hub's counters.
+func (h *Hub) Metrics() *Metrics { return &h.metrics }
+
+// Start follows the commit stream and starts the hub's background work.
+func (h *Hub) Start(ctx context.Context) error {
+	if h.ctx.Err() != nil {
+		return ErrHubStopped
+	}
+	if !h.started.CompareAndSwap(false, true) {
+		return errors.New("realtime hub already started")
+	}
+	h.work = make([]chan work, h.cfg.Workers)
+	for i := range h.work {
+		h.work[i] = make(chan work, 1024)
+		h.goBG(func() { h.runWorker(h.work[i]) })
+	}
+	h.goBG(h.acks.run)
+	if err := h.presence.start(); err != nil {
+		h.cancel()
+		h.bg.Wait()
+		return fmt.Errorf("start realtime: %w", err)
+	}
+	h.busUp.Store(h.cfg.Conn.IsConnected())
+	// The status listener goes first, so a drop right after Follow is seen.
+	status := h.cfg.Conn.StatusChanged()
+	f, err := bus.Follow(ctx, h.cfg.JetStream, bus.FollowParams{Logger: h.log}, h.onEvent)
+	if err != nil {
+		h.cfg.Conn.RemoveStatusListener(status)
+		h.presence.stop()
+		h.cancel()
+		h.bg.Wait()
+		return fmt.Errorf("start realtime: %w", err)
+	}
+	h.follower = f
+	h.goBG(func() { h.watchBus(status) })
+	h.goBG(h.heartbeats)
+	return nil
+}
+
+func (h *Hub) goBG(fn func()) {
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		fn()
+	}()
+}
+
+// Stop refuses new sockets, closes every open one with 1001 (going away),
+// waits for their handlers, persists pending acks and leaves the bus. It
+// is idempotent.
+func (h *Hub) Stop(ctx context.Context) error {
+	h.stop.Do(func() {
+		h.mu.Lock()
+		h.stopping = true
+		all := make([]*session, 0, len(h.sessions))
+		for s := range h.sessions {
+			all = append(all, s)
+		}
+		h.mu.Unlock()
+		if h.follower != nil {
+			h.follower.Stop()
+		}
+		for _, s := range all {
+			s.close(statusGoingAway, "server shutting down")
+		}
+		done := make(chan struct{})
+		go func() {
+			h.conns.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			h.stopErr = fmt.Errorf("stop realtime: sockets still closing: %w", ctx.Err())
+		}
+		h.acks.flush(ctx)
+		h.presence.stop()
+		h.cancel()
+		h.bg.Wait()
+	})
+	return h.stopErr
+}
+
+// GateChanged re-reads a partition ("" for every partition) in SQL after
+// its serve gate changed: a rotated epoch or a refusing gate answers its
+// sessions with reset-required. It does not block (gate.Config.OnChange).
+func (h *Hub) GateChanged(partition string) {
+	go h.checkAll(workCheck, partition)
+}
+
+// RefreshScopes re-resolves, now, the registrations of the partition's
+// sessions — of actorID's only, when it is not "" — instead of at their
+// next round: the host changed what an actor may see (SPEC.md §8.7). It
+// fails closed: a session whose resolution or client record read fails
+// loses every registration until its next round. Presence follows the new
+// registrations.
+func (h *Hub) RefreshScopes(ctx context.Context, partition, actorID string) {
+	for _, s := range h.partitionSessions(partition) {
+		if actorID == "" || s.ident.ActorID == actorID {
+			s.refresh(ctx, true)
+		}
+	}
+}
+
+// checkAll queues a check of one partition, or of all when partition is
+// "".
+func (h *Hub) checkAll(kind workKind, partition string) {
+	h.mu.Lock()
+	var ids []string
+	for id := range h.parts {
+		if partition == "" || id == partition {
+			ids = append(ids, id)
+		}
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.enqueue(work{kind: kind, part: id})
+	}
+}
+
+func (h *Hub) enqueue(w work) {
+	if h.work == nil {
+		return
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(w.part))
+	select {
+	case h.work[f.Sum32()%uint32(len(h.work))] <- w:
+	case <-h.ctx.Done():
+	}
+}
+
+// onEvent receives every commit event, in stream order, and hands those
+// of partitions with sessions to the partition's worker. Blocking here
+// holds the consumer back, which is the backpressure wanted.
+func (h *Hub) onEvent(ev bus.Event) {
+	h.metrics.BusEvents.Add(1)
+	id := ev.Partition.ID()
+	h.mu.Lock()
+	_, ok := h.parts[id]
+	h.mu.Unlock()
+	if ok {
+		h.enqueue(work{kind: workCommit, part: id, epochTok: ev.LogEpoch, seq: ev.CommitSeq})
+	}
+}
+
+func (h *Hub) runWorker(ch chan work) {
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case w := <-ch:
+			if w.kind == workCommit {
+				h.processCommit(w)
+			} else {
+				h.checkPartition(w)
+			}
+		}
+	}
+}
+
+func (h *Hub) lookup(id string) *partState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.parts[id]
+}
+
+// note is one commit as every session of its partition sees it.
+type note struct {
+	seq   int64
+	epoch string
+	// commit is nil when it could not be read (pruned, or SQL failed):
+	// sessions are woken instead.
+	commit  *storage.Commit
+	refused bool // the gate refuses the partition
+	// deltas caches encoded deltas by wire version and registrations:
+	// sessions registered alike share one encoding. Only the partition's
+	// worker touches it.
+	deltas map[string]encodedDelta
+}
+
+func (h *Hub) processCommit(w work) {
+	p := h.lookup(w.part)
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if w.epochTok != p.epochTok {
+		p.mu.Unlock()
+		h.checkPartition(work{kind: workCheck, part: w.part})
+		return
+	}
+	if w.seq <= p.lastSeq {
+		p.mu.Unlock()
+		return
+	}
+	p.lastSeq = w.seq
+	n := &note{seq: w.seq, epoch: p.epoch, deltas: map[string]encodedDelta{}}
+	sessions := p.snapshot()
+	p.mu.Unlock()
+	if len(sessions) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, sqlTimeout)
+	defer cancel()
+	cs, err := h.cfg.Store.CommitRange(ctx, w.part, w.seq-1, 1)
+	switch {
+	case err != nil:
+		h.log.Warn("realtime: read commit; waking its sessions", "partition", w.part, "seq", w.seq, "err", err)
+	case len(cs) == 1 && cs[0].CommitSeq == w.seq:
+		n.commit = &cs[0]
+	default:
+		h.log.Debug("realtime: commit no longer in the log; waking its sessions", "partition", w.part, "seq", w.seq)
+	}
+	if n.commit != nil {
+		n.refused, n.commit = h.refused(ctx, w.part, n.epoch, n.commit)
+	}
+	for _, s := range sessions {
+		s.deliver(n)
+	}
+}
+
+// refused asks the gate whether the partition may be served: a refusal
+// (sync.schema_not_ready) reports true; another failure drops the commit
+// so its sessions are woken.
+func (h *Hub) refused(ctx context.Context, partition, epoch string, c *storage.Commit) (bool, *storage.Commit) {
+	if h.cfg.Gate == nil {
+		return false, c
+	}
+	_, err := h.cfg.Gate.AdmitAt(ctx, partition, epoch)
+	switch {
+	case err == nil:
+		return false, c
+	case ssp2.CodeOf(err) == ssp2.CodeSchemaNotReady:
+		return true, c
+	}
+	h.log.Warn("realtime: serve gate; waking the partition's sessions", "partition", partition, "err", err)
+	return false, nil
+}
+
+// checkPartition reads the partition in SQL and answers its sessions:
+// reset-required to those on another epoch or when the gate refuses, and,
+// for polls, catchup-required to those behind the log.
+func (h *Hub) checkPartition(w work) {
+	p := h.lookup(w.part)
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, sqlTimeout)
+	defer cancel()
+	part, err := h.cfg.Store.PartitionGet(ctx, w.part)
+	if err != nil {
+		h.log.Warn("realtime: read partition", "partition", w.part, "err", err)
+		return
+	}
+	refused := false
+	if h.cfg.Gate != nil {
+		_, err := h.cfg.Gate.AdmitAt(ctx, w.part, part.LogEpoch)
+		refused = ssp2.CodeOf(err) == ssp2.CodeSchemaNotReady
+	}
+	p.mu.Lock()
+	if part.LogEpoch != p.epoch {
+		// A new epoch: whatever the relay republishes under it up to here
+		// is history, not news.
+		p.epoch, p.epochTok, p.lastSeq = part.LogEpoch, bus.EpochToken(part.LogEpoch), part.MaxCommitSeq
+	}
+	var wakeBelow int64
+	switch w.kind {
+	case workPoll:
+		wakeBelow = part.MaxCommitSeq
+		p.lastSeq = max(p.lastSeq, part.MaxCommitSeq)
+	case workResync:
+		wakeBelow, p.pollMax = p.pollMax, part.MaxCommitSeq
+	}
+	sessions := p.snapshot()
+	p.mu.Unlock()
+	for _, s := range sessions {
+		s.check(part.LogEpoch, part.MaxCommitSeq, refused, wakeBelow)
+	}
+}
+
+// watchBus follows the NATS connection: while it is down, partitions are
+// polled in SQL; when it is back, presence is re-synchronized. Every
+// resync interval, sessions that missed a commit the log held an interval
+// ago are woken.
+func (h *Hub) watchBus(status chan nats.Status) {
+	defer h.cfg.Conn.RemoveStatusListener(status)
+	poll := time.NewTicker(h.cfg.FallbackPollInterval)
+	defer poll.Stop()
+	var resync <-chan time.Time
+	if h.cfg.ResyncInterval > 0 {
+		t := time.NewTicker(h.cfg.ResyncInterval)
+		defer t.Stop()
+		resync = t.C
+	}
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-status:
+			h.busState()
+		case <-poll.C:
+			if !h.busState() {
+				h.checkAll(workPoll, "")
+			}
+		case <-resync:
+			h.checkAll(workResync, "")
+		}
+	}
+}
+
+// busState records whether the connection is up and reacts to a change.
+func (h *Hub) busState() bool {
+	up := h.cfg.Conn.IsConnected()
+	was := h.busUp.Swap(up)
+	switch {
+	case was && !up:
+		h.log.Warn("realtime: NATS connection lost; waking sessions from SQL until it is back")
+		h.checkAll(workPoll, "")
+	case !was && up:
+		h.log.Info("realtime: NATS connection back; following commit events again")
+		h.presence.resync()
+	}
+	return up
+}
+
+func (h *Hub) heartbeats() {
+	t := time.NewTicker(h.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+			h.mu.Lock()
+			all := make([]*session, 0, len(h.sessions))
+			for s := range h.sessions {
+				all = append(all, s)
+			}
+			h.mu.Unlock()
+			for _, s := range all {
+				s.beat()
+			}
+		}
+	}
+}
+
+// limitError refuses a connect with sync.websocket_connection_limit.
+func limitError(format string, args ...any) error {
+	return ssp2.Errorf(ssp2.CodeWebsocketLimit, format, args...)
+}
+
+// admit reserves a socket for (partition, client id) under the caps; the
+// returned release gives it back.
+func (h *Hub) admit(k clientKey) (func(), error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.stopping:
+		return nil, limitError("the server is shutting down")
+	case h.admitted >= h.cfg.MaxConnections:
+		return nil, limitError("this node holds its maximum of %d realtime connections", h.cfg.MaxConnections)
+	case h.perClient[k] >= h.cfg.MaxConnectionsPerClient:
+		return nil, limitError("this client holds its maximum of %d realtime connections", h.cfg.MaxConnectionsPerClient)
+	}
+	h.admitted++
+	h.perClient[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.admitted--
+			if h.perClient[k]--; h.perClient[k] <= 0 {
+				delete(h.perClient, k)
+			}
+		})
+	}, nil
+}
+
+// register adds an attached session to its partition and queues its hello:
+// what it has observed is the partition's latest seq as SQL or the bus
+// last showed it, whichever is higher.
+func (h *Hub) register(s *session, a engine.Attachment) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return limitError("the server is shutting down")
+	}
+	id := a.Partition.ID
+	p := h.parts[id]
+	fresh := p == nil
+	if fresh {
+		p = &partState{id: id, epoch: a.Partition.LogEpoch, epochTok: bus.EpochToken(a.Partition.LogEpoch),
+			lastSeq: a.Partition.MaxCommitSeq, pollMax: a.Partition.MaxCommitSeq, sessions: map[*session]struct{}{}}
+		h.parts[id] = p
+	}
+	p.mu.Lock()
+	s.part = p
+	s.start(a, max(a.Partition.MaxCommitSeq, p.lastSeq))
+	p.sessions[s] = struct{}{}
+	stale := p.epoch != a.Partition.LogEpoch
+	p.mu.Unlock()
+	h.sessions[s] = struct{}{}
+	if stale && !fresh {
+		go h.enqueue(work{kind: workCheck, part: id})
+	}
+	return nil
+}
+
+func (h *Hub) unregister(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.sessions, s)
+	if p := s.part; p != nil {
+		p.mu.Lock()
+		delete(p.sessions, s)
+		if len(p.sessions) == 0 && h.parts[p.id] == p {
+			delete(h.parts, p.id)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// partitionSessions returns the sessions of a partition now.
+func (h *Hub) partitionSessions(id string) []*session {
+	p := h.lookup(id)
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.snapshot()
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
