@@ -176,16 +176,15 @@ const reservedClientIDPrefix = `["remote-command",`
 
 // request is the state of one request.
 type request struct {
-	id      Identity
-	req     *ssp2.Request
-	part    storage.Partition
-	client  storage.Client
-	hasPrev bool
-	scopes  resolvedScopes
-	ticket  gate.Ticket // the serve gate's admission, checked in every transaction
-	enc     *ssp2.ResponseEncoder
-	w       io.Writer
-	now     int64
+	id     Identity
+	req    *ssp2.Request
+	part   storage.Partition
+	client storage.Client // the record as the request found (or created) it
+	scopes resolvedScopes
+	ticket gate.Ticket // the serve gate's admission, checked in every transaction
+	enc    *ssp2.ResponseEncoder
+	w      io.Writer
+	now    int64
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
 	done map[string]storage.PushRecord
@@ -259,10 +258,21 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if err != nil {
 		return internal("read client record", err)
 	}
-	if ok && client.ActorID != r.id.ActorID {
+	if !ok {
+		// Every request binds its client id, a push-only one included:
+		// an unbound id is anyone's to take (SPEC.md §1.5).
+		client, err = e.cfg.Store.ClientBind(ctx, storage.Client{
+			Partition: r.id.Partition, ClientID: hdr.ClientID, ActorID: r.id.ActorID,
+			WireVersion: req.WireVersion, Cursor: -1, UpdatedAtMs: r.now,
+		})
+		if err != nil {
+			return internal("bind client id", err)
+		}
+	}
+	if client.ActorID != r.id.ActorID {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client id is bound to another actor")
 	}
-	r.client, r.hasPrev = client, ok
+	r.client = client
 
 	ops := 0
 	for _, c := range req.Commits {

@@ -201,11 +201,8 @@ func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) er
 		ClientID:    r.req.Header.ClientID,
 		ActorID:     r.id.ActorID,
 		WireVersion: r.req.WireVersion,
-		Cursor:      -1,
+		Cursor:      r.client.Cursor,
 		UpdatedAtMs: r.now,
-	}
-	if r.hasPrev {
-		c.Cursor = r.client.Cursor
 	}
 	if len(cursors) > 0 {
 		c.Cursor = slices.Min(cursors)
@@ -219,7 +216,7 @@ func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) er
 		return internal("encode subscriptions", err)
 	}
 	c.Subscriptions = b
-	if r.hasPrev && r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
+	if r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
 		bytes.Equal(r.client.Subscriptions, c.Subscriptions) && r.now-r.client.UpdatedAtMs < clientRefreshMs {
 		return nil
 	}

@@ -26,6 +26,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, internal("idempotency lookup", err)
 	}
 	if ok {
+		if foreign(r, rec) {
+			return false, e.refuse(r, key, ssp2.CodeInvalidClientID, "this commit id holds another actor's commit")
+		}
 		r.done[key] = rec
 		return false, e.replay(r, key, rec)
 	}
@@ -53,6 +56,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if err != nil {
 		return false, err
 	}
+	if replayed && foreign(r, out) {
+		return false, e.refuse(r, key, ssp2.CodeInvalidClientID, "this commit id holds another actor's commit")
+	}
 	r.done[key] = out
 	if replayed {
 		return false, e.replay(r, key, out)
@@ -71,6 +77,23 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		}
 	}
 	return out.Status == storage.PushApplied, nil
+}
+
+// foreign reports whether a stored result belongs to another actor's
+// commit: it is never replayed to this one. (A client id binds to one
+// actor, but an epoch rotation frees client ids and keeps results.)
+// Records too old to name their actor are trusted.
+func foreign(r *request, rec storage.PushRecord) bool {
+	return rec.ActorID != "" && rec.ActorID != r.id.ActorID
+}
+
+// refuse answers a commit that cannot even be looked up or stored under
+// its key with a rejection that is not persisted: the same input is
+// refused the same way every time.
+func (e *Engine) refuse(r *request, key string, code ssp2.Code, msg string) error {
+	res := &ssp2.PushResult{ClientCommitID: key, Status: ssp2.PushRejected, Results: []ssp2.OpResult{opError(0, code, msg).result}}
+	e.countPush(res)
+	return r.enc.WriteFrame(res)
 }
 
 func (e *Engine) countPush(res *ssp2.PushResult) {
@@ -160,6 +183,7 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	rec := storage.PushRecord{
 		ClientID:       r.req.Header.ClientID,
 		ClientCommitID: pc.ClientCommitID,
+		ActorID:        r.id.ActorID,
 		CreatedAtMs:    r.now,
 	}
 	if rej != nil {
