@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/gate"
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
@@ -226,6 +227,9 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 // floor, epoch reset) is written here.
 func (e *Engine) prepare(ctx context.Context, r *request) error {
 	req, hdr := r.req, r.req.Header
+	if err := checkIdentity(r.id); err != nil {
+		return err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
 	if err != nil {
 		return internal("touch partition", err)
@@ -253,6 +257,9 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 
 	if strings.HasPrefix(hdr.ClientID, reservedClientIDPrefix) {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	}
+	if err := ids.Check("the client id", hdr.ClientID); err != nil {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
 	}
 	client, ok, err := e.cfg.Store.ClientGet(ctx, r.id.Partition, hdr.ClientID)
 	if err != nil {
@@ -301,6 +308,18 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	return nil
 }
 
+// checkIdentity refuses an identity the stores cannot hold or the bus
+// cannot carry (package ids), whatever authenticated it: its commits
+// would be acknowledged and then never published, or fail in SQL.
+func checkIdentity(id Identity) error {
+	for _, c := range []struct{ what, v string }{{"the partition id", id.Partition}, {"the actor id", id.ActorID}} {
+		if err := ids.Check(c.what, c.v); err != nil {
+			return ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err)
+		}
+	}
+	return nil
+}
+
 // validatePull performs the request-level validation of the pull half
 // (SPEC.md §1.7, §3.2 rule 2, §4.1–§4.3).
 func (e *Engine) validatePull(req *ssp2.Request) error {
@@ -322,6 +341,15 @@ func (e *Engine) validatePull(req *ssp2.Request) error {
 		}
 		if err := validateRequested(t, s.Scopes); err != nil {
 			return err
+		}
+		for k, vals := range s.Scopes {
+			for _, v := range vals {
+				if !ids.Storable(v) {
+					// Like '*' (SPEC.md §3.2 rule 2): a value that can never
+					// be stored would silently match nothing.
+					return ssp2.Errorf(ssp2.CodeInvalidSubscription, "requested scope %q has a value containing U+0000", k)
+				}
+			}
 		}
 	}
 	return nil

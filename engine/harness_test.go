@@ -33,15 +33,21 @@ type harness struct {
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarnessOn(t, st, mod)
+}
+
+// newHarnessOn is newHarness over st, which it closes at cleanup.
+func newHarnessOn(t *testing.T, st storage.Store, mod func(*Config)) *harness {
+	t.Helper()
 	s, err := schema.Parse([]byte(taskSchema))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { st.Close() })
 	if err := st.EnsureSchema(ctx, s); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -18,6 +19,10 @@ var errEpochChanged = ssp2.Errorf(ssp2.CodeInternalError, "the partition's log e
 // applied reports whether a new commit landed.
 func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (applied bool, err error) {
 	key := pc.ClientCommitID
+	if err := ids.Check("the client commit id", key); err != nil {
+		// Not even a key to store a rejection under.
+		return false, e.refuse(r, key, ssp2.CodeInvalidRequest, err.Error())
+	}
 	if rec, ok := r.done[key]; ok {
 		return false, e.replay(r, key, rec)
 	}
@@ -276,6 +281,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if !ok {
 		return nil, ev, opError(i, ssp2.CodeUnknownTable, fmt.Sprintf("unknown table %q", op.Table)), nil
 	}
+	if err := ids.Check("the row id", op.RowID); err != nil {
+		return nil, ev, opError(i, ssp2.CodeInvalidRequest, err.Error()), nil
+	}
 	// Decoded rows by column name are built only for validators.
 	validator := st.vs.rows[t.Name]
 	want := st.vs.commit != nil || validator != nil
@@ -289,6 +297,11 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		rid, err := t.RowID(vals)
 		if err != nil || rid != op.RowID {
 			return nil, ev, opError(i, ssp2.CodeInvalidRequest, "rowId does not match the payload's primary key"), nil
+		}
+		for ci, c := range t.Columns {
+			if c.Type == ssp2.TypeString && !vals[ci].Null && !ids.Storable(vals[ci].Bytes) {
+				return nil, ev, opError(i, ssp2.CodeInvalidRequest, fmt.Sprintf("column %q contains U+0000", c.Name)), nil
+			}
 		}
 	}
 	stored, exists, err := st.tx.RowGet(ctx, st.r.id.Partition, t.Name, op.RowID)
@@ -366,6 +379,11 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		scopes, _, ok = t.StoredScopes(vals)
 		if !ok || !st.r.scopes.authorizes(t, scopes) {
 			return nil, ev, opError(i, ssp2.CodeForbidden, "forbidden"), nil
+		}
+		for k, v := range scopes {
+			if err := ids.Check("the value of scope "+k, v); err != nil {
+				return nil, ev, opError(i, ssp2.CodeInvalidRequest, err.Error()), nil
+			}
 		}
 		if op.BaseVersion != nil && *op.BaseVersion != 0 {
 			return nil, ev, opError(i, ssp2.CodeRowMissing, "the row does not exist"), nil
