@@ -25,6 +25,7 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -142,10 +143,8 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 		writeErrorStatus(w, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "content type must be %s", ContentType))
 		return
 	}
-	id, err := h.cfg.Auth.Authenticate(r)
-	if err != nil {
-		h.log.Debug("authentication failed", "err", err)
-		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	id, ok := h.authenticate(w, r)
+	if !ok {
 		return
 	}
 	body, status, err := readBody(r, h.cfg.MaxRequestBytes)
@@ -170,6 +169,24 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	if err := out.Close(); err != nil {
 		h.log.Debug("finish response", "err", err)
 	}
+}
+
+// authenticate runs the authenticator and answers its failure: 401
+// sync.auth_required, or 400 sync.invalid_request naming the problem for
+// a genuine credential that names an id the node cannot use (ids).
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (engine.Identity, bool) {
+	id, err := h.cfg.Auth.Authenticate(r)
+	switch {
+	case err == nil:
+		return id, true
+	case errors.Is(err, ids.ErrInvalid):
+		h.log.Warn("credential names an unusable id", "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err))
+	default:
+		h.log.Debug("authentication failed", "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	}
+	return engine.Identity{}, false
 }
 
 // readBody reads a request body, gunzipping it when it says so, within
@@ -207,9 +224,8 @@ func readBody(r *http.Request, limit int64) ([]byte, int, error) {
 // serveSegment is GET /segments/{id}: re-authorized on every call.
 func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	segmentID := r.PathValue("id")
-	id, err := h.cfg.Auth.Authenticate(r)
-	if err != nil {
-		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	id, ok := h.authenticate(w, r)
+	if !ok {
 		return
 	}
 	requested, err := ssp2.ParseScopesHeader(r.Header.Get("X-Syncular-Scopes"))
