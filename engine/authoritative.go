@@ -83,6 +83,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 		return replayed(rec), nil
 	}
 	var out AuthoritativeResult
+	appended := false
 	err = e.cfg.Store.WriteTx(ctx, c.Partition, func(tx storage.Tx) error {
 		if err := ticket.Check(ctx, tx); err != nil {
 			return err
@@ -100,7 +101,8 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 		if err != nil || len(ops) == 0 {
 			return err
 		}
-		rec, err := e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		rec, added, err := e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		appended = added
 		if err != nil {
 			return err
 		}
@@ -123,6 +125,8 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	}
 	if out.Applied && !out.Replayed {
 		e.metrics.PushApplied.Add(1)
+	}
+	if appended {
 		e.metrics.Commits.Add(1)
 		e.notify(c.Partition)
 	}

@@ -16,8 +16,8 @@ import (
 var errEpochChanged = ssp2.Errorf(ssp2.CodeInternalError, "the partition's log epoch changed during the request")
 
 // push processes one PUSH_COMMIT and writes its PUSH_RESULT (SPEC.md §6).
-// applied reports whether a new commit landed.
-func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (applied bool, err error) {
+// appended reports whether a new commit landed in the log.
+func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (appended bool, err error) {
 	key := pc.ClientCommitID
 	if err := ids.Check("the client commit id", key); err != nil {
 		// Not even a key to store a rejection under.
@@ -39,7 +39,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	}
 
 	var out storage.PushRecord
-	replayed := false
+	replayed, appended := false, false
 	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
@@ -55,7 +55,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			out, replayed = rec, true
 			return nil
 		}
-		out, err = e.apply(ctx, r, tx, pc)
+		out, appended, err = e.apply(ctx, r, tx, pc)
 		return err
 	})
 	if err != nil {
@@ -73,6 +73,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, internal("decode push result", err)
 	}
 	e.countPush(res)
+	if appended {
+		e.metrics.Commits.Add(1)
+	}
 	if err := r.enc.WriteFrame(res); err != nil {
 		return false, err
 	}
@@ -81,7 +84,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			return false, err
 		}
 	}
-	return out.Status == storage.PushApplied, nil
+	return appended, nil
 }
 
 // foreign reports whether a stored result belongs to another actor's
@@ -105,7 +108,6 @@ func (e *Engine) countPush(res *ssp2.PushResult) {
 	switch res.Status {
 	case ssp2.PushApplied:
 		e.metrics.PushApplied.Add(1)
-		e.metrics.Commits.Add(1)
 	case ssp2.PushCached:
 		e.metrics.PushCached.Add(1)
 	case ssp2.PushRejected:
@@ -165,11 +167,12 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 // apply runs one new commit under the partition lock and persists its
 // result in the same transaction. A rejected commit's writes are rolled
 // back to a savepoint and its rejection stored while the lock is still
-// held (SPEC.md §6.4, §6.8).
-func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (storage.PushRecord, error) {
+// held (SPEC.md §6.4, §6.8). appended reports whether the commit went
+// into the log: an applied commit that changed nothing does not.
+func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (rec storage.PushRecord, appended bool, err error) {
 	sp, err := tx.Savepoint(ctx)
 	if err != nil {
-		return storage.PushRecord{}, internal("savepoint", err)
+		return storage.PushRecord{}, false, internal("savepoint", err)
 	}
 	// One validator set serves the whole commit, even if SetValidators
 	// swaps it meanwhile.
@@ -177,15 +180,15 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	st := stager{e: e, r: r, tx: tx, vs: vs}
 	changes, evidence, rej, err := st.stage(ctx, pc)
 	if err != nil {
-		return storage.PushRecord{}, err
+		return storage.PushRecord{}, false, err
 	}
 	if rej == nil && vs.commit != nil {
 		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
-			return storage.PushRecord{}, err
+			return storage.PushRecord{}, false, err
 		}
 	}
-	rec := storage.PushRecord{
+	rec = storage.PushRecord{
 		ClientID:       r.req.Header.ClientID,
 		ClientCommitID: pc.ClientCommitID,
 		ActorID:        r.id.ActorID,
@@ -193,7 +196,7 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	}
 	if rej != nil {
 		if err := sp.Rollback(ctx); err != nil {
-			return storage.PushRecord{}, internal("roll back rejected commit", err)
+			return storage.PushRecord{}, false, internal("roll back rejected commit", err)
 		}
 		res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushRejected, Results: []ssp2.OpResult{rej.result}}
 		var details *ssp2.PushResultDetails
@@ -202,27 +205,36 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 		}
 		rec.Status = storage.PushRejected
 		if rec.Result, err = encodeRecord(res, details); err != nil {
-			return storage.PushRecord{}, internal("encode push result", err)
+			return storage.PushRecord{}, false, internal("encode push result", err)
 		}
 		stored, err := tx.IdempotencyPut(ctx, rec)
 		if err != nil {
-			return storage.PushRecord{}, internal("persist rejection", err)
+			return storage.PushRecord{}, false, internal("persist rejection", err)
 		}
-		return stored, nil
+		return stored, false, nil
 	}
 	if err := sp.Release(ctx); err != nil {
-		return storage.PushRecord{}, internal("release savepoint", err)
+		return storage.PushRecord{}, false, internal("release savepoint", err)
 	}
-	seq, err := tx.CommitAppend(ctx, storage.CommitParams{
-		CreatedAtMs:    r.now,
-		ActorID:        r.id.ActorID,
-		ClientID:       r.req.Header.ClientID,
-		ClientCommitID: pc.ClientCommitID,
-		SchemaVersion:  e.cfg.Schema.Version,
-		Changes:        changes,
-	})
-	if err != nil {
-		return storage.PushRecord{}, internal("append commit", err)
+	// A commit whose every operation deleted an absent row changed
+	// nothing and emits nothing (SPEC.md §6.2); logging it would let an
+	// actor whose grants cover nothing grow the log without limit. It is
+	// applied at the head seq, where its empty effect is visible. Only an
+	// empty log, which has no head (commitSeq ≥ 1, §2.1), appends it.
+	seq := tx.Locked().MaxCommitSeq
+	if len(changes) > 0 || seq == 0 {
+		seq, err = tx.CommitAppend(ctx, storage.CommitParams{
+			CreatedAtMs:    r.now,
+			ActorID:        r.id.ActorID,
+			ClientID:       r.req.Header.ClientID,
+			ClientCommitID: pc.ClientCommitID,
+			SchemaVersion:  e.cfg.Schema.Version,
+			Changes:        changes,
+		})
+		if err != nil {
+			return storage.PushRecord{}, false, internal("append commit", err)
+		}
+		appended = true
 	}
 	results := make([]ssp2.OpResult, len(pc.Operations))
 	for i := range results {
@@ -231,13 +243,13 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: results}
 	rec.Status, rec.CommitSeq = storage.PushApplied, seq
 	if rec.Result, err = encodeRecord(res, nil); err != nil {
-		return storage.PushRecord{}, internal("encode push result", err)
+		return storage.PushRecord{}, false, internal("encode push result", err)
 	}
 	stored, err := tx.IdempotencyPut(ctx, rec)
 	if err != nil {
-		return storage.PushRecord{}, internal("persist push result", err)
+		return storage.PushRecord{}, false, internal("persist push result", err)
 	}
-	return stored, nil
+	return stored, appended, nil
 }
 
 // stager applies a commit's operations inside the write transaction.
