@@ -181,11 +181,15 @@ type request struct {
 	req    *ssp2.Request
 	part   storage.Partition
 	client storage.Client // the record as the request found (or created) it
-	scopes resolvedScopes
-	ticket gate.Ticket // the serve gate's admission, checked in every transaction
-	enc    *ssp2.ResponseEncoder
-	w      io.Writer
-	now    int64
+	// registered is the record's subscription list by id, and served the
+	// effective scopes each subscription of this pull is recorded with.
+	registered map[string]registeredSub
+	served     map[string]map[string][]string
+	scopes     resolvedScopes
+	ticket     gate.Ticket // the serve gate's admission, checked in every transaction
+	enc        *ssp2.ResponseEncoder
+	w          io.Writer
+	now        int64
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
 	done map[string]storage.PushRecord
