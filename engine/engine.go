@@ -64,6 +64,10 @@ type Config struct {
 
 	// MaxOperations caps the operations of one request (default 500).
 	MaxOperations int
+	// MaxSubscriptions caps the subscriptions of one request (default
+	// 500): with the clamped page count per bootstrap it bounds the work
+	// of one pull.
+	MaxSubscriptions int
 	// InlineSegmentMaxBytes: pages smaller than this are sent inline when
 	// the client accepts both lanes (default 256 KiB).
 	InlineSegmentMaxBytes int
@@ -122,6 +126,7 @@ type Metrics struct {
 // Defaults.
 const (
 	DefaultMaxOperations         = 500
+	DefaultMaxSubscriptions      = 500
 	DefaultInlineSegmentMaxBytes = 256 << 10
 )
 
@@ -144,6 +149,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxOperations < 1 {
 		return nil, fmt.Errorf("engine: MaxOperations %d must be positive", cfg.MaxOperations)
+	}
+	if cfg.MaxSubscriptions == 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if cfg.MaxSubscriptions < 1 {
+		return nil, fmt.Errorf("engine: MaxSubscriptions %d must be positive", cfg.MaxSubscriptions)
 	}
 	if cfg.InlineSegmentMaxBytes == 0 {
 		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
@@ -332,6 +343,9 @@ func (e *Engine) validatePull(req *ssp2.Request) error {
 	}
 	if req.Pull.Accept&(ssp2.AcceptInlineRows|ssp2.AcceptExternalRows) == 0 {
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "PULL_HEADER.accept must allow inline or external rows segments")
+	}
+	if n := len(req.Subscriptions); n > e.cfg.MaxSubscriptions {
+		return ssp2.Errorf(ssp2.CodeInvalidSubscription, "%d subscriptions exceed the cap of %d per request", n, e.cfg.MaxSubscriptions)
 	}
 	seen := make(map[string]bool, len(req.Subscriptions))
 	for _, s := range req.Subscriptions {

@@ -61,6 +61,7 @@ type Config struct {
 	Auth httpapi.Authenticator
 
 	MaxOperations         int
+	MaxSubscriptions      int
 	InlineSegmentMaxBytes int
 	SegmentTTL            time.Duration
 	// StreamSegmentsAbove: larger segment downloads are streamed from the
@@ -193,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
 		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: n.Gate, Logger: cfg.Logger.With("component", "engine"),
-		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
+		MaxOperations: cfg.MaxOperations, MaxSubscriptions: cfg.MaxSubscriptions, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
 	}); err != nil {
 		return nil, err

@@ -68,9 +68,10 @@ type authConfig struct {
 }
 
 type limitsConfig struct {
-	MaxOperationsPerRequest int      `toml:"max_operations_per_request"`
-	InlineSegmentMaxBytes   int      `toml:"inline_segment_max_bytes"`
-	SegmentTTL              duration `toml:"segment_ttl"`
+	MaxOperationsPerRequest    int      `toml:"max_operations_per_request"`
+	MaxSubscriptionsPerRequest int      `toml:"max_subscriptions_per_request"`
+	InlineSegmentMaxBytes      int      `toml:"inline_segment_max_bytes"`
+	SegmentTTL                 duration `toml:"segment_ttl"`
 }
 
 type logConfig struct {
@@ -110,9 +111,10 @@ func defaultConfig() config {
 		NATS:    natsConfig{Mode: "embedded", ConfigFile: "nats.conf"},
 		Storage: storageConfig{SQLiteSynchronous: "FULL"},
 		Limits: limitsConfig{
-			MaxOperationsPerRequest: 500,
-			InlineSegmentMaxBytes:   256 << 10,
-			SegmentTTL:              duration{24 * time.Hour},
+			MaxOperationsPerRequest:    500,
+			MaxSubscriptionsPerRequest: 500,
+			InlineSegmentMaxBytes:      256 << 10,
+			SegmentTTL:                 duration{24 * time.Hour},
 		},
 		Log: logConfig{Level: "info", Format: "text"},
 	}
@@ -172,6 +174,9 @@ func (c *config) validate() error {
 	}
 	if n := c.Limits.MaxOperationsPerRequest; n < 1 || n > 100_000 {
 		bad("limits.max_operations_per_request", "%d is outside 1..100000", n)
+	}
+	if n := c.Limits.MaxSubscriptionsPerRequest; n < 1 || n > 100_000 {
+		bad("limits.max_subscriptions_per_request", "%d is outside 1..100000", n)
 	}
 	if n := c.Limits.InlineSegmentMaxBytes; n < 0 || n > 64<<20 {
 		bad("limits.inline_segment_max_bytes", "%d is outside 0..64 MiB", n)

@@ -104,6 +104,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SQLiteSynchronous:     cfg.Storage.SQLiteSynchronous,
 		Auth:                  authn,
 		MaxOperations:         cfg.Limits.MaxOperationsPerRequest,
+		MaxSubscriptions:      cfg.Limits.MaxSubscriptionsPerRequest,
 		InlineSegmentMaxBytes: cfg.Limits.InlineSegmentMaxBytes,
 		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
 		Validators:            validators,
