@@ -107,8 +107,12 @@ type Engine struct {
 
 // Metrics are monotonically increasing counters of an Engine's work.
 type Metrics struct {
-	Requests         atomic.Int64
-	RequestErrors    atomic.Int64
+	Requests      atomic.Int64
+	RequestErrors atomic.Int64
+	// ClientsGone counts requests whose client went away (a broken
+	// connection, a cancelled context) before the response ended: not
+	// errors of the server.
+	ClientsGone      atomic.Int64
 	PushApplied      atomic.Int64
 	PushCached       atomic.Int64
 	PushRejected     atomic.Int64
@@ -199,7 +203,7 @@ type request struct {
 	scopes     resolvedScopes
 	ticket     gate.Ticket // the serve gate's admission, checked in every transaction
 	enc        *ssp2.ResponseEncoder
-	w          io.Writer
+	w          *clientWriter
 	now        int64
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
@@ -213,7 +217,11 @@ type request struct {
 func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
 	e.metrics.Requests.Add(1)
 	err := e.sync(ctx, id, body, w)
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		e.metrics.ClientsGone.Add(1)
+	default:
 		e.metrics.RequestErrors.Add(1)
 	}
 	return err
@@ -224,7 +232,7 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	if err != nil {
 		return err
 	}
-	r := &request{id: id, req: req, w: w, now: e.cfg.Now()}
+	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.cfg.Now()}
 	if err := e.prepare(ctx, r); err != nil {
 		return err
 	}
@@ -232,7 +240,36 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 		return nil
 	}
 	if err := e.stream(ctx, r); err != nil {
-		e.abort(r, err)
+		e.abort(ctx, r, err)
+	}
+	return nil
+}
+
+// clientWriter is the response writer as the engine sees it: it remembers
+// whether a write failed, which means the client is gone.
+type clientWriter struct {
+	w    io.Writer
+	lost error
+}
+
+func (c *clientWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.lost == nil {
+		c.lost = err
+	}
+	return n, err
+}
+
+// Flush passes a flush on to a writer that buffers.
+func (c *clientWriter) Flush() error {
+	switch f := c.w.(type) {
+	case interface{ Flush() error }:
+		if err := f.Flush(); err != nil && c.lost == nil {
+			c.lost = err
+		}
+		return c.lost
+	case interface{ Flush() }:
+		f.Flush()
 	}
 	return nil
 }
@@ -433,8 +470,14 @@ func (e *Engine) notify(partition string) {
 	}
 }
 
-// abort ends a started response with ERROR then END (SPEC.md §1.6).
-func (e *Engine) abort(r *request, err error) {
+// abort ends a started response with ERROR then END (SPEC.md §1.6). A
+// client that went away gets nothing, and is no server error.
+func (e *Engine) abort(ctx context.Context, r *request, err error) {
+	if lost := r.w.lost; lost != nil || ctx.Err() != nil {
+		e.metrics.ClientsGone.Add(1)
+		e.log.Debug("client went away mid-response", "partition", r.id.Partition, "actor", r.id.ActorID, "err", err, "write", lost)
+		return
+	}
 	e.metrics.RequestErrors.Add(1)
 	if ssp2.CodeOf(err) == "" || ssp2.CodeOf(err) == ssp2.CodeInternalError {
 		e.log.Error("sync request failed mid-stream", "partition", r.id.Partition, "actor", r.id.ActorID, "err", err)

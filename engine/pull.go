@@ -63,21 +63,10 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		if i < len(r.req.Subscriptions)-1 {
 			// Let the client apply this section while the next is read;
 			// after the last one the response ends anyway.
-			flush(r.w)
+			_ = r.w.Flush()
 		}
 	}
 	return cursors, nil
-}
-
-// flush pushes buffered response bytes to the client between sections, if
-// the writer buffers.
-func flush(w any) {
-	switch f := w.(type) {
-	case interface{ Flush() error }:
-		_ = f.Flush()
-	case interface{ Flush() }:
-		f.Flush()
-	}
 }
 
 // section writes one subscription's SUB_START … SUB_END.

@@ -160,6 +160,10 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 			h.log.Error("sync failed after the response started", "err", err)
 			return
 		}
+		if r.Context().Err() != nil {
+			h.log.Debug("client went away before the response", "partition", id.Partition, "err", err)
+			return
+		}
 		if ssp2.CodeOf(err) == ssp2.CodeInternalError || ssp2.CodeOf(err) == "" {
 			h.log.Error("sync request failed", "partition", id.Partition, "err", err)
 		}
@@ -289,7 +293,12 @@ func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentI
 	w.Header().Set("Content-Type", "application/octet-stream")
 	out := newStreamWriter(w, enc)
 	out.contentType = "application/octet-stream"
-	if _, err := io.Copy(out, rd); err != nil {
+	dst := &lossWriter{w: out}
+	if _, err := io.Copy(dst, rd); err != nil {
+		if dst.lost || r.Context().Err() != nil {
+			h.log.Debug("client went away mid-download", "segment", segmentID, "err", err)
+			panic(http.ErrAbortHandler)
+		}
 		h.log.Error("stream segment", "segment", segmentID, "err", err)
 		// Abort the connection so the client sees a failed download, not
 		// a short body with a clean end.
@@ -298,6 +307,18 @@ func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentI
 	if err := out.Close(); err != nil {
 		h.log.Debug("finish segment response", "err", err)
 	}
+}
+
+// lossWriter remembers whether a write failed: the client is gone.
+type lossWriter struct {
+	w    io.Writer
+	lost bool
+}
+
+func (l *lossWriter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	l.lost = l.lost || err != nil
+	return n, err
 }
 
 // etagMatch reports whether an If-None-Match header names the segment.

@@ -31,6 +31,7 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics) (*metrics, error) 
 	}{
 		{"syncnode_sync_requests_total", "SSP2 requests handled.", em.Requests.Load},
 		{"syncnode_sync_request_errors_total", "SSP2 requests that failed.", em.RequestErrors.Load},
+		{"syncnode_sync_clients_gone_total", "SSP2 requests whose client went away before the response ended.", em.ClientsGone.Load},
 		{"syncnode_push_applied_total", "Push commits applied.", em.PushApplied.Load},
 		{"syncnode_push_cached_total", "Push commits answered from the idempotency record.", em.PushCached.Load},
 		{"syncnode_push_rejected_total", "Push commits rejected.", em.PushRejected.Load},
