@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -73,15 +74,27 @@ type Config struct {
 	// StreamSegmentsAbove: segments larger than this are streamed from the
 	// store and compressed on the fly instead of cached (default 8 MiB).
 	StreamSegmentsAbove int64
+	// WriteTimeout bounds every chunk of a response: the write deadline is
+	// extended before each, so a reader that accepts nothing for this long
+	// is cut instead of holding the response in memory. Zero leaves write
+	// deadlines to the server.
+	WriteTimeout time.Duration
+	// MaxInflightBodyBytes bounds the request bodies (after decompression)
+	// that in-flight requests hold together (default
+	// DefaultMaxInflightBodyBytes); past it a request is answered 503
+	// sync.rate_limited with Retry-After. It must be at least
+	// MaxRequestBytes.
+	MaxInflightBodyBytes int64
 }
 
 // Handler is the HTTP surface of a node.
 type Handler struct {
-	cfg   Config
-	log   *slog.Logger
-	mux   *http.ServeMux
-	m     *metrics
-	cache *bodyCache
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	m      *metrics
+	cache  *bodyCache
+	budget *bodyBudget
 }
 
 // New returns the handler.
@@ -104,8 +117,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.StreamSegmentsAbove == 0 {
 		cfg.StreamSegmentsAbove = 8 << 20
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes)}
-	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics())
+	if cfg.MaxInflightBodyBytes == 0 {
+		cfg.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
+	}
+	if cfg.MaxInflightBodyBytes < cfg.MaxRequestBytes {
+		return nil, fmt.Errorf("httpapi: MaxInflightBodyBytes %d is below MaxRequestBytes %d", cfg.MaxInflightBodyBytes, cfg.MaxRequestBytes)
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes),
+		budget: newBodyBudget(cfg.MaxInflightBodyBytes)}
+	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics(), h.budget)
 	if err != nil {
 		return nil, err
 	}
@@ -147,12 +167,14 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, status, err := readBody(r, h.cfg.MaxRequestBytes)
+	l := &lease{b: h.budget}
+	defer l.release()
+	body, status, err := readBody(r, h.cfg.MaxRequestBytes, l)
 	if err != nil {
 		writeErrorStatus(w, status, err)
 		return
 	}
-	out := newStreamWriter(w, negotiate(r.Header.Get("Accept-Encoding")))
+	out := newStreamWriter(newDeadlineWriter(w, h.cfg.WriteTimeout), negotiate(r.Header.Get("Accept-Encoding")))
 	err = h.cfg.Engine.Sync(r.Context(), id, body, out)
 	if err != nil {
 		if out.started {
@@ -167,6 +189,7 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 		if ssp2.CodeOf(err) == ssp2.CodeInternalError || ssp2.CodeOf(err) == "" {
 			h.log.Error("sync request failed", "partition", id.Partition, "err", err)
 		}
+		out.w.extend() // the request may have taken long
 		writeError(w, err)
 		return
 	}
@@ -193,15 +216,23 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (engine.I
 	return engine.Identity{}, false
 }
 
+// errBusy refuses a request whose body the in-flight budget cannot hold.
+var errBusy = ssp2.Errorf(ssp2.CodeRateLimited, "the server holds too many request bodies; retry shortly")
+
 // readBody reads a request body, gunzipping it when it says so, within
-// limit bytes after decompression.
-func readBody(r *http.Request, limit int64) ([]byte, int, error) {
+// limit bytes after decompression, into a buffer whose every byte of
+// capacity is taken from l first.
+func readBody(r *http.Request, limit int64, l *lease) ([]byte, int, error) {
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
 	}
 	var src io.Reader = http.MaxBytesReader(nil, r.Body, limit)
+	size := int64(32 << 10) // a first guess when the length is not known
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
+		if r.ContentLength > 0 {
+			size = r.ContentLength
+		}
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(src)
 		if err != nil {
@@ -212,17 +243,55 @@ func readBody(r *http.Request, limit int64) ([]byte, int, error) {
 	default:
 		return nil, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "unsupported Content-Encoding %q", enc)
 	}
-	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	size = min(size, limit)
+	if !l.grow(size) {
+		return nil, http.StatusServiceUnavailable, errBusy
+	}
+	body := make([]byte, 0, size)
+	for {
+		if len(body) == cap(body) {
+			// Full: the next byte decides between done, too large and
+			// a bigger buffer (so an exact Content-Length never grows).
+			var one [1]byte
+			n, err := io.ReadFull(src, one[:])
+			switch {
+			case n == 0 && errors.Is(err, io.EOF):
+				return body, 0, nil
+			case n == 0:
+				status, err := bodyError(err, limit)
+				return nil, status, err
+			case int64(len(body)) == limit:
+				return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+			}
+			grown := min(2*int64(cap(body)), limit)
+			if !l.grow(grown - int64(cap(body))) {
+				return nil, http.StatusServiceUnavailable, errBusy
+			}
+			body = append(append(make([]byte, 0, grown), body...), one[0])
+			continue
+		}
+		n, err := src.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			return body, 0, nil
+		}
+		if err != nil {
+			status, err := bodyError(err, limit)
+			return nil, status, err
+		}
+	}
+}
+
+// bodyError classifies a failed body read.
+func bodyError(err error, limit int64) (int, error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe), int64(len(body)) > limit:
-		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
 	case errors.Is(err, gzip.ErrChecksum), errors.Is(err, gzip.ErrHeader), errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
-	case err != nil:
-		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "read request body: %v", err)
+		return http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
 	}
-	return body, 0, nil
+	return http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "read request body: %v", err)
 }
 
 // serveSegment is GET /segments/{id}: re-authorized on every call.
@@ -258,8 +327,9 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment"))
 		return
 	}
+	dw := newDeadlineWriter(w, h.cfg.WriteTimeout)
 	if pub.ByteLength > h.cfg.StreamSegmentsAbove {
-		h.streamSegment(w, r, segmentID, enc)
+		h.streamSegment(dw, r, segmentID, enc)
 		return
 	}
 	body, err := h.cache.get(r.Context(), segmentID, enc, func(ctx context.Context) ([]byte, error) {
@@ -275,23 +345,23 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		hdr.Set("Content-Encoding", enc.String())
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	_, _ = w.Write(body)
+	_, _ = dw.Write(body)
 }
 
 // streamSegment sends a large segment straight from the store, compressed
 // on the fly, holding one chunk at a time. A read failure mid-way (a
 // corrupted object) cuts the response; the client's content-address check
 // rejects the partial body.
-func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentID string, enc encoding) {
+func (h *Handler) streamSegment(dw *deadlineWriter, r *http.Request, segmentID string, enc encoding) {
 	rd, err := h.cfg.Segments.Open(r.Context(), segmentID)
 	if err != nil {
 		h.log.Error("open segment", "segment", segmentID, "err", err)
-		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		writeError(dw.w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
 		return
 	}
 	defer rd.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	out := newStreamWriter(w, enc)
+	dw.w.Header().Set("Content-Type", "application/octet-stream")
+	out := newStreamWriter(dw, enc)
 	out.contentType = "application/octet-stream"
 	dst := &lossWriter{w: out}
 	if _, err := io.Copy(dst, rd); err != nil {

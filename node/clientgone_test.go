@@ -63,8 +63,8 @@ func seedBig(t *testing.T, n *Node, tok, ep string, rows int) {
 }
 
 // rawSync starts a POST /sync of body on a raw connection and returns it
-// after the response headers arrived.
-func rawSync(t *testing.T, n *Node, tok string, body []byte) (net.Conn, *bufio.Reader) {
+// with the response, once its headers arrived.
+func rawSync(t *testing.T, n *Node, tok string, body []byte) (net.Conn, *http.Response) {
 	t.Helper()
 	c, err := net.Dial("tcp", n.Addr())
 	if err != nil {
@@ -76,15 +76,14 @@ func rawSync(t *testing.T, n *Node, tok string, body []byte) (net.Conn, *bufio.R
 	if _, err := c.Write(body); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	return c, br
+	return c, resp
 }
 
 // metric reads one counter from /metrics (0 when absent).
@@ -128,8 +127,8 @@ func TestClientGoneMidResponse(t *testing.T) {
 	ep := acquireEpoch(t, n, tok)
 	seedBig(t, n, tok, ep, 300)
 
-	c, br := rawSync(t, n, tok, bootstrapRequest(t, ep, ssp2.AcceptInlineRows))
-	if _, err := io.ReadFull(br, make([]byte, 64<<10)); err != nil {
+	c, resp := rawSync(t, n, tok, bootstrapRequest(t, ep, ssp2.AcceptInlineRows))
+	if _, err := io.ReadFull(resp.Body, make([]byte, 64<<10)); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()

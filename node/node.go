@@ -45,6 +45,20 @@ type Config struct {
 	// HTTPAddr is the HTTP listen address (default 127.0.0.1:8080).
 	HTTPAddr        string
 	MaxRequestBytes int64
+	// HTTP server bounds; zero selects the default (see the Default*
+	// constants). ReadTimeout bounds reading a request, body included;
+	// WriteTimeout bounds each chunk of a response, so a reader that
+	// accepts nothing for that long is cut; IdleTimeout closes idle
+	// keep-alive connections. MaxConnections caps open connections (past
+	// it a new one is answered 503 and closed); MaxInflightBodyBytes caps
+	// the request bodies held by in-flight requests (past it 503; default
+	// httpapi.DefaultMaxInflightBodyBytes).
+	ReadHeaderTimeout    time.Duration
+	ReadTimeout          time.Duration
+	WriteTimeout         time.Duration
+	IdleTimeout          time.Duration
+	MaxConnections       int
+	MaxInflightBodyBytes int64
 
 	// NATS configures the embedded server or the external connection.
 	// DataDir and Logger are filled in from the node's.
@@ -133,13 +147,15 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixMilli() }
 	}
+	cfg.withHTTPDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	n = &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	started := n // a failing return sets n to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = n.Stop(context.WithoutCancel(ctx))
+			_ = started.Stop(context.WithoutCancel(ctx))
 		}
 	}()
 
@@ -150,6 +166,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	n.ln = &limitListener{Listener: n.ln, max: int64(cfg.MaxConnections)}
 
 	if n.Store, err = openStore(ctx, cfg); err != nil {
 		return nil, err
@@ -205,6 +222,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: cfg.Auth, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
+		WriteTimeout: cfg.WriteTimeout, MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
 		Logger: cfg.Logger.With("component", "http"), Registry: reg,
 	}); err != nil {
 		return nil, err
@@ -217,11 +235,40 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.srv = &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		// The read deadline ends once the body is read (net/http clears
+		// it for its background read), so it never cuts a long response;
+		// httpapi extends the write deadline before every chunk it sends.
+		ReadTimeout:  cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		IdleTimeout:  cfg.IdleTimeout,
+		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	go func() { n.serveErr <- n.srv.Serve(n.ln) }()
 	return n, nil
+}
+
+// HTTP defaults.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxConnections    = 4096
+)
+
+func (c *Config) withHTTPDefaults() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&c.ReadTimeout, DefaultReadTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 }
 
 // Addr is the HTTP listen address (with the real port when 0 was asked).

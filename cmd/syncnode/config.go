@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
 )
 
 // config is the whole node configuration: defaults, then the config file,
@@ -36,6 +39,13 @@ type httpConfig struct {
 	Listen          string   `toml:"listen"`
 	MaxRequestBytes int64    `toml:"max_request_bytes"`
 	ShutdownTimeout duration `toml:"shutdown_timeout"`
+	// Timeouts and connection bounds: see node.Config.
+	ReadHeaderTimeout    duration `toml:"read_header_timeout"`
+	ReadTimeout          duration `toml:"read_timeout"`
+	WriteTimeout         duration `toml:"write_timeout"`
+	IdleTimeout          duration `toml:"idle_timeout"`
+	MaxConnections       int      `toml:"max_connections"`
+	MaxInflightBodyBytes int64    `toml:"max_inflight_body_bytes"`
 }
 
 type natsConfig struct {
@@ -107,6 +117,13 @@ func defaultConfig() config {
 			Listen:          "127.0.0.1:8080",
 			MaxRequestBytes: 32 << 20,
 			ShutdownTimeout: duration{15 * time.Second},
+
+			ReadHeaderTimeout:    duration{node.DefaultReadHeaderTimeout},
+			ReadTimeout:          duration{node.DefaultReadTimeout},
+			WriteTimeout:         duration{node.DefaultWriteTimeout},
+			IdleTimeout:          duration{node.DefaultIdleTimeout},
+			MaxConnections:       node.DefaultMaxConnections,
+			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
 		},
 		NATS:    natsConfig{Mode: "embedded", ConfigFile: "nats.conf"},
 		Storage: storageConfig{SQLiteSynchronous: "FULL"},
@@ -143,8 +160,25 @@ func (c *config) validate() error {
 	if c.HTTP.MaxRequestBytes < 1<<10 {
 		bad("http.max_request_bytes", "%d is below 1 KiB", c.HTTP.MaxRequestBytes)
 	}
-	if c.HTTP.ShutdownTimeout.Duration <= 0 {
-		bad("http.shutdown_timeout", "must be positive")
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"http.shutdown_timeout", c.HTTP.ShutdownTimeout.Duration},
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout.Duration},
+		{"http.read_timeout", c.HTTP.ReadTimeout.Duration},
+		{"http.write_timeout", c.HTTP.WriteTimeout.Duration},
+		{"http.idle_timeout", c.HTTP.IdleTimeout.Duration},
+	} {
+		if d.v <= 0 {
+			bad(d.field, "must be positive")
+		}
+	}
+	if n := c.HTTP.MaxConnections; n < 1 || n > 1_000_000 {
+		bad("http.max_connections", "%d is outside 1..1000000", n)
+	}
+	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
+		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
 	}
 	switch c.NATS.Mode {
 	case "embedded":
