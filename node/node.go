@@ -295,8 +295,9 @@ func (n *Node) ready(ctx context.Context) error {
 }
 
 // Stop shuts down in reverse order: stop accepting requests and let
-// in-flight ones finish, flush the relay, close NATS and the store. Every
-// acknowledged commit is already in SQL; the relay republishes anything
+// in-flight ones finish, drain the relay (every commit notified so far is
+// published, within ctx), close NATS and the store. Every acknowledged
+// commit is already in SQL; the relay republishes anything left
 // unpublished on the next start.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
@@ -321,6 +322,14 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.Gate != nil {
 			if err := n.Gate.Stop(ctx); err != nil {
 				errs = append(errs, err)
+			}
+		}
+		if n.Relay != nil && n.srv != nil {
+			// No request runs any more: publish what was committed before
+			// NATS closes, within ctx. What is left (NATS unavailable, the
+			// shutdown timeout) the next start publishes from the log.
+			if err := n.Relay.Flush(ctx); err != nil {
+				n.log.Warn("relay not drained at shutdown; the next start publishes the rest", "err", err)
 			}
 		}
 		if n.Relay != nil {
