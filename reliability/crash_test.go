@@ -242,6 +242,35 @@ func (s *storm) run(url string, stop <-chan struct{}, acks *atomic.Int64) {
 	wg.Wait()
 }
 
+// until runs the storm against c until at least min (plus a random
+// number of) commits were acknowledged, and returns with the storm still
+// running; end stops it, once c went away.
+func (s *storm) until(c *child, trial, min int) (end func()) {
+	t := s.t
+	t.Helper()
+	if s.epoch == "" {
+		s.epoch = epoch(t, c.url, s.tok)
+	}
+	var acks atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { s.run(c.url, stop, &acks); close(done) }()
+	s.mu.Lock()
+	target := int64(min + s.rnd.IntN(pick(20, 60)))
+	s.mu.Unlock()
+	deadline := time.After(30 * time.Second)
+	for acks.Load() < target {
+		select {
+		case <-done:
+			t.Fatalf("trial %d: the storm ended by itself:\n%s", trial, c.out)
+		case <-deadline:
+			t.Fatalf("trial %d: %d of %d acks in 30 s:\n%s", trial, acks.Load(), target, c.out)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return func() { close(stop); <-done }
+}
+
 // killTrials is how many times a node is killed mid-storm.
 func killTrials(sqlite bool) int {
 	if s := os.Getenv("SYNCNODE_KILL_TRIALS"); s != "" {
@@ -266,34 +295,14 @@ func TestKillDuringPushStorm(t *testing.T) {
 		trials := killTrials(st.name == "sqlite")
 		for trial := range trials {
 			c := startChild(t, st)
-			if s.epoch == "" {
-				s.epoch = epoch(t, c.url, s.tok)
-			}
-			var acks atomic.Int64
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() { s.run(c.url, stop, &acks); close(done) }()
-			s.mu.Lock()
-			target := int64(1 + s.rnd.IntN(pick(20, 60)))
-			s.mu.Unlock()
-			deadline := time.After(30 * time.Second)
-			for acks.Load() < target {
-				select {
-				case <-done:
-					t.Fatalf("trial %d: the storm ended by itself:\n%s", trial, c.out)
-				case <-deadline:
-					t.Fatalf("trial %d: %d of %d acks in 30 s:\n%s", trial, acks.Load(), target, c.out)
-				case <-time.After(time.Millisecond):
-				}
-			}
+			end := s.until(c, trial, 1)
 			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
 				t.Fatalf("trial %d: child exit %v, want killed:\n%s", trial, err, c.out)
 			}
-			close(stop)
-			<-done
+			end()
 		}
 		t.Logf("%d kill trials, %d commits acknowledged", trials, len(s.acked))
 

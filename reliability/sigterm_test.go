@@ -3,10 +3,8 @@ package reliability
 import (
 	"context"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/storage"
@@ -22,30 +20,12 @@ func TestSIGTERMFlushesRelay(t *testing.T) {
 		s := newStorm(t, 4)
 		for trial := range pick(3, 20) {
 			c := startChild(t, st)
-			if s.epoch == "" {
-				s.epoch = epoch(t, c.url, s.tok)
-			}
-			var acks atomic.Int64
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() { s.run(c.url, stop, &acks); close(done) }()
-			s.mu.Lock()
-			target := int64(10 + s.rnd.IntN(pick(20, 60)))
-			s.mu.Unlock()
-			deadline := time.After(30 * time.Second)
-			for acks.Load() < target {
-				select {
-				case <-deadline:
-					t.Fatalf("trial %d: %d of %d acks in 30 s:\n%s", trial, acks.Load(), target, c.out)
-				case <-time.After(time.Millisecond):
-				}
-			}
+			end := s.until(c, trial, 10)
 			if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			err := c.cmd.Wait()
-			close(stop)
-			<-done
+			end()
 			if err != nil {
 				t.Fatalf("trial %d: child exit %v after SIGTERM:\n%s", trial, err, c.out)
 			}

@@ -123,23 +123,16 @@ func testIdempotencyRace(t *testing.T, e *env) {
 	ctx := t.Context()
 	const n = 8
 	var (
-		wg    sync.WaitGroup
-		got   [n]storage.PushRecord
-		errs  [n]error
-		start = make(chan struct{})
+		got  [n]storage.PushRecord
+		errs [n]error
 	)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = s.WriteTx(ctx, p.ID, func(tx storage.Tx) (err error) {
-				got[i], err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "same",
-					Status: storage.PushApplied, CommitSeq: int64(i + 1), Result: []byte(fmt.Sprint("writer-", i)), CreatedAtMs: int64(i)})
-				return err
-			})
+	race(n, func(i int) {
+		errs[i] = s.WriteTx(ctx, p.ID, func(tx storage.Tx) (err error) {
+			got[i], err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "same",
+				Status: storage.PushApplied, CommitSeq: int64(i + 1), Result: []byte(fmt.Sprint("writer-", i)), CreatedAtMs: int64(i)})
+			return err
 		})
-	}
-	close(start)
-	wg.Wait()
+	})
 	stored, ok, err := s.IdempotencyGet(ctx, p.ID, "c", "same")
 	if err != nil || !ok {
 		t.Fatalf("IdempotencyGet = %v, %v", ok, err)
@@ -205,20 +198,13 @@ func testClientBind(t *testing.T, e *env) {
 	ctx := t.Context()
 	const n = 8
 	var (
-		wg    sync.WaitGroup
-		got   [n]storage.Client
-		errs  [n]error
-		start = make(chan struct{})
+		got  [n]storage.Client
+		errs [n]error
 	)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			got[i], errs[i] = s.ClientBind(ctx, storage.Client{Partition: p.ID, ClientID: "c", ActorID: fmt.Sprint("actor-", i),
-				WireVersion: 2, Cursor: -1, UpdatedAtMs: int64(i)})
-		})
-	}
-	close(start)
-	wg.Wait()
+	race(n, func(i int) {
+		got[i], errs[i] = s.ClientBind(ctx, storage.Client{Partition: p.ID, ClientID: "c", ActorID: fmt.Sprint("actor-", i),
+			WireVersion: 2, Cursor: -1, UpdatedAtMs: int64(i)})
+	})
 	stored, ok, err := s.ClientGet(ctx, p.ID, "c")
 	if err != nil || !ok {
 		t.Fatalf("ClientGet = %v, %v", ok, err)
@@ -359,4 +345,18 @@ func testConstraintUnclassified(t *testing.T, e *env) {
 	if err == nil || errors.As(err, &ce) || errors.Is(err, &ssp2.Error{Code: ssp2.CodeConstraintViolation}) {
 		t.Fatalf("upsert into a table missing a column = %v, want an unclassified error", err)
 	}
+}
+
+// race runs f(0) … f(n-1) at once, released together, and waits for all.
+func race(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
