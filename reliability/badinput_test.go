@@ -418,8 +418,10 @@ func FuzzSyncRequest(f *testing.F) {
 	for _, b := range baseRequests(f) {
 		f.Add(b)
 	}
-	for _, in := range badInputs(f, rnd, 20) {
-		if len(in.body) < 1<<20 {
+	for i, in := range badInputs(f, rnd, 20) {
+		// Every truncation would make the fuzzer's baseline slow: one in
+		// sixteen seeds enough of them.
+		if len(in.body) < 1<<20 && (!strings.Contains(in.name, "truncated") || i%16 == 0) {
 			f.Add(in.body)
 		}
 	}
