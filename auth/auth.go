@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/syncnode/syncnode/internal/ids"
 )
 
 // Principal is what a verified token says about its bearer.
@@ -171,6 +173,9 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: token has no partition claim", ErrUnauthenticated)
 	}
 	p := Principal{ActorID: c.Subject, Partition: c.Partition, Scopes: c.Scopes}
+	if err := p.check(); err != nil {
+		return Principal{}, err
+	}
 	v.mu.Lock()
 	if len(v.cache) >= maxCachedTokens {
 		clear(v.cache)
@@ -178,6 +183,16 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	v.cache[token] = verified{p: p, exp: c.ExpiresAt.Time}
 	v.mu.Unlock()
 	return p, nil
+}
+
+// check refuses ids the stores cannot hold or the bus cannot carry (an
+// error matching ids.ErrInvalid, not ErrUnauthenticated: the token is
+// genuine, its issuer named something unusable).
+func (p Principal) check() error {
+	if err := ids.Check("the token's partition claim", p.Partition); err != nil {
+		return err
+	}
+	return ids.Check("the token's sub (actor) claim", p.ActorID)
 }
 
 // VerifyHeader verifies an Authorization header value ("Bearer <token>").
@@ -216,9 +231,13 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	return jwt.VerificationKeySet{Keys: keys}, nil
 }
 
-// Mint signs an HS256 token for p that expires after ttl. It is what
+// Mint signs an HS256 token for p that expires after ttl; ids that
+// Verify would refuse are refused here already. It is what
 // `syncnode client token` and development auth use.
 func Mint(secret []byte, p Principal, ttl time.Duration, now time.Time) (string, error) {
+	if err := p.check(); err != nil {
+		return "", fmt.Errorf("mint: %w", err)
+	}
 	c := claims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   p.ActorID,

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/syncnode/syncnode/internal/ids"
 )
 
 // Partition id limits.
@@ -13,7 +15,7 @@ const (
 	// MaxPartitionIDBytes is the hard cap on a partition id: longer ids
 	// are refused (ErrPartitionTooLong) rather than hashed, because an id
 	// this long is a bug or an attack, not a tenant name.
-	MaxPartitionIDBytes = 1024
+	MaxPartitionIDBytes = ids.MaxBytes
 	// MaxTokenLen is the longest escaped token used as is; a longer one is
 	// replaced by its hashed form (HashedTokenLen bytes).
 	MaxTokenLen = 64

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -61,6 +62,12 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	if c.Operations == nil || c.ClientID == "" || c.ClientCommitID == "" {
 		return AuthoritativeResult{}, errors.New("push authoritative: Operations, ClientID and ClientCommitID are required")
 	}
+	for _, id := range []struct{ what, v string }{{"the partition id", c.Partition}, {"the actor id", c.ActorID},
+		{"the client id", c.ClientID}, {"the client commit id", c.ClientCommitID}} {
+		if err := ids.Check(id.what, id.v); err != nil {
+			return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
+		}
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, c.Partition, e.cfg.Now())
 	if err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
@@ -80,11 +87,11 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	if rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, c.Partition, c.ClientID, c.ClientCommitID); err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
 	} else if ok {
-		return replayed(rec), nil
+		return replayed(c, rec)
 	}
 	var (
-		out      AuthoritativeResult
-		enqueued *storage.ReactionEnqueueParams
+		out  AuthoritativeResult
+		done applied
 	)
 	err = e.cfg.Store.WriteTx(ctx, c.Partition, func(tx storage.Tx) error {
 		if err := ticket.Check(ctx, tx); err != nil {
@@ -96,26 +103,25 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 		if rec, ok, err := tx.IdempotencyGet(ctx, c.ClientID, c.ClientCommitID); err != nil {
 			return err
 		} else if ok {
-			out = replayed(rec)
-			return nil
+			out, err = replayed(c, rec)
+			return err
 		}
 		ops, err := c.Operations(ctx, tx)
 		if err != nil || len(ops) == 0 {
 			return err
 		}
-		rec, enq, err := e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		done, err = e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
 		if err != nil {
 			return err
 		}
-		enqueued = enq
-		if rec.Status == storage.PushRejected {
+		if rec := done.rec; rec.Status == storage.PushRejected {
 			res, _, derr := decodeRecord(rec)
 			if derr != nil || len(res.Results) == 0 {
 				return fmt.Errorf("rejected, and the result is unreadable: %w", derr)
 			}
 			return &RejectedError{Result: res.Results[len(res.Results)-1]}
 		}
-		out = AuthoritativeResult{Applied: true, CommitSeq: rec.CommitSeq}
+		out = AuthoritativeResult{Applied: true, CommitSeq: done.rec.CommitSeq}
 		return nil
 	})
 	if err != nil {
@@ -127,15 +133,25 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	}
 	if out.Applied && !out.Replayed {
 		e.metrics.PushApplied.Add(1)
+	}
+	e.enqueued(c.Partition, done.enqueued)
+	if done.appended {
 		e.metrics.Commits.Add(1)
-		e.enqueued(c.Partition, enqueued)
 		e.notify(c.Partition)
 	}
 	return out, nil
 }
 
-func replayed(rec storage.PushRecord) AuthoritativeResult {
-	return AuthoritativeResult{Applied: rec.Status == storage.PushApplied, Replayed: true, CommitSeq: rec.CommitSeq}
+// ErrForeignCommit is returned by PushAuthoritative when its key holds the
+// stored result of another actor's commit (a client pushed under the
+// server's client id first): that result is not this commit's.
+var ErrForeignCommit = errors.New("the idempotency key holds another actor's commit")
+
+func replayed(c AuthoritativeCommit, rec storage.PushRecord) (AuthoritativeResult, error) {
+	if rec.ActorID != "" && rec.ActorID != c.ActorID {
+		return AuthoritativeResult{}, ErrForeignCommit
+	}
+	return AuthoritativeResult{Applied: rec.Status == storage.PushApplied, Replayed: true, CommitSeq: rec.CommitSeq}, nil
 }
 
 // everyScope grants every scope variable of the schema: an authoritative

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -43,7 +44,9 @@ func resumePoint(raw json.RawMessage, table string, p storage.Partition) (asOf i
 		return 0, "", false
 	}
 	if tok.RowCursor != nil {
-		rowCursor = *tok.RowCursor
+		if rowCursor = *tok.RowCursor; !ids.Storable(rowCursor) {
+			return 0, "", false // no row id holds U+0000
+		}
 	}
 	return asOf, rowCursor, true
 }

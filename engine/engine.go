@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -75,6 +76,10 @@ type Config struct {
 
 	// MaxOperations caps the operations of one request (default 500).
 	MaxOperations int
+	// MaxSubscriptions caps the subscriptions of one request (default
+	// 500): with the clamped page count per bootstrap it bounds the work
+	// of one pull.
+	MaxSubscriptions int
 	// InlineSegmentMaxBytes: pages smaller than this are sent inline when
 	// the client accepts both lanes (default 256 KiB).
 	InlineSegmentMaxBytes int
@@ -134,8 +139,12 @@ type Engine struct {
 
 // Metrics are monotonically increasing counters of an Engine's work.
 type Metrics struct {
-	Requests         atomic.Int64
-	RequestErrors    atomic.Int64
+	Requests      atomic.Int64
+	RequestErrors atomic.Int64
+	// ClientsGone counts requests whose client went away (a broken
+	// connection, a cancelled context) before the response ended: not
+	// errors of the server.
+	ClientsGone      atomic.Int64
 	PushApplied      atomic.Int64
 	PushCached       atomic.Int64
 	PushRejected     atomic.Int64
@@ -153,6 +162,7 @@ type Metrics struct {
 // Defaults.
 const (
 	DefaultMaxOperations         = 500
+	DefaultMaxSubscriptions      = 500
 	DefaultInlineSegmentMaxBytes = 256 << 10
 	DefaultCascadeLimit          = 1000
 )
@@ -182,6 +192,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxOperations < 1 {
 		return nil, fmt.Errorf("engine: MaxOperations %d must be positive", cfg.MaxOperations)
+	}
+	if cfg.MaxSubscriptions == 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if cfg.MaxSubscriptions < 1 {
+		return nil, fmt.Errorf("engine: MaxSubscriptions %d must be positive", cfg.MaxSubscriptions)
 	}
 	if cfg.InlineSegmentMaxBytes == 0 {
 		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
@@ -227,16 +243,19 @@ const reservedClientIDPrefix = `["remote-command",`
 
 // request is the state of one request.
 type request struct {
-	id      Identity
-	req     *ssp2.Request
-	part    storage.Partition
-	client  storage.Client
-	hasPrev bool
-	scopes  resolvedScopes
-	ticket  Ticket // the serve gate's admission, checked in every transaction
-	enc     *ssp2.ResponseEncoder
-	w       io.Writer
-	now     int64
+	id     Identity
+	req    *ssp2.Request
+	part   storage.Partition
+	client storage.Client // the record as the request found (or created) it
+	// registered is the record's subscription list by id, and served the
+	// effective scopes each subscription of this pull is recorded with.
+	registered map[string]registeredSub
+	served     map[string]map[string][]string
+	scopes     resolvedScopes
+	ticket     Ticket // the serve gate's admission, checked in every transaction
+	enc        *ssp2.ResponseEncoder
+	w          *clientWriter
+	now        int64
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
 	done map[string]storage.PushRecord
@@ -249,7 +268,11 @@ type request struct {
 func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
 	e.metrics.Requests.Add(1)
 	err := e.sync(ctx, id, body, w)
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		e.metrics.ClientsGone.Add(1)
+	default:
 		e.metrics.RequestErrors.Add(1)
 	}
 	return err
@@ -260,7 +283,7 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	if err != nil {
 		return err
 	}
-	r := &request{id: id, req: req, w: w, now: e.cfg.Now()}
+	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.cfg.Now()}
 	if err := e.prepare(ctx, r); err != nil {
 		return err
 	}
@@ -268,7 +291,36 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 		return nil
 	}
 	if err := e.stream(ctx, r); err != nil {
-		e.abort(r, err)
+		e.abort(ctx, r, err)
+	}
+	return nil
+}
+
+// clientWriter is the response writer as the engine sees it: it remembers
+// whether a write failed, which means the client is gone.
+type clientWriter struct {
+	w    io.Writer
+	lost error
+}
+
+func (c *clientWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.lost == nil {
+		c.lost = err
+	}
+	return n, err
+}
+
+// Flush passes a flush on to a writer that buffers.
+func (c *clientWriter) Flush() error {
+	switch f := c.w.(type) {
+	case interface{ Flush() error }:
+		if err := f.Flush(); err != nil && c.lost == nil {
+			c.lost = err
+		}
+		return c.lost
+	case interface{ Flush() }:
+		f.Flush()
 	}
 	return nil
 }
@@ -278,6 +330,9 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 // floor, epoch reset) is written here.
 func (e *Engine) prepare(ctx context.Context, r *request) error {
 	req, hdr := r.req, r.req.Header
+	if err := checkIdentity(r.id); err != nil {
+		return err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
 	if err != nil {
 		return internal("touch partition", err)
@@ -306,14 +361,28 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if strings.HasPrefix(hdr.ClientID, reservedClientIDPrefix) {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
 	}
+	if err := ids.Check("the client id", hdr.ClientID); err != nil {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
+	}
 	client, ok, err := e.cfg.Store.ClientGet(ctx, r.id.Partition, hdr.ClientID)
 	if err != nil {
 		return internal("read client record", err)
 	}
-	if ok && client.ActorID != r.id.ActorID {
+	if !ok {
+		// Every request binds its client id, a push-only one included:
+		// an unbound id is anyone's to take (SPEC.md §1.5).
+		client, err = e.cfg.Store.ClientBind(ctx, storage.Client{
+			Partition: r.id.Partition, ClientID: hdr.ClientID, ActorID: r.id.ActorID,
+			WireVersion: req.WireVersion, Cursor: -1, UpdatedAtMs: r.now,
+		})
+		if err != nil {
+			return internal("bind client id", err)
+		}
+	}
+	if client.ActorID != r.id.ActorID {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client id is bound to another actor")
 	}
-	r.client, r.hasPrev = client, ok
+	r.client = client
 
 	ops := 0
 	for _, c := range req.Commits {
@@ -342,6 +411,18 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	return nil
 }
 
+// checkIdentity refuses an identity the stores cannot hold or the bus
+// cannot carry (package ids), whatever authenticated it: its commits
+// would be acknowledged and then never published, or fail in SQL.
+func checkIdentity(id Identity) error {
+	for _, c := range []struct{ what, v string }{{"the partition id", id.Partition}, {"the actor id", id.ActorID}} {
+		if err := ids.Check(c.what, c.v); err != nil {
+			return ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err)
+		}
+	}
+	return nil
+}
+
 // validatePull performs the request-level validation of the pull half
 // (SPEC.md §1.7, §3.2 rule 2, §4.1–§4.3).
 func (e *Engine) validatePull(req *ssp2.Request) error {
@@ -350,6 +431,9 @@ func (e *Engine) validatePull(req *ssp2.Request) error {
 	}
 	if req.Pull.Accept&(ssp2.AcceptInlineRows|ssp2.AcceptExternalRows) == 0 {
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "PULL_HEADER.accept must allow inline or external rows segments")
+	}
+	if n := len(req.Subscriptions); n > e.cfg.MaxSubscriptions {
+		return ssp2.Errorf(ssp2.CodeInvalidSubscription, "%d subscriptions exceed the cap of %d per request", n, e.cfg.MaxSubscriptions)
 	}
 	seen := make(map[string]bool, len(req.Subscriptions))
 	for _, s := range req.Subscriptions {
@@ -363,6 +447,15 @@ func (e *Engine) validatePull(req *ssp2.Request) error {
 		}
 		if err := validateRequested(t, s.Scopes); err != nil {
 			return err
+		}
+		for k, vals := range s.Scopes {
+			for _, v := range vals {
+				if !ids.Storable(v) {
+					// Like '*' (SPEC.md §3.2 rule 2): a value that can never
+					// be stored would silently match nothing.
+					return ssp2.Errorf(ssp2.CodeInvalidSubscription, "requested scope %q has a value containing U+0000", k)
+				}
+			}
 		}
 	}
 	return nil
@@ -428,8 +521,14 @@ func (e *Engine) notify(partition string) {
 	}
 }
 
-// abort ends a started response with ERROR then END (SPEC.md §1.6).
-func (e *Engine) abort(r *request, err error) {
+// abort ends a started response with ERROR then END (SPEC.md §1.6). A
+// client that went away gets nothing, and is no server error.
+func (e *Engine) abort(ctx context.Context, r *request, err error) {
+	if lost := r.w.lost; lost != nil || ctx.Err() != nil {
+		e.metrics.ClientsGone.Add(1)
+		e.log.Debug("client went away mid-response", "partition", r.id.Partition, "actor", r.id.ActorID, "err", err, "write", lost)
+		return
+	}
 	e.metrics.RequestErrors.Add(1)
 	if ssp2.CodeOf(err) == "" || ssp2.CodeOf(err) == ssp2.CodeInternalError {
 		e.log.Error("sync request failed mid-stream", "partition", r.id.Partition, "actor", r.id.ActorID, "err", err)

@@ -48,6 +48,8 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		pages:   clamp(ph.MaxSnapshotPages, defaultSnapshotPage, maxSnapshotPages),
 		accept:  ph.Accept,
 	}
+	r.registered = registered(r.client.Subscriptions)
+	r.served = make(map[string]map[string][]string, len(r.req.Subscriptions))
 	var cursors []int64
 	for i, sub := range r.req.Subscriptions {
 		e.metrics.PullSections.Add(1)
@@ -61,21 +63,10 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		if i < len(r.req.Subscriptions)-1 {
 			// Let the client apply this section while the next is read;
 			// after the last one the response ends anyway.
-			flush(r.w)
+			_ = r.w.Flush()
 		}
 	}
 	return cursors, nil
-}
-
-// flush pushes buffered response bytes to the client between sections, if
-// the writer buffers.
-func flush(w any) {
-	switch f := w.(type) {
-	case interface{ Flush() error }:
-		_ = f.Flush()
-	case interface{ Flush() }:
-		f.Flush()
-	}
 }
 
 // section writes one subscription's SUB_START … SUB_END.
@@ -85,6 +76,18 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 	if !ok {
 		return sub.Cursor, false, e.closedSection(r, sub, ssp2.SubRevoked, ssp2.CodeScopeRevoked)
 	}
+	if prev, ok := r.registered[sub.ID]; ok && (sub.Cursor >= 0 || sub.BootstrapState != nil) &&
+		prev.Effective != nil && (prev.Table != sub.Table || widens(prev.Effective, eff)) {
+		// The client holds the rows of what it was served, from its
+		// cursor on; rows that already existed under a newly granted
+		// value are behind that cursor. A reset makes it re-bootstrap
+		// the subscription from scratch (SPEC.md §4.6), and the record
+		// keeps the old scopes until it does, so a lost reset is sent
+		// again.
+		r.served[sub.ID] = prev.Effective
+		return sub.Cursor, false, e.closedSection(r, sub, ssp2.SubReset, ssp2.CodeCursorExpired)
+	}
+	r.served[sub.ID] = eff
 
 	var part storage.Partition
 	var win storage.Window
@@ -176,12 +179,48 @@ func (e *Engine) closedSection(r *request, sub *ssp2.Subscription, status ssp2.S
 }
 
 // registeredSub is one entry of a client record's subscription list
-// (SPEC.md §8.1): what a realtime connection registers on.
+// (SPEC.md §8.1): what a realtime connection registers on, and the
+// effective scopes the subscription was last served with.
 type registeredSub struct {
 	ID     string              `json:"id"`
 	Table  string              `json:"table"`
 	Scopes map[string][]string `json:"scopes"`
 	Params json.RawMessage     `json:"params,omitempty"`
+	// Effective is absent for a subscription that was not served
+	// (revoked, reset) and in records from before it was kept.
+	Effective map[string][]string `json:"effective,omitempty"`
+}
+
+// registered reads a client record's subscription list by id; a list that
+// does not parse counts as empty.
+func registered(raw json.RawMessage) map[string]registeredSub {
+	var subs []registeredSub
+	if len(raw) == 0 || json.Unmarshal(raw, &subs) != nil {
+		return nil
+	}
+	out := make(map[string]registeredSub, len(subs))
+	for _, s := range subs {
+		out[s.ID] = s
+	}
+	return out
+}
+
+// widens reports whether effective scopes now match a row that was did
+// not: a variable of was is unconstrained in now, or now allows a value
+// was did not.
+func widens(was, now map[string][]string) bool {
+	for k, old := range was {
+		vals, ok := now[k]
+		if !ok {
+			return true
+		}
+		for _, v := range vals {
+			if !slices.Contains(old, v) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // saveClient stores the client record after a pull: the minimum of the
@@ -195,25 +234,22 @@ func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) er
 		ClientID:    r.req.Header.ClientID,
 		ActorID:     r.id.ActorID,
 		WireVersion: r.req.WireVersion,
-		Cursor:      -1,
+		Cursor:      r.client.Cursor,
 		UpdatedAtMs: r.now,
-	}
-	if r.hasPrev {
-		c.Cursor = r.client.Cursor
 	}
 	if len(cursors) > 0 {
 		c.Cursor = slices.Min(cursors)
 	}
 	subs := make([]registeredSub, len(r.req.Subscriptions))
 	for i, s := range r.req.Subscriptions {
-		subs[i] = registeredSub{ID: s.ID, Table: s.Table, Scopes: s.Scopes, Params: s.Params}
+		subs[i] = registeredSub{ID: s.ID, Table: s.Table, Scopes: s.Scopes, Params: s.Params, Effective: r.served[s.ID]}
 	}
 	b, err := json.Marshal(subs)
 	if err != nil {
 		return internal("encode subscriptions", err)
 	}
 	c.Subscriptions = b
-	if r.hasPrev && r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
+	if r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
 		bytes.Equal(r.client.Subscriptions, c.Subscriptions) && r.now-r.client.UpdatedAtMs < clientRefreshMs {
 		return nil
 	}

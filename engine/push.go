@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -15,9 +16,13 @@ import (
 var errEpochChanged = ssp2.Errorf(ssp2.CodeInternalError, "the partition's log epoch changed during the request")
 
 // push processes one PUSH_COMMIT and writes its PUSH_RESULT (SPEC.md §6).
-// applied reports whether a new commit landed.
-func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (applied bool, err error) {
+// appended reports whether a new commit landed in the log.
+func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (appended bool, err error) {
 	key := pc.ClientCommitID
+	if err := ids.Check("the client commit id", key); err != nil {
+		// Not even a key to store a rejection under.
+		return false, e.refuse(r, key, ssp2.CodeInvalidRequest, err.Error())
+	}
 	if rec, ok := r.done[key]; ok {
 		return false, e.replay(r, key, rec)
 	}
@@ -26,15 +31,17 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, internal("idempotency lookup", err)
 	}
 	if ok {
+		if foreign(r, rec) {
+			return false, e.refuse(r, key, ssp2.CodeInvalidClientID, "this commit id holds another actor's commit")
+		}
 		r.done[key] = rec
 		return false, e.replay(r, key, rec)
 	}
 
 	var (
-		out      storage.PushRecord
-		enqueued *storage.ReactionEnqueueParams
+		out      applied
+		replayed bool
 	)
-	replayed := false
 	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
@@ -47,26 +54,32 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			return internal("locked idempotency lookup", err)
 		}
 		if ok { // another delivery won the race while we waited for the lock
-			out, replayed = rec, true
+			out.rec, replayed = rec, true
 			return nil
 		}
-		out, enqueued, err = e.apply(ctx, r, tx, pc)
+		out, err = e.apply(ctx, r, tx, pc)
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
-	e.enqueued(r.id.Partition, enqueued)
-	r.done[key] = out
-	if replayed {
-		return false, e.replay(r, key, out)
+	if replayed && foreign(r, out.rec) {
+		return false, e.refuse(r, key, ssp2.CodeInvalidClientID, "this commit id holds another actor's commit")
 	}
-	res, details, err := decodeRecord(out)
+	e.enqueued(r.id.Partition, out.enqueued)
+	r.done[key] = out.rec
+	if replayed {
+		return false, e.replay(r, key, out.rec)
+	}
+	res, details, err := decodeRecord(out.rec)
 	if err != nil {
 		return false, internal("decode push result", err)
 	}
 	fitWire(res, r.req.WireVersion)
 	e.countPush(res)
+	if out.appended {
+		e.metrics.Commits.Add(1)
+	}
 	if err := r.enc.WriteFrame(res); err != nil {
 		return false, err
 	}
@@ -75,7 +88,24 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			return false, err
 		}
 	}
-	return out.Status == storage.PushApplied, nil
+	return out.appended, nil
+}
+
+// foreign reports whether a stored result belongs to another actor's
+// commit: it is never replayed to this one. (A client id binds to one
+// actor, but an epoch rotation frees client ids and keeps results.)
+// Records too old to name their actor are trusted.
+func foreign(r *request, rec storage.PushRecord) bool {
+	return rec.ActorID != "" && rec.ActorID != r.id.ActorID
+}
+
+// refuse answers a commit that cannot even be looked up or stored under
+// its key with a rejection that is not persisted: the same input is
+// refused the same way every time.
+func (e *Engine) refuse(r *request, key string, code ssp2.Code, msg string) error {
+	res := &ssp2.PushResult{ClientCommitID: key, Status: ssp2.PushRejected, Results: []ssp2.OpResult{opError(0, code, msg).result}}
+	e.countPush(res)
+	return r.enc.WriteFrame(res)
 }
 
 // enqueued reports a durable commit's reactions to OnReactions.
@@ -89,7 +119,6 @@ func (e *Engine) countPush(res *ssp2.PushResult) {
 	switch res.Status {
 	case ssp2.PushApplied:
 		e.metrics.PushApplied.Add(1)
-		e.metrics.Commits.Add(1)
 	case ssp2.PushCached:
 		e.metrics.PushCached.Add(1)
 	case ssp2.PushRejected:
@@ -147,15 +176,24 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 	return &rejection{result: ssp2.OpResult{OpIndex: int32(i), Status: ssp2.OpError, Code: string(code), Message: msg, Retryable: info.Retryable}}
 }
 
+// applied is what apply did with a new commit: its stored result,
+// whether it went into the log, and the reactions it enqueued.
+type applied struct {
+	rec      storage.PushRecord
+	appended bool
+	enqueued *storage.ReactionEnqueueParams
+}
+
 // apply runs one new commit under the partition lock and persists its
 // result in the same transaction. A rejected commit's writes are rolled
 // back to a savepoint and its rejection stored while the lock is still
 // held (SPEC.md §6.4, §6.8). An applied commit's planned reactions are
-// written with it (§6.9) and returned.
-func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (storage.PushRecord, *storage.ReactionEnqueueParams, error) {
+// written with it (§6.9). An applied commit that changed nothing and
+// planned nothing is not appended to the log.
+func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.PushCommit) (applied, error) {
 	sp, err := tx.Savepoint(ctx)
 	if err != nil {
-		return storage.PushRecord{}, nil, internal("savepoint", err)
+		return applied{}, internal("savepoint", err)
 	}
 	// One validator set serves the whole commit, even if SetValidators
 	// swaps it meanwhile.
@@ -163,28 +201,29 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	st := stager{e: e, r: r, tx: tx, vs: vs}
 	changes, evidence, rej, err := st.stage(ctx, pc)
 	if err != nil {
-		return storage.PushRecord{}, nil, err
+		return applied{}, err
 	}
 	if rej == nil && vs.commit != nil {
 		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
-			return storage.PushRecord{}, nil, err
+			return applied{}, err
 		}
 	}
 	var planned []storage.ReactionNew
 	if rej == nil && e.cfg.ReactionPlanner != nil {
 		if planned, rej, err = e.planReactions(ctx, r, tx, pc, evidence); err != nil {
-			return storage.PushRecord{}, nil, err
+			return applied{}, err
 		}
 	}
 	rec := storage.PushRecord{
 		ClientID:       r.req.Header.ClientID,
 		ClientCommitID: pc.ClientCommitID,
+		ActorID:        r.id.ActorID,
 		CreatedAtMs:    r.now,
 	}
 	if rej != nil {
 		if err := sp.Rollback(ctx); err != nil {
-			return storage.PushRecord{}, nil, internal("roll back rejected commit", err)
+			return applied{}, internal("roll back rejected commit", err)
 		}
 		res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushRejected, Results: []ssp2.OpResult{rej.result}}
 		var details *ssp2.PushResultDetails
@@ -193,36 +232,46 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 		}
 		rec.Status = storage.PushRejected
 		if rec.Result, err = encodeRecord(res, details); err != nil {
-			return storage.PushRecord{}, nil, internal("encode push result", err)
+			return applied{}, internal("encode push result", err)
 		}
 		stored, err := tx.IdempotencyPut(ctx, rec)
 		if err != nil {
-			return storage.PushRecord{}, nil, internal("persist rejection", err)
+			return applied{}, internal("persist rejection", err)
 		}
-		return stored, nil, nil
+		return applied{rec: stored}, nil
 	}
 	if err := sp.Release(ctx); err != nil {
-		return storage.PushRecord{}, nil, internal("release savepoint", err)
+		return applied{}, internal("release savepoint", err)
 	}
-	seq, err := tx.CommitAppend(ctx, storage.CommitParams{
-		CreatedAtMs:    r.now,
-		ActorID:        r.id.ActorID,
-		ClientID:       r.req.Header.ClientID,
-		ClientCommitID: pc.ClientCommitID,
-		SchemaVersion:  e.cfg.Schema.Version,
-		Changes:        changes,
-	})
-	if err != nil {
-		return storage.PushRecord{}, nil, internal("append commit", err)
+	// A commit whose every operation deleted an absent row changed
+	// nothing and emits nothing (SPEC.md §6.2); logging it would let an
+	// actor whose grants cover nothing grow the log without limit. It is
+	// applied at the head seq, where its empty effect is visible. Only an
+	// empty log, which has no head (commitSeq ≥ 1, §2.1), appends it, and
+	// a commit that planned reactions, whose source it is (§6.9).
+	var out applied
+	seq := tx.Locked().MaxCommitSeq
+	if len(changes) > 0 || len(planned) > 0 || seq == 0 {
+		seq, err = tx.CommitAppend(ctx, storage.CommitParams{
+			CreatedAtMs:    r.now,
+			ActorID:        r.id.ActorID,
+			ClientID:       r.req.Header.ClientID,
+			ClientCommitID: pc.ClientCommitID,
+			SchemaVersion:  e.cfg.Schema.Version,
+			Changes:        changes,
+		})
+		if err != nil {
+			return applied{}, internal("append commit", err)
+		}
+		out.appended = true
 	}
-	var enqueued *storage.ReactionEnqueueParams
 	if len(planned) > 0 {
-		enqueued = &storage.ReactionEnqueueParams{
+		out.enqueued = &storage.ReactionEnqueueParams{
 			SourceClientID: r.req.Header.ClientID, SourceClientCommitID: pc.ClientCommitID,
 			SourceCommitSeq: seq, CreatedAtMs: r.now, Reactions: planned,
 		}
-		if err := tx.ReactionEnqueue(ctx, *enqueued); err != nil {
-			return storage.PushRecord{}, nil, internal("enqueue reactions", err)
+		if err := tx.ReactionEnqueue(ctx, *out.enqueued); err != nil {
+			return applied{}, internal("enqueue reactions", err)
 		}
 	}
 	results := make([]ssp2.OpResult, len(pc.Operations))
@@ -232,13 +281,12 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: results}
 	rec.Status, rec.CommitSeq = storage.PushApplied, seq
 	if rec.Result, err = encodeRecord(res, nil); err != nil {
-		return storage.PushRecord{}, nil, internal("encode push result", err)
+		return applied{}, internal("encode push result", err)
 	}
-	stored, err := tx.IdempotencyPut(ctx, rec)
-	if err != nil {
-		return storage.PushRecord{}, nil, internal("persist push result", err)
+	if out.rec, err = tx.IdempotencyPut(ctx, rec); err != nil {
+		return applied{}, internal("persist push result", err)
 	}
-	return stored, enqueued, nil
+	return out, nil
 }
 
 // stager applies a commit's operations inside the write transaction.
@@ -310,6 +358,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if !ok {
 		return nil, ev, opError(i, ssp2.CodeUnknownTable, fmt.Sprintf("unknown table %q", op.Table)), nil
 	}
+	if rej := checkRowID(i, op.RowID); rej != nil {
+		return nil, ev, rej, nil
+	}
 	// Decoded rows by column name are built only for validators.
 	validator := st.vs.rows[t.Name]
 	want := st.wantsRows(validator)
@@ -323,6 +374,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		rid, err := t.RowID(vals)
 		if err != nil || rid != op.RowID {
 			return nil, ev, opError(i, ssp2.CodeInvalidRequest, "rowId does not match the payload's primary key"), nil
+		}
+		if rej := checkStrings(i, t, vals); rej != nil {
+			return nil, ev, rej, nil
 		}
 	}
 	stored, exists, err := st.tx.RowGet(ctx, st.r.id.Partition, t.Name, op.RowID)
@@ -401,6 +455,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		if !ok || !st.r.scopes.authorizes(t, scopes) {
 			return nil, ev, opError(i, ssp2.CodeForbidden, "forbidden"), nil
 		}
+		if rej := checkScopeValues(i, scopes); rej != nil {
+			return nil, ev, rej, nil
+		}
 		if op.BaseVersion != nil && *op.BaseVersion != 0 {
 			return nil, ev, opError(i, ssp2.CodeRowMissing, "the row does not exist"), nil
 		}
@@ -435,6 +492,36 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	// The change keeps its own copy: the staging buffers are reused.
 	row := append([]byte(nil), payload...)
 	return &storage.Change{Table: t.Name, RowID: op.RowID, Op: storage.OpUpsert, RowVersion: version, Scopes: scopes, Row: row}, ev, nil, nil
+}
+
+// checkRowID, checkStrings and checkScopeValues refuse, in every wire
+// version, what the stores cannot hold (package ids): the rejection is
+// persisted like any other, so the commit does not block the outbox.
+func checkRowID(i int, rowID string) *rejection {
+	if err := ids.Check("the row id", rowID); err != nil {
+		return opError(i, ssp2.CodeInvalidRequest, err.Error())
+	}
+	return nil
+}
+
+// checkStrings refuses a string value holding U+0000; absent columns of
+// a sparse row hold no bytes.
+func checkStrings(i int, t *schema.Table, vals []ssp2.Value) *rejection {
+	for ci, c := range t.Columns {
+		if c.Type == ssp2.TypeString && !vals[ci].Null && !ids.Storable(vals[ci].Bytes) {
+			return opError(i, ssp2.CodeInvalidRequest, fmt.Sprintf("column %q contains U+0000", c.Name))
+		}
+	}
+	return nil
+}
+
+func checkScopeValues(i int, scopes map[string]string) *rejection {
+	for k, v := range scopes {
+		if err := ids.Check("the value of scope "+k, v); err != nil {
+			return opError(i, ssp2.CodeInvalidRequest, err.Error())
+		}
+	}
+	return nil
 }
 
 // mergeCrdt replaces every pushed crdt value with merge(stored, incoming)

@@ -291,3 +291,27 @@ func TestReactionCodesAreHostCodes(t *testing.T) {
 		seen[code] = true
 	}
 }
+
+// A commit that only deletes absent rows appends nothing to the log
+// (absentdelete_test.go) unless it plans reactions: then it is their
+// source commit, appended with its seq.
+func TestReactionPlannedForAbsentRowDelete(t *testing.T) {
+	h := newReactionHarness(t, func(ctx context.Context, v CommitValidation) ([]PlannedReaction, error) {
+		if v.ClientCommitID != "audit" {
+			return nil, nil
+		}
+		return []PlannedReaction{{Key: "k", Type: "audit.delete", Version: 1, Payload: v.Operations[0].RowID}}, nil
+	})
+	alice := id("alice", "p1")
+	ep := h.epoch(alice)
+	h.sync(alice, 2, hdr("c1", ep), commit("first", upsert("t1", h.row("t1", "p1", "x"))))
+	quiet := frames[*ssp2.PushResult](h.sync(alice, 2, hdr("c1", ep), commit("quiet", del("gone"))))[0]
+	audit := frames[*ssp2.PushResult](h.sync(alice, 2, hdr("c1", ep), commit("audit", del("gone"))))[0]
+	if *quiet.CommitSeq != 1 || audit.Status != ssp2.PushApplied || *audit.CommitSeq != 2 {
+		t.Fatalf("quiet delete at %d, audited delete %+v; want 1 and applied at 2", *quiet.CommitSeq, audit)
+	}
+	rs := h.reactions()
+	if len(rs) != 1 || rs[0].SourceCommitSeq != 2 || len(h.reported) != 1 {
+		t.Fatalf("reactions %+v, reports %d; want one from commit 2", rs, len(h.reported))
+	}
+}

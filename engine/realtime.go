@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -55,18 +56,27 @@ type Attachment struct {
 // Attach checks that id may hold a realtime connection as clientID and
 // loads what the connection registers on (SPEC.md §8.1): the subscription
 // list of the client's last successful pull, each resolved against the
-// actor's scopes now. It refuses, as an *ssp2.Error, an empty client id
-// (sync.invalid_request), the reserved server-command prefix and a client
-// id bound to another actor (sync.invalid_client_id). A resolver that
+// actor's scopes now. It refuses, as an *ssp2.Error, an identity or client
+// id the stores cannot hold and an empty client id (sync.invalid_request,
+// sync.invalid_client_id), the reserved server-command prefix and a client
+// id bound to another actor (sync.invalid_client_id). A connect binds
+// nothing: a socket's rounds bind through Sync like any request, and its
+// acks apply only to a record of its actor. A resolver that
 // fails, or returns what no table declares, registers nothing: the
 // connection still opens, and receives no deltas until a round registers
 // it again.
 func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Attachment, error) {
+	if err := checkIdentity(id); err != nil {
+		return Attachment{}, err
+	}
 	if clientID == "" {
 		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidRequest, "the clientId query parameter is required")
 	}
 	if strings.HasPrefix(clientID, reservedClientIDPrefix) {
 		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	}
+	if err := ids.Check("the client id", clientID); err != nil {
+		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
 	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.cfg.Now())
 	if err != nil {

@@ -17,6 +17,10 @@ func TestAttachRefusesBadClientIDs(t *testing.T) {
 	wantCode(t, err, ssp2.CodeInvalidRequest)
 	_, err = h.e.Attach(ctx, id("alice", "p1"), `["remote-command","x"]`)
 	wantCode(t, err, ssp2.CodeInvalidClientID)
+	_, err = h.e.Attach(ctx, id("alice", "p1"), "c\x00")
+	wantCode(t, err, ssp2.CodeInvalidClientID)
+	_, err = h.e.Attach(ctx, Identity{Partition: "p\x00", ActorID: "alice"}, "c9")
+	wantCode(t, err, ssp2.CodeInvalidRequest)
 
 	ep := h.epoch(id("alice", "p1"))
 	h.sync(id("alice", "p1"), 2, hdr("c1", ep), &ssp2.PullHeader{Accept: 3}, sub("s1", 0, "p1"))

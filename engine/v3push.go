@@ -82,6 +82,9 @@ func (st *stager) stageSparse(ctx context.Context, i int, op *ssp2.Operation) (*
 	if !ok {
 		return nil, ev, nil, opError(i, ssp2.CodeUnknownTable, fmt.Sprintf("unknown table %q", op.Table)), nil
 	}
+	if rej := checkRowID(i, op.RowID); rej != nil {
+		return nil, ev, nil, rej, nil
+	}
 	sr, err := t.Sparse.DecodeSparseRow(op.Payload, st.vals[:0])
 	if err != nil {
 		return nil, ev, nil, opError(i, ssp2.CodeInvalidRequest, "the payload does not decode as a sparse row of this table"), nil
@@ -89,6 +92,9 @@ func (st *stager) stageSparse(ctx context.Context, i int, op *ssp2.Operation) (*
 	st.vals = sr.Values
 	if rid, err := t.RowID(sr.Values); err != nil || rid != op.RowID {
 		return nil, ev, nil, opError(i, ssp2.CodeInvalidRequest, "rowId does not match the payload's primary key"), nil
+	}
+	if rej := checkStrings(i, t, sr.Values); rej != nil {
+		return nil, ev, nil, rej, nil
 	}
 	present := append(ssp2.ColumnBitmap(nil), sr.Present...)
 	stored, exists, err := st.tx.RowGet(ctx, st.r.id.Partition, t.Name, op.RowID)
@@ -227,6 +233,9 @@ func (st *stager) insert(ctx context.Context, i int, t *schema.Table, op *ssp2.O
 		scopes, _, ok = t.StoredScopes(sr.Values)
 		if !ok || !st.r.scopes.authorizes(t, scopes) {
 			return sparseWrite{}, opError(i, ssp2.CodeForbidden, "forbidden"), nil
+		}
+		if rej := checkScopeValues(i, scopes); rej != nil {
+			return sparseWrite{}, rej, nil
 		}
 	}
 	base := op.BaseVersion

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -74,15 +76,27 @@ type Config struct {
 	// Realtime serves GET /realtime (the WebSocket channel, package
 	// realtime); nil leaves the route unanswered (404).
 	Realtime http.Handler
+	// WriteTimeout bounds every chunk of a response: the write deadline is
+	// extended before each, so a reader that accepts nothing for this long
+	// is cut instead of holding the response in memory. Zero leaves write
+	// deadlines to the server.
+	WriteTimeout time.Duration
+	// MaxInflightBodyBytes bounds the request bodies (after decompression)
+	// that in-flight requests hold together (default
+	// DefaultMaxInflightBodyBytes); past it a request is answered 503
+	// sync.rate_limited with Retry-After. It must be at least
+	// MaxRequestBytes.
+	MaxInflightBodyBytes int64
 }
 
 // Handler is the HTTP surface of a node.
 type Handler struct {
-	cfg   Config
-	log   *slog.Logger
-	mux   *http.ServeMux
-	m     *metrics
-	cache *bodyCache
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	m      *metrics
+	cache  *bodyCache
+	budget *bodyBudget
 }
 
 // New returns the handler.
@@ -105,8 +119,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.StreamSegmentsAbove == 0 {
 		cfg.StreamSegmentsAbove = 8 << 20
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes)}
-	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics())
+	if cfg.MaxInflightBodyBytes == 0 {
+		cfg.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
+	}
+	if cfg.MaxInflightBodyBytes < cfg.MaxRequestBytes {
+		return nil, fmt.Errorf("httpapi: MaxInflightBodyBytes %d is below MaxRequestBytes %d", cfg.MaxInflightBodyBytes, cfg.MaxRequestBytes)
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes),
+		budget: newBodyBudget(cfg.MaxInflightBodyBytes)}
+	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics(), h.budget)
 	if err != nil {
 		return nil, err
 	}
@@ -148,18 +169,18 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 		writeErrorStatus(w, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "content type must be %s", ContentType))
 		return
 	}
-	id, err := h.cfg.Auth.Authenticate(r)
-	if err != nil {
-		h.log.Debug("authentication failed", "err", err)
-		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	id, ok := h.authenticate(w, r)
+	if !ok {
 		return
 	}
-	body, status, err := readBody(r, h.cfg.MaxRequestBytes)
+	l := &lease{b: h.budget}
+	defer l.release()
+	body, status, err := readBody(r, h.cfg.MaxRequestBytes, l)
 	if err != nil {
 		writeErrorStatus(w, status, err)
 		return
 	}
-	out := newStreamWriter(w, negotiate(r.Header.Get("Accept-Encoding")))
+	out := newStreamWriter(newDeadlineWriter(w, h.cfg.WriteTimeout), negotiate(r.Header.Get("Accept-Encoding")))
 	err = h.cfg.Engine.Sync(r.Context(), id, body, out)
 	if err != nil {
 		if out.started {
@@ -167,9 +188,14 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 			h.log.Error("sync failed after the response started", "err", err)
 			return
 		}
+		if r.Context().Err() != nil {
+			h.log.Debug("client went away before the response", "partition", id.Partition, "err", err)
+			return
+		}
 		if ssp2.CodeOf(err) == ssp2.CodeInternalError || ssp2.CodeOf(err) == "" {
 			h.log.Error("sync request failed", "partition", id.Partition, "err", err)
 		}
+		out.w.extend() // the request may have taken long
 		writeError(w, err)
 		return
 	}
@@ -178,15 +204,41 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// authenticate runs the authenticator and answers its failure: 401
+// sync.auth_required, or 400 sync.invalid_request naming the problem for
+// a genuine credential that names an id the node cannot use (ids).
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (engine.Identity, bool) {
+	id, err := h.cfg.Auth.Authenticate(r)
+	switch {
+	case err == nil:
+		return id, true
+	case errors.Is(err, ids.ErrInvalid):
+		h.log.Warn("credential names an unusable id", "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err))
+	default:
+		h.log.Debug("authentication failed", "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	}
+	return engine.Identity{}, false
+}
+
+// errBusy refuses a request whose body the in-flight budget cannot hold.
+var errBusy = ssp2.Errorf(ssp2.CodeRateLimited, "the server holds too many request bodies; retry shortly")
+
 // readBody reads a request body, gunzipping it when it says so, within
-// limit bytes after decompression.
-func readBody(r *http.Request, limit int64) ([]byte, int, error) {
+// limit bytes after decompression, into a buffer whose every byte of
+// capacity is taken from l first.
+func readBody(r *http.Request, limit int64, l *lease) ([]byte, int, error) {
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
 	}
 	var src io.Reader = http.MaxBytesReader(nil, r.Body, limit)
+	size := int64(32 << 10) // a first guess when the length is not known
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
+		if r.ContentLength > 0 {
+			size = r.ContentLength
+		}
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(src)
 		if err != nil {
@@ -197,25 +249,62 @@ func readBody(r *http.Request, limit int64) ([]byte, int, error) {
 	default:
 		return nil, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "unsupported Content-Encoding %q", enc)
 	}
-	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	size = min(size, limit)
+	if !l.grow(size) {
+		return nil, http.StatusServiceUnavailable, errBusy
+	}
+	body := make([]byte, 0, size)
+	for {
+		if len(body) == cap(body) {
+			// Full: the next byte decides between done, too large and
+			// a bigger buffer (so an exact Content-Length never grows).
+			var one [1]byte
+			n, err := io.ReadFull(src, one[:])
+			switch {
+			case n == 0 && errors.Is(err, io.EOF):
+				return body, 0, nil
+			case n == 0:
+				status, err := bodyError(err, limit)
+				return nil, status, err
+			case int64(len(body)) == limit:
+				return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+			}
+			grown := min(2*int64(cap(body)), limit)
+			if !l.grow(grown - int64(cap(body))) {
+				return nil, http.StatusServiceUnavailable, errBusy
+			}
+			body = append(append(make([]byte, 0, grown), body...), one[0])
+			continue
+		}
+		n, err := src.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			return body, 0, nil
+		}
+		if err != nil {
+			status, err := bodyError(err, limit)
+			return nil, status, err
+		}
+	}
+}
+
+// bodyError classifies a failed body read.
+func bodyError(err error, limit int64) (int, error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe), int64(len(body)) > limit:
-		return nil, http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body exceeds %d bytes", limit)
 	case errors.Is(err, gzip.ErrChecksum), errors.Is(err, gzip.ErrHeader), errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
-	case err != nil:
-		return nil, http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "read request body: %v", err)
+		return http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip")
 	}
-	return body, 0, nil
+	return http.StatusBadRequest, ssp2.Errorf(ssp2.CodeInvalidRequest, "read request body: %v", err)
 }
 
 // serveSegment is GET /segments/{id}: re-authorized on every call.
 func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	segmentID := r.PathValue("id")
-	id, err := h.cfg.Auth.Authenticate(r)
-	if err != nil {
-		writeError(w, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
+	id, ok := h.authenticate(w, r)
+	if !ok {
 		return
 	}
 	requested, err := ssp2.ParseScopesHeader(r.Header.Get("X-Syncular-Scopes"))
@@ -244,8 +333,9 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment"))
 		return
 	}
+	dw := newDeadlineWriter(w, h.cfg.WriteTimeout)
 	if pub.ByteLength > h.cfg.StreamSegmentsAbove {
-		h.streamSegment(w, r, segmentID, enc)
+		h.streamSegment(dw, r, segmentID, enc)
 		return
 	}
 	body, err := h.cache.get(r.Context(), segmentID, enc, func(ctx context.Context) ([]byte, error) {
@@ -261,25 +351,30 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 		hdr.Set("Content-Encoding", enc.String())
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	_, _ = w.Write(body)
+	_, _ = dw.Write(body)
 }
 
 // streamSegment sends a large segment straight from the store, compressed
 // on the fly, holding one chunk at a time. A read failure mid-way (a
 // corrupted object) cuts the response; the client's content-address check
 // rejects the partial body.
-func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentID string, enc encoding) {
+func (h *Handler) streamSegment(dw *deadlineWriter, r *http.Request, segmentID string, enc encoding) {
 	rd, err := h.cfg.Segments.Open(r.Context(), segmentID)
 	if err != nil {
 		h.log.Error("open segment", "segment", segmentID, "err", err)
-		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		writeError(dw.w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
 		return
 	}
 	defer rd.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	out := newStreamWriter(w, enc)
+	dw.w.Header().Set("Content-Type", "application/octet-stream")
+	out := newStreamWriter(dw, enc)
 	out.contentType = "application/octet-stream"
-	if _, err := io.Copy(out, rd); err != nil {
+	dst := &lossWriter{w: out}
+	if _, err := io.Copy(dst, rd); err != nil {
+		if dst.lost || r.Context().Err() != nil {
+			h.log.Debug("client went away mid-download", "segment", segmentID, "err", err)
+			panic(http.ErrAbortHandler)
+		}
 		h.log.Error("stream segment", "segment", segmentID, "err", err)
 		// Abort the connection so the client sees a failed download, not
 		// a short body with a clean end.
@@ -288,6 +383,18 @@ func (h *Handler) streamSegment(w http.ResponseWriter, r *http.Request, segmentI
 	if err := out.Close(); err != nil {
 		h.log.Debug("finish segment response", "err", err)
 	}
+}
+
+// lossWriter remembers whether a write failed: the client is gone.
+type lossWriter struct {
+	w    io.Writer
+	lost bool
+}
+
+func (l *lossWriter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	l.lost = l.lost || err != nil
+	return n, err
 }
 
 // etagMatch reports whether an If-None-Match header names the segment.

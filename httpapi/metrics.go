@@ -15,7 +15,7 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 }
 
-func newMetrics(reg *prometheus.Registry, em *engine.Metrics) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, em *engine.Metrics, budget *bodyBudget) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncnode_http_requests_total", Help: "HTTP requests by route and status.",
@@ -31,6 +31,7 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics) (*metrics, error) 
 	}{
 		{"syncnode_sync_requests_total", "SSP2 requests handled.", em.Requests.Load},
 		{"syncnode_sync_request_errors_total", "SSP2 requests that failed.", em.RequestErrors.Load},
+		{"syncnode_sync_clients_gone_total", "SSP2 requests whose client went away before the response ended.", em.ClientsGone.Load},
 		{"syncnode_push_applied_total", "Push commits applied.", em.PushApplied.Load},
 		{"syncnode_push_cached_total", "Push commits answered from the idempotency record.", em.PushCached.Load},
 		{"syncnode_push_rejected_total", "Push commits rejected.", em.PushRejected.Load},
@@ -44,7 +45,9 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics) (*metrics, error) 
 		{"syncnode_segment_refs_total", "Segments delivered by reference.", em.SegmentRefs.Load},
 		{"syncnode_rows_bootstrapped_total", "Rows delivered in bootstrap segments.", em.RowsBootstrapped.Load},
 	}
-	cs := []prometheus.Collector{m.requests, m.latency}
+	cs := []prometheus.Collector{m.requests, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "syncnode_http_inflight_body_bytes", Help: "Request body bytes held by in-flight requests (the in-flight budget in use).",
+	}, func() float64 { return float64(budget.held.Load()) })}
 	for _, c := range counters {
 		v := c.v
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(v()) }))

@@ -86,7 +86,7 @@ const minCompressBytes = 1 << 10
 // end), compresses as negotiated, and flushes on demand so a streamed
 // response reaches the client section by section.
 type streamWriter struct {
-	w           http.ResponseWriter
+	w           *deadlineWriter
 	contentType string // default ContentType
 	enc         encoding
 	started     bool   // something was written (perhaps still held in pending)
@@ -97,7 +97,7 @@ type streamWriter struct {
 	body        io.Writer
 }
 
-func newStreamWriter(w http.ResponseWriter, enc encoding) *streamWriter {
+func newStreamWriter(w *deadlineWriter, enc encoding) *streamWriter {
 	return &streamWriter{w: w, enc: enc}
 }
 
@@ -116,7 +116,7 @@ func (s *streamWriter) decide(enc encoding) error {
 
 func (s *streamWriter) start() {
 	s.decided = true
-	hdr := s.w.Header()
+	hdr := s.w.w.Header()
 	if s.contentType == "" {
 		hdr.Set("Content-Type", ContentType)
 		hdr.Set("Cache-Control", "no-store")
@@ -136,7 +136,7 @@ func (s *streamWriter) start() {
 	default:
 		s.body = s.w
 	}
-	s.w.WriteHeader(http.StatusOK)
+	s.w.w.WriteHeader(http.StatusOK)
 }
 
 func (s *streamWriter) Write(p []byte) (int, error) {
@@ -171,8 +171,8 @@ func (s *streamWriter) Flush() error {
 	case s.zs != nil:
 		err = s.zs.Flush()
 	}
-	if f, ok := s.w.(http.Flusher); ok {
-		f.Flush()
+	if ferr := s.w.Flush(); err == nil {
+		err = ferr
 	}
 	return err
 }
@@ -181,7 +181,7 @@ func (s *streamWriter) Flush() error {
 // its length; a compressed stream is finished and its encoder pooled.
 func (s *streamWriter) Close() error {
 	if s.started && !s.decided {
-		s.w.Header().Set("Content-Length", strconv.Itoa(len(s.pending)))
+		s.w.w.Header().Set("Content-Length", strconv.Itoa(len(s.pending)))
 		if err := s.decide(encIdentity); err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func TestStreamWriterSmallResponsesUncompressed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := newStreamWriter(rec, encZstd)
+			s := newStreamWriter(newDeadlineWriter(rec, 0), encZstd)
 			tc.writes(s)
 			if err := s.Close(); err != nil {
 				t.Fatal(err)

@@ -51,6 +51,20 @@ type Config struct {
 	// HTTPAddr is the HTTP listen address (default 127.0.0.1:8080).
 	HTTPAddr        string
 	MaxRequestBytes int64
+	// HTTP server bounds; zero selects the default (see the Default*
+	// constants). ReadTimeout bounds reading a request, body included;
+	// WriteTimeout bounds each chunk of a response, so a reader that
+	// accepts nothing for that long is cut; IdleTimeout closes idle
+	// keep-alive connections. MaxConnections caps open connections (past
+	// it a new one is answered 503 and closed); MaxInflightBodyBytes caps
+	// the request bodies held by in-flight requests (past it 503; default
+	// httpapi.DefaultMaxInflightBodyBytes).
+	ReadHeaderTimeout    time.Duration
+	ReadTimeout          time.Duration
+	WriteTimeout         time.Duration
+	IdleTimeout          time.Duration
+	MaxConnections       int
+	MaxInflightBodyBytes int64
 
 	// NATS configures the embedded server or the external connection.
 	// DataDir and Logger are filled in from the node's.
@@ -75,6 +89,7 @@ type Config struct {
 	Version string
 
 	MaxOperations         int
+	MaxSubscriptions      int
 	InlineSegmentMaxBytes int
 	SegmentTTL            time.Duration
 	// StreamSegmentsAbove: larger segment downloads are streamed from the
@@ -180,13 +195,15 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixMilli() }
 	}
+	cfg.withHTTPDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	n = &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	started := n // a failing return sets n to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = n.Stop(context.WithoutCancel(ctx))
+			_ = started.Stop(context.WithoutCancel(ctx))
 		}
 	}()
 
@@ -197,6 +214,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	n.ln = &limitListener{Listener: n.ln, max: int64(cfg.MaxConnections)}
 
 	if n.Store, err = openStore(ctx, cfg); err != nil {
 		return nil, err
@@ -248,7 +266,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
 		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
-		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
+		MaxOperations: cfg.MaxOperations, MaxSubscriptions: cfg.MaxSubscriptions, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: commitValidator,
 		ReactionPlanner: cfg.Reactions.Planner, OnReactions: n.reactionsEnqueued,
 	}); err != nil {
@@ -271,6 +289,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Handler, err = httpapi.New(httpapi.Config{
 		Engine: n.Engine, Auth: authn, Segments: n.Segments,
 		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
+		WriteTimeout: cfg.WriteTimeout, MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
 		Logger: cfg.Logger.With("component", "http"), Registry: reg, Realtime: rt,
 	}); err != nil {
 		return nil, err
@@ -288,11 +307,40 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.srv = &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		// The read deadline ends once the body is read (net/http clears
+		// it for its background read), so it never cuts a long response;
+		// httpapi extends the write deadline before every chunk it sends.
+		ReadTimeout:  cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		IdleTimeout:  cfg.IdleTimeout,
+		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	go func() { n.serveErr <- n.srv.Serve(n.ln) }()
 	return n, nil
+}
+
+// HTTP defaults.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxConnections    = 4096
+)
+
+func (c *Config) withHTTPDefaults() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&c.ReadTimeout, DefaultReadTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 }
 
 // Addr is the HTTP listen address (with the real port when 0 was asked).
@@ -319,8 +367,9 @@ func (n *Node) ready(ctx context.Context) error {
 }
 
 // Stop shuts down in reverse order: stop accepting requests and let
-// in-flight ones finish, flush the relay, close NATS and the store. Every
-// acknowledged commit is already in SQL; the relay republishes anything
+// in-flight ones finish, drain the relay (every commit notified so far is
+// published, within ctx), close NATS and the store. Every acknowledged
+// commit is already in SQL; the relay republishes anything left
 // unpublished on the next start.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
@@ -363,6 +412,14 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.Gate != nil {
 			if err := n.Gate.Stop(ctx); err != nil {
 				errs = append(errs, err)
+			}
+		}
+		if n.Relay != nil && n.srv != nil {
+			// No request runs any more: publish what was committed before
+			// NATS closes, within ctx. What is left (NATS unavailable, the
+			// shutdown timeout) the next start publishes from the log.
+			if err := n.Relay.Flush(ctx); err != nil {
+				n.log.Warn("relay not drained at shutdown; the next start publishes the rest", "err", err)
 			}
 		}
 		if n.Relay != nil {

@@ -559,7 +559,7 @@ func (r *replica) apply(t testing.TB, m *ssp2.Message, isDelta bool) bool {
 		}
 		return true
 	}
-	again := false
+	again, reset := false, false
 	var sub string
 	var seen map[int64]bool
 	for _, f := range m.Frames {
@@ -568,6 +568,15 @@ func (r *replica) apply(t testing.TB, m *ssp2.Message, isDelta bool) bool {
 			t.Fatalf("response carries ERROR %s: %s", f.Code, f.Message)
 		case *ssp2.SubStart:
 			sub, seen = f.ID, map[int64]bool{}
+			if f.Status == ssp2.SubReset && !isDelta {
+				// Re-bootstrap the subscription from scratch (SPEC.md
+				// §4.6): a widened scope resets it. The replica's rows
+				// are not kept per subscription, so all go.
+				r.rows = map[string]storedRow{}
+				r.cursors[sub] = -1
+				again, reset = true, true
+				continue
+			}
 			if f.Status != ssp2.SubActive {
 				t.Fatalf("section %s answered %v %s", f.ID, f.Status, f.ReasonCode)
 			}
@@ -587,6 +596,10 @@ func (r *replica) apply(t testing.TB, m *ssp2.Message, isDelta bool) bool {
 				}
 			}
 		case *ssp2.SubEnd:
+			if reset {
+				reset = false
+				continue // the reset section's end: its cursor stays -1
+			}
 			if !isDelta && f.NextCursor > r.cursors[sub] && len(seen) > 0 {
 				again = true
 			}

@@ -20,9 +20,9 @@ type Metrics struct {
 	WakesReset    atomic.Int64
 	// Dropped counts slow consumers closed: a full send queue for a
 	// message that cannot become a wake-up, or a write past WriteTimeout.
-	Dropped     atomic.Int64
-	Rounds      atomic.Int64 // socket rounds run
-	Acks        atomic.Int64 // acks received
+	Dropped atomic.Int64
+	Rounds  atomic.Int64 // socket rounds run
+	Acks    atomic.Int64 // acks received
 	// AcksRefused counts acks the store refused: no record of the
 	// session's actor under its epoch (a client that never pulled, an ack
 	// from before a rotation).

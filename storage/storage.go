@@ -70,8 +70,16 @@ type Store interface {
 	// ClientGet returns the client record.
 	ClientGet(ctx context.Context, partition, clientID string) (Client, bool, error)
 
-	// ClientPut creates or replaces the client record. It takes no
-	// partition lock.
+	// ClientBind creates c's record if its client id has none and returns
+	// the stored record: c itself, or the existing one, which may be bound
+	// to another actor (the caller refuses that, SPEC.md §1.5). It takes no
+	// partition lock; of two concurrent binds of one id the first wins.
+	ClientBind(ctx context.Context, c Client) (Client, error)
+
+	// ClientPut creates or replaces the client record of c's actor. A
+	// record bound to another actor is left alone and the put fails with
+	// ssp2.CodeInvalidClientID: a client id never changes hands. It takes
+	// no partition lock.
 	ClientPut(ctx context.Context, c Client) error
 
 	// ClientAck atomically raises the client's cursor to cursor (never
@@ -426,8 +434,12 @@ const (
 type PushRecord struct {
 	ClientID       string
 	ClientCommitID string
-	Status         PushStatus // PushApplied or PushRejected
-	CommitSeq      int64      // applied only
+	// ActorID is the actor whose commit it is; a result is replayed to no
+	// one else. Empty for records older than the column that an upgrade
+	// could not attribute.
+	ActorID   string
+	Status    PushStatus // PushApplied or PushRejected
+	CommitSeq int64      // applied only
 	// Result is the engine's encoding of the full result (the PUSH_RESULT
 	// frame payload and any details), returned byte for byte on replay.
 	Result      []byte

@@ -193,6 +193,8 @@ func TestClientUsageErrors(t *testing.T) {
 		{"client", "nope"},
 		{"client", "token", "--actor", "a"},
 		{"client", "token", "--actor", "a", "--secret", "short"},
+		// A partition id longer than the bus carries.
+		{"client", "token", "--actor", "a", "--partition", strings.Repeat("p", 1025), "--secret", strings.Repeat("s", 32)},
 		{"client", "push", "--url", "http://x", "--token", "t"},
 		{"client", "push", "--url", "http://x", "--token", "t", "--table", "tasks", "--json", "{}", "--delete", "x"},
 		{"client", "pull", "--url", "http://x", "--token", "t", "--table", "tasks"},

@@ -12,6 +12,8 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/syncnode/syncnode/hooks"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/rules"
 )
@@ -44,6 +46,13 @@ type httpConfig struct {
 	Listen          string   `toml:"listen"`
 	MaxRequestBytes int64    `toml:"max_request_bytes"`
 	ShutdownTimeout duration `toml:"shutdown_timeout"`
+	// Timeouts and connection bounds: see node.Config.
+	ReadHeaderTimeout    duration `toml:"read_header_timeout"`
+	ReadTimeout          duration `toml:"read_timeout"`
+	WriteTimeout         duration `toml:"write_timeout"`
+	IdleTimeout          duration `toml:"idle_timeout"`
+	MaxConnections       int      `toml:"max_connections"`
+	MaxInflightBodyBytes int64    `toml:"max_inflight_body_bytes"`
 }
 
 type natsConfig struct {
@@ -101,9 +110,10 @@ type authConfig struct {
 }
 
 type limitsConfig struct {
-	MaxOperationsPerRequest int      `toml:"max_operations_per_request"`
-	InlineSegmentMaxBytes   int      `toml:"inline_segment_max_bytes"`
-	SegmentTTL              duration `toml:"segment_ttl"`
+	MaxOperationsPerRequest    int      `toml:"max_operations_per_request"`
+	MaxSubscriptionsPerRequest int      `toml:"max_subscriptions_per_request"`
+	InlineSegmentMaxBytes      int      `toml:"inline_segment_max_bytes"`
+	SegmentTTL                 duration `toml:"segment_ttl"`
 }
 
 // reactionsConfig is durable reactions: declarative rules, checked
@@ -173,13 +183,21 @@ func defaultConfig() config {
 			Listen:          "127.0.0.1:8080",
 			MaxRequestBytes: 32 << 20,
 			ShutdownTimeout: duration{15 * time.Second},
+
+			ReadHeaderTimeout:    duration{node.DefaultReadHeaderTimeout},
+			ReadTimeout:          duration{node.DefaultReadTimeout},
+			WriteTimeout:         duration{node.DefaultWriteTimeout},
+			IdleTimeout:          duration{node.DefaultIdleTimeout},
+			MaxConnections:       node.DefaultMaxConnections,
+			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
 		},
 		NATS:    natsConfig{Mode: "embedded", ConfigFile: "nats.conf"},
 		Storage: storageConfig{SQLiteSynchronous: "FULL"},
 		Limits: limitsConfig{
-			MaxOperationsPerRequest: 500,
-			InlineSegmentMaxBytes:   256 << 10,
-			SegmentTTL:              duration{24 * time.Hour},
+			MaxOperationsPerRequest:    500,
+			MaxSubscriptionsPerRequest: 500,
+			InlineSegmentMaxBytes:      256 << 10,
+			SegmentTTL:                 duration{24 * time.Hour},
 		},
 		Realtime: realtimeConfig{
 			Enabled:                 true,
@@ -239,8 +257,25 @@ func (c *config) validate() error {
 	if c.HTTP.MaxRequestBytes < 1<<10 {
 		bad("http.max_request_bytes", "%d is below 1 KiB", c.HTTP.MaxRequestBytes)
 	}
-	if c.HTTP.ShutdownTimeout.Duration <= 0 {
-		bad("http.shutdown_timeout", "must be positive")
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"http.shutdown_timeout", c.HTTP.ShutdownTimeout.Duration},
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout.Duration},
+		{"http.read_timeout", c.HTTP.ReadTimeout.Duration},
+		{"http.write_timeout", c.HTTP.WriteTimeout.Duration},
+		{"http.idle_timeout", c.HTTP.IdleTimeout.Duration},
+	} {
+		if d.v <= 0 {
+			bad(d.field, "must be positive")
+		}
+	}
+	if n := c.HTTP.MaxConnections; n < 1 || n > 1_000_000 {
+		bad("http.max_connections", "%d is outside 1..1000000", n)
+	}
+	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
+		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
 	}
 	switch c.NATS.Mode {
 	case "embedded":
@@ -270,6 +305,9 @@ func (c *config) validate() error {
 	}
 	if n := c.Limits.MaxOperationsPerRequest; n < 1 || n > 100_000 {
 		bad("limits.max_operations_per_request", "%d is outside 1..100000", n)
+	}
+	if n := c.Limits.MaxSubscriptionsPerRequest; n < 1 || n > 100_000 {
+		bad("limits.max_subscriptions_per_request", "%d is outside 1..100000", n)
 	}
 	if n := c.Limits.InlineSegmentMaxBytes; n < 0 || n > 64<<20 {
 		bad("limits.inline_segment_max_bytes", "%d is outside 0..64 MiB", n)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
@@ -118,15 +119,15 @@ func (s *Store) PartitionRotateEpoch(ctx context.Context, partition string, nowM
 }
 
 const (
-	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms FROM sync_idempotency
+	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms, coalesce(actor_id, '') FROM sync_idempotency
 		WHERE partition = $1 AND client_id = $2 AND client_commit_id = $3`
-	qIdempotencyInsert = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	qIdempotencyInsert = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms, actor_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 )
 
 func scanRecord(rows pgx.Rows, r *storage.PushRecord) error {
 	var status int16
-	if err := rows.Scan(&status, &r.CommitSeq, &r.Result, &r.CreatedAtMs); err != nil {
+	if err := rows.Scan(&status, &r.CommitSeq, &r.Result, &r.CreatedAtMs, &r.ActorID); err != nil {
 		return err
 	}
 	r.Status = storage.PushStatus(status)
@@ -202,7 +203,11 @@ func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.
 	if r.Result == nil {
 		r.Result = []byte{}
 	}
-	args := []any{t.locked.ID, r.ClientID, r.ClientCommitID, int16(r.Status), r.CommitSeq, r.Result, r.CreatedAtMs}
+	var actor *string
+	if r.ActorID != "" {
+		actor = &r.ActorID
+	}
+	args := []any{t.locked.ID, r.ClientID, r.ClientCommitID, int16(r.Status), r.CommitSeq, r.Result, r.CreatedAtMs, actor}
 	if t.absent[key] {
 		t.queue(qIdempotencyInsert, args...)
 	} else {
@@ -242,18 +247,26 @@ const clientCols = `actor_id, wire_version, cursor, updated_at_ms, subscriptions
 
 // ClientGet implements storage.Store.
 func (s *Store) ClientGet(ctx context.Context, partition, clientID string) (storage.Client, bool, error) {
+	cl, ok, err := scanClient(s.pool.QueryRow(ctx, `SELECT `+clientCols+` FROM sync_clients WHERE partition = $1 AND client_id = $2`,
+		partition, clientID), partition, clientID)
+	if err != nil {
+		return storage.Client{}, false, fmt.Errorf("get client: %w", err)
+	}
+	return cl, ok, nil
+}
+
+func scanClient(row pgx.Row, partition, clientID string) (storage.Client, bool, error) {
 	cl := storage.Client{Partition: partition, ClientID: clientID}
 	var (
 		wire int32
 		subs *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT `+clientCols+` FROM sync_clients WHERE partition = $1 AND client_id = $2`,
-		partition, clientID).Scan(&cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+	err := row.Scan(&cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return storage.Client{}, false, nil
 	}
 	if err != nil {
-		return storage.Client{}, false, fmt.Errorf("get client: %w", err)
+		return storage.Client{}, false, err
 	}
 	cl.WireVersion = uint16(wire)
 	if subs != nil {
@@ -295,20 +308,51 @@ func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]s
 	return out, nil
 }
 
-// ClientPut implements storage.Store.
-func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
-	var subs *string
-	if cl.Subscriptions != nil {
-		v := string(cl.Subscriptions)
-		subs = &v
+func subscriptions(cl storage.Client) *string {
+	if cl.Subscriptions == nil {
+		return nil
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = EXCLUDED.actor_id,
+	v := string(cl.Subscriptions)
+	return &v
+}
+
+// ClientBind implements storage.Store: an insert that does nothing on a
+// conflict, and on a conflict the stored record read in a statement of
+// its own (whose snapshot sees a concurrent binder's committed row).
+func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Client, error) {
+	stored, ok, err := scanClient(s.pool.QueryRow(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (partition, client_id) DO NOTHING RETURNING `+clientCols,
+		cl.Partition, cl.ClientID, cl.ActorID, int32(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl)), cl.Partition, cl.ClientID)
+	if err == nil && ok {
+		s.analyzer.wrote("sync_clients", 1)
+		return stored, nil
+	}
+	if err == nil {
+		stored, ok, err = s.ClientGet(ctx, cl.Partition, cl.ClientID)
+		if err == nil && !ok {
+			err = errors.New("record vanished after a conflicting insert")
+		}
+	}
+	if err != nil {
+		return storage.Client{}, fmt.Errorf("bind client: %w", err)
+	}
+	return stored, nil
+}
+
+// ClientPut implements storage.Store. The update applies only to a record
+// of the same actor; a put that changes no row found another actor's.
+func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (partition, client_id) DO UPDATE SET
 			wire_version = EXCLUDED.wire_version, cursor = EXCLUDED.cursor,
-			updated_at_ms = EXCLUDED.updated_at_ms, subscriptions = EXCLUDED.subscriptions`,
-		cl.Partition, cl.ClientID, cl.ActorID, int32(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subs)
+			updated_at_ms = EXCLUDED.updated_at_ms, subscriptions = EXCLUDED.subscriptions
+		WHERE sync_clients.actor_id = EXCLUDED.actor_id`,
+		cl.Partition, cl.ClientID, cl.ActorID, int32(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl))
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "put client: client id is bound to another actor")
 	}
 	s.analyzer.wrote("sync_clients", 1)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -138,6 +139,12 @@ func bindValue(typ ssp2.ColumnType, v ssp2.Value) any {
 	case ssp2.TypeInteger:
 		return v.Int
 	case ssp2.TypeFloat:
+		if math.IsNaN(v.Float) {
+			// SQL has no portable NaN (SQLite stores NULL): both stores
+			// store NULL, which a NOT NULL column refuses. The payload
+			// keeps the bits.
+			return nil
+		}
 		return v.Float
 	case ssp2.TypeBoolean:
 		return v.Bool

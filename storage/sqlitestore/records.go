@@ -4,23 +4,24 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/admincore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
 const (
-	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms FROM sync_idempotency
+	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms, coalesce(actor_id, '') FROM sync_idempotency
 		WHERE partition = ? AND client_id = ? AND client_commit_id = ?`
-	qIdempotencyPut = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	qIdempotencyPut = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms, actor_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 )
 
 func idempotencyGet(ctx context.Context, c *conn, partition, clientID, clientCommitID string) (storage.PushRecord, bool, error) {
 	r := storage.PushRecord{ClientID: clientID, ClientCommitID: clientCommitID}
 	var status int64
 	ok, err := c.queryRow(ctx, qIdempotencyGet, []any{partition, clientID, clientCommitID},
-		&status, &r.CommitSeq, &r.Result, &r.CreatedAtMs)
+		&status, &r.CommitSeq, &r.Result, &r.CreatedAtMs, &r.ActorID)
 	if err != nil || !ok {
 		return storage.PushRecord{}, false, err
 	}
@@ -65,7 +66,7 @@ func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.
 	if result == nil {
 		result = []byte{}
 	}
-	n, err := t.c.exec(ctx, qIdempotencyPut, t.locked.ID, r.ClientID, r.ClientCommitID, int64(r.Status), r.CommitSeq, result, r.CreatedAtMs)
+	n, err := t.c.exec(ctx, qIdempotencyPut, t.locked.ID, r.ClientID, r.ClientCommitID, int64(r.Status), r.CommitSeq, result, r.CreatedAtMs, nullable(r.ActorID))
 	if err != nil {
 		return storage.PushRecord{}, t.fail("put push result", "", err)
 	}
@@ -87,21 +88,27 @@ const clientCols = `actor_id, wire_version, cursor, updated_at_ms, subscriptions
 
 // ClientGet implements storage.Store.
 func (s *Store) ClientGet(ctx context.Context, partition, clientID string) (storage.Client, bool, error) {
-	cl := storage.Client{Partition: partition, ClientID: clientID}
 	var (
-		ok   bool
-		subs []byte
+		cl storage.Client
+		ok bool
 	)
 	err := s.withReader(ctx, func(c *conn) (err error) {
-		ok, err = c.queryRow(ctx, `SELECT `+clientCols+` FROM sync_clients WHERE partition = ? AND client_id = ?`,
-			[]any{partition, clientID}, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+		cl, ok, err = clientGet(ctx, c, partition, clientID)
 		return err
 	})
 	if err != nil {
 		return storage.Client{}, false, fmt.Errorf("get client: %w", err)
 	}
-	if !ok {
-		return storage.Client{}, false, nil
+	return cl, ok, nil
+}
+
+func clientGet(ctx context.Context, c *conn, partition, clientID string) (storage.Client, bool, error) {
+	cl := storage.Client{Partition: partition, ClientID: clientID}
+	var subs []byte
+	ok, err := c.queryRow(ctx, `SELECT `+clientCols+` FROM sync_clients WHERE partition = ? AND client_id = ?`,
+		[]any{partition, clientID}, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+	if err != nil || !ok {
+		return storage.Client{}, false, err
 	}
 	if subs != nil {
 		cl.Subscriptions = subs
@@ -141,24 +148,57 @@ func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]s
 	return out, nil
 }
 
-// ClientPut implements storage.Store.
-func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
-	var subs any
-	if cl.Subscriptions != nil {
-		subs = string(cl.Subscriptions)
-	}
+// ClientBind implements storage.Store: an insert that does nothing on a
+// conflict, then the stored record read back, on the writer connection.
+func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Client, error) {
+	var stored storage.Client
 	err := s.write(ctx, func(c *conn) error {
-		_, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = excluded.actor_id,
+		if _, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (partition, client_id) DO NOTHING`,
+			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl)); err != nil {
+			return err
+		}
+		var ok bool
+		var err error
+		stored, ok, err = clientGet(ctx, c, cl.Partition, cl.ClientID)
+		if err == nil && !ok {
+			err = fmt.Errorf("record vanished after a conflicting insert")
+		}
+		return err
+	})
+	if err != nil {
+		return storage.Client{}, fmt.Errorf("bind client: %w", err)
+	}
+	return stored, nil
+}
+
+// ClientPut implements storage.Store. The update applies only to a record
+// of the same actor; a put that changes no row found another actor's.
+func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
+	var n int64
+	err := s.write(ctx, func(c *conn) (err error) {
+		n, err = c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (partition, client_id) DO UPDATE SET
 				wire_version = excluded.wire_version, cursor = excluded.cursor,
-				updated_at_ms = excluded.updated_at_ms, subscriptions = excluded.subscriptions`,
-			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subs)
+				updated_at_ms = excluded.updated_at_ms, subscriptions = excluded.subscriptions
+			WHERE sync_clients.actor_id = excluded.actor_id`,
+			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl))
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
+	if n == 0 {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "put client: client id is bound to another actor")
+	}
 	return nil
+}
+
+func subscriptions(cl storage.Client) any {
+	if cl.Subscriptions == nil {
+		return nil
+	}
+	return string(cl.Subscriptions)
 }
 
 // ClientAck implements storage.Store with one conditional UPDATE: the
@@ -244,4 +284,12 @@ func (r pruneReader) FirstCommitAtOrAfter(ctx context.Context, afterSeq, through
 	ok, err := r.t.c.queryRow(ctx, `SELECT seq FROM sync_commits WHERE partition = ? AND seq > ? AND seq <= ? AND created_at_ms >= ?
 		ORDER BY seq LIMIT 1`, []any{r.t.locked.ID, afterSeq, throughSeq, ms}, &seq)
 	return seq, ok, err
+}
+
+// nullable stores "" as NULL.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

@@ -15,10 +15,13 @@ import (
 var idempotencyTests = []test{
 	{"PutGetExactBytes", testIdempotencyPutGet},
 	{"FirstWriterWinsUnderRace", testIdempotencyRace},
+	{"KeepsActor", testIdempotencyActor},
 }
 
 var clientTests = []test{
 	{"PutGet", testClientPutGet},
+	{"PutKeepsBinding", testClientPutKeepsBinding},
+	{"BindFirstWins", testClientBind},
 	{"Ack", testClientAck},
 }
 
@@ -76,9 +79,37 @@ func testIdempotencyPutGet(t *testing.T, e *env) {
 	}
 }
 
+// testIdempotencyActor: a record keeps the actor it was stored with, and
+// one stored without an actor reads back without one.
+func testIdempotencyActor(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	recs := []storage.PushRecord{
+		{ClientID: "c", ClientCommitID: "1", ActorID: "alice", Status: storage.PushApplied, CommitSeq: 1, Result: []byte("a"), CreatedAtMs: 1},
+		{ClientID: "c", ClientCommitID: "2", ActorID: "alice", Status: storage.PushRejected, Result: []byte("r"), CreatedAtMs: 2},
+		{ClientID: "c", ClientCommitID: "3", Status: storage.PushRejected, Result: []byte("n"), CreatedAtMs: 3},
+	}
+	writeTx(t, s, p.ID, func(tx storage.Tx) error {
+		for _, r := range recs {
+			if _, err := tx.IdempotencyPut(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, want := range recs {
+		got, ok, err := s.IdempotencyGet(ctx, p.ID, want.ClientID, want.ClientCommitID)
+		if err != nil || !ok {
+			t.Fatalf("IdempotencyGet = %v, %v", ok, err)
+		}
+		assertRecord(t, "IdempotencyGet", got, want)
+	}
+}
+
 func assertRecord(t *testing.T, what string, got, want storage.PushRecord) {
 	t.Helper()
-	if got.ClientID != want.ClientID || got.ClientCommitID != want.ClientCommitID || got.Status != want.Status ||
+	if got.ClientID != want.ClientID || got.ClientCommitID != want.ClientCommitID || got.ActorID != want.ActorID || got.Status != want.Status ||
 		got.CommitSeq != want.CommitSeq || got.CreatedAtMs != want.CreatedAtMs || !bytes.Equal(got.Result, want.Result) {
 		t.Fatalf("%s = %+v, want %+v", what, got, want)
 	}
@@ -92,23 +123,16 @@ func testIdempotencyRace(t *testing.T, e *env) {
 	ctx := t.Context()
 	const n = 8
 	var (
-		wg    sync.WaitGroup
-		got   [n]storage.PushRecord
-		errs  [n]error
-		start = make(chan struct{})
+		got  [n]storage.PushRecord
+		errs [n]error
 	)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = s.WriteTx(ctx, p.ID, func(tx storage.Tx) (err error) {
-				got[i], err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "same",
-					Status: storage.PushApplied, CommitSeq: int64(i + 1), Result: []byte(fmt.Sprint("writer-", i)), CreatedAtMs: int64(i)})
-				return err
-			})
+	race(n, func(i int) {
+		errs[i] = s.WriteTx(ctx, p.ID, func(tx storage.Tx) (err error) {
+			got[i], err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: "same",
+				Status: storage.PushApplied, CommitSeq: int64(i + 1), Result: []byte(fmt.Sprint("writer-", i)), CreatedAtMs: int64(i)})
+			return err
 		})
-	}
-	close(start)
-	wg.Wait()
+	})
 	stored, ok, err := s.IdempotencyGet(ctx, p.ID, "c", "same")
 	if err != nil || !ok {
 		t.Fatalf("IdempotencyGet = %v, %v", ok, err)
@@ -147,6 +171,57 @@ func testClientPutGet(t *testing.T, e *env) {
 	got, _, err = s.ClientGet(ctx, p.ID, "c1")
 	check(t, err)
 	assertClient(t, got, c2)
+}
+
+// testClientPutKeepsBinding: a put never rebinds a client id to another
+// actor.
+func testClientPutKeepsBinding(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	alice := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 12, UpdatedAtMs: 500}
+	check(t, s.ClientPut(ctx, alice))
+	err := s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "mallory", WireVersion: 2, Cursor: 1, UpdatedAtMs: 600})
+	if !errors.Is(err, &ssp2.Error{Code: ssp2.CodeInvalidClientID}) {
+		t.Fatalf("put for another actor = %v, want %s", err, ssp2.CodeInvalidClientID)
+	}
+	got, _, err := s.ClientGet(ctx, p.ID, "c1")
+	check(t, err)
+	assertClient(t, got, alice)
+}
+
+// testClientBind: concurrent binds of one new client id create one record;
+// every binder reads back that record, and later binds change nothing.
+func testClientBind(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	const n = 8
+	var (
+		got  [n]storage.Client
+		errs [n]error
+	)
+	race(n, func(i int) {
+		got[i], errs[i] = s.ClientBind(ctx, storage.Client{Partition: p.ID, ClientID: "c", ActorID: fmt.Sprint("actor-", i),
+			WireVersion: 2, Cursor: -1, UpdatedAtMs: int64(i)})
+	})
+	stored, ok, err := s.ClientGet(ctx, p.ID, "c")
+	if err != nil || !ok {
+		t.Fatalf("ClientGet = %v, %v", ok, err)
+	}
+	for i := range n {
+		check(t, errs[i])
+		assertClient(t, got[i], stored)
+	}
+	// Binding an existing record returns it unchanged, whoever asks.
+	again, err := s.ClientBind(ctx, storage.Client{Partition: p.ID, ClientID: "c", ActorID: "late", WireVersion: 1, Cursor: 5, UpdatedAtMs: 99})
+	check(t, err)
+	assertClient(t, again, stored)
+	subs := storage.Client{Partition: p.ID, ClientID: "d", ActorID: "alice", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1,
+		Subscriptions: json.RawMessage(`[]`)}
+	got0, err := s.ClientBind(ctx, subs)
+	check(t, err)
+	assertClient(t, got0, subs)
 }
 
 func assertClient(t *testing.T, got, want storage.Client) {
@@ -275,4 +350,18 @@ func testConstraintUnclassified(t *testing.T, e *env) {
 	if err == nil || errors.As(err, &ce) || errors.Is(err, &ssp2.Error{Code: ssp2.CodeConstraintViolation}) {
 		t.Fatalf("upsert into a table missing a column = %v, want an unclassified error", err)
 	}
+}
+
+// race runs f(0) … f(n-1) at once, released together, and waits for all.
+func race(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }

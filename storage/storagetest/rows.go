@@ -18,6 +18,7 @@ var rowTests = []test{
 	{"ScanKeysetOrder", testRowScanOrder},
 	{"ScanScopeFilters", testRowScanFilters},
 	{"ScanRefusals", testRowScanRefusals},
+	{"FloatNaN", testFloatNaN},
 }
 
 func testRowCRUD(t *testing.T, e *env) {
