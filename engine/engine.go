@@ -23,8 +23,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -57,8 +57,8 @@ type Config struct {
 	// Segments stores bootstrap pages for reuse and download. Without it
 	// every page is built per request and delivered inline.
 	Segments SegmentStore
-	// Now is the server clock in Unix milliseconds (default: wall clock).
-	Now func() int64
+	// Clock is the server clock (default clock.System).
+	Clock clock.Clock
 	// OnCommit is called after a push commit is durable, outside any
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
@@ -138,9 +138,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -169,6 +167,9 @@ func New(cfg Config) (*Engine, error) {
 	e.validators.Store(vs)
 	return e, nil
 }
+
+// nowMs is the server clock in Unix milliseconds.
+func (e *Engine) nowMs() int64 { return e.cfg.Clock.Now().UnixMilli() }
 
 // Metrics returns the engine's counters.
 func (e *Engine) Metrics() *Metrics { return &e.metrics }
@@ -215,7 +216,7 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	if err != nil {
 		return err
 	}
-	r := &request{id: id, req: req, w: w, now: e.cfg.Now()}
+	r := &request{id: id, req: req, w: w, now: e.nowMs()}
 	if err := e.prepare(ctx, r); err != nil {
 		return err
 	}

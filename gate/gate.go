@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -80,8 +81,9 @@ type Config struct {
 	// DefaultWatchCheck).
 	WatchCheck time.Duration
 
-	// Now is the clock in Unix milliseconds (default wall clock).
-	Now    func() int64
+	// Clock stamps checkpoint changes and control events (default
+	// clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -99,9 +101,7 @@ func (c Config) WithDefaults() Config {
 	if c.WatchCheck == 0 {
 		c.WatchCheck = DefaultWatchCheck
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -524,7 +524,7 @@ func (g *Gate) event(ctx context.Context, partition *string, name, subject strin
 	if js == nil {
 		return
 	}
-	ev := bus.ControlEvent{Event: name, Subject: subject, Time: time.UnixMilli(g.cfg.Now()), Data: data}
+	ev := bus.ControlEvent{Event: name, Subject: subject, Time: g.cfg.Clock.Now(), Data: data}
 	if partition != nil {
 		p, err := bus.NewPartition(*partition)
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -79,8 +80,8 @@ type Config struct {
 	// serve gate ("" for every partition); see gate.Config.OnChange.
 	OnGateChange func(partition string)
 
-	// Now is the clock (default wall clock), in Unix ms.
-	Now    func() int64
+	// Clock is the node's clock (default clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 
 	// Routes, when set, runs once every component is up and before HTTP
@@ -129,9 +130,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Name == "" {
 		cfg.Name = defaultName()
 	}
-	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -175,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.Gate, err = gate.New(gate.Config{
 		Store: n.Store, Schema: cfg.Schema, Declared: cfg.Checkpoints,
 		Conn: n.NATS.Conn(), JetStream: n.NATS.JetStream(), Node: cfg.Name,
-		OnChange: cfg.OnGateChange, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
+		OnChange: cfg.OnGateChange, Clock: cfg.Clock, Logger: cfg.Logger.With("component", "gate"),
 	}); err != nil {
 		return nil, err
 	}
@@ -185,14 +184,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	if n.Segments, err = segments.Open(ctx, segments.Config{
 		JetStream: n.NATS.JetStream(), Store: n.Store, TTL: cfg.SegmentTTL,
-		Now: cfg.Now, Logger: cfg.Logger.With("component", "segments"),
+		Clock: cfg.Clock, Logger: cfg.Logger.With("component", "segments"),
 	}); err != nil {
 		return nil, fmt.Errorf("segment store: %w", err)
 	}
 
 	if n.Engine, err = engine.New(engine.Config{
 		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
-		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
+		Clock: cfg.Clock, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
 		MaxOperations: cfg.MaxOperations, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
 		Validators: cfg.Validators, CommitValidator: cfg.CommitValidator,
 	}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -33,17 +34,6 @@ type LogReader interface {
 }
 
 var _ LogReader = storage.Store(nil)
-
-// Clock is the relay's time source; tests may replace it.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Relay defaults.
 const (
@@ -90,7 +80,9 @@ type Config struct {
 	// checks once).
 	ResyncInterval time.Duration
 	Logger         *slog.Logger
-	Clock          Clock
+	// Clock paces retries and the periodic resync (default
+	// clock.System).
+	Clock clock.Clock
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -120,9 +112,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Clock == nil {
-		c.Clock = realClock{}
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -179,7 +169,7 @@ type Relay struct {
 	nc        *nats.Conn
 	log       LogReader
 	logger    *slog.Logger
-	clock     Clock
+	clock     clock.Clock
 	apiPrefix string
 
 	mu         sync.Mutex

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -74,8 +75,8 @@ type Config struct {
 	// 10 min; -1 disables it, then the owner calls them).
 	MaintenanceInterval time.Duration
 
-	// Now is the clock in Unix milliseconds (default: wall clock).
-	Now    func() int64
+	// Clock decides publication expiry (default clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -139,9 +140,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = DefaultMaintenanceInterval
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
@@ -91,7 +92,7 @@ type env struct {
 	srv   *embedded.Server
 	js    jetstream.JetStream
 	index storage.Store
-	now   atomic.Int64
+	clock *clock.Manual
 	// t0 is the clock's start: the wall clock when the env was made, so
 	// that the server's message times compare with it as GC needs.
 	t0 int64
@@ -101,7 +102,7 @@ func newEnv(t testing.TB, open func(tb testing.TB) storage.Store) *env {
 	t.Helper()
 	e := &env{t: t, ctx: testCtx(t), index: open(t)}
 	e.t0 = time.Now().UnixMilli()
-	e.now.Store(e.t0)
+	e.clock = clock.NewManual(time.UnixMilli(e.t0))
 	e.srv = embeddedtest.Start(t)
 	e.js = e.srv.JetStream()
 	return e
@@ -117,8 +118,8 @@ func (e *env) node(cfg Config) *Store {
 	if cfg.Store == nil {
 		cfg.Store = e.index
 	}
-	if cfg.Now == nil {
-		cfg.Now = e.now.Load
+	if cfg.Clock == nil {
+		cfg.Clock = e.clock
 	}
 	if cfg.MaintenanceInterval == 0 {
 		cfg.MaintenanceInterval = -1
@@ -138,7 +139,10 @@ func (e *env) node(cfg Config) *Store {
 }
 
 // advance moves the clock.
-func (e *env) advance(d time.Duration) int64 { return e.now.Add(d.Milliseconds()) }
+func (e *env) advance(d time.Duration) int64 { return e.clock.Advance(d).UnixMilli() }
+
+// nowMs is the clock in Unix milliseconds.
+func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
 
 // chunkSubjects counts the bucket's chunk subjects and their messages
 // (stream info with a subject filter).

@@ -169,7 +169,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) now() int64 { return s.cfg.Now() }
+func (s *Store) now() int64 { return s.cfg.Clock.Now().UnixMilli() }
 
 // Bucket is the Object Store bucket's name.
 func (s *Store) Bucket() string { return s.bucket }

@@ -351,7 +351,7 @@ func TestConcurrentPutsLeaveNoOrphans(t *testing.T) {
 		if subjects, _ := e.chunkSubjects(s); subjects != 3 {
 			t.Fatalf("%d chunk subjects with leftovers, want 3", subjects)
 		}
-		res, err := s.GC(e.ctx, e.now.Load())
+		res, err := s.GC(e.ctx, e.nowMs())
 		if err != nil || res != (GCResult{}) {
 			t.Fatalf("GC within the grace period = %+v, %v; want nothing collected", res, err)
 		}
@@ -478,7 +478,7 @@ func TestGetOrBuildStorm(t *testing.T) {
 		for i := range 2 * n {
 			wg.Go(func() {
 				node := i % 2
-				p, built, err := nodes[node].GetOrBuild(e.ctx, key, e.now.Load(), build)
+				p, built, err := nodes[node].GetOrBuild(e.ctx, key, e.nowMs(), build)
 				if err != nil {
 					t.Error(err)
 				}
@@ -545,7 +545,7 @@ func TestReuse(t *testing.T) {
 	key := testKey("pa", "e1", "d1")
 	var calls atomic.Int64
 	build := rowsBuild(t, 100, 10, &calls)
-	first, built, err := s.GetOrBuild(e.ctx, key, e.now.Load(), build)
+	first, built, err := s.GetOrBuild(e.ctx, key, e.nowMs(), build)
 	if err != nil || !built {
 		t.Fatalf("first GetOrBuild = %v, %v", built, err)
 	}
@@ -561,7 +561,7 @@ func TestReuse(t *testing.T) {
 	if w := ix.writes.Load(); w != writes || calls.Load() != 1 {
 		t.Fatalf("reuses wrote %d times and built %d times", w-writes, calls.Load()-1)
 	}
-	if p, ok, err := cold.Find(e.ctx, key, e.now.Load()); err != nil || !ok || p != first {
+	if p, ok, err := cold.Find(e.ctx, key, e.nowMs()); err != nil || !ok || p != first {
 		t.Fatalf("Find = %+v, %v, %v", p, ok, err)
 	}
 	// Within the margin of its expiry the page is rebuilt; the same

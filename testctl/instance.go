@@ -11,13 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -32,7 +32,7 @@ type instance struct {
 	dir       string
 	partition string
 	schema    *schema.Schema
-	now       atomic.Int64
+	clock     *clock.Manual
 	store     storage.Store
 	segments  *segments.Store
 	engine    *engine.Engine
@@ -75,7 +75,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		id: id, dir: filepath.Join(cfg.Dir, id), partition: req.Partition, schema: sc, cfg: cfg,
 		grants: map[string]engine.Allowed{},
 	}
-	in.now.Store(*req.NowMs)
+	in.clock = clock.NewManual(time.UnixMilli(*req.NowMs))
 	defer func() {
 		if err != nil {
 			_ = in.close(context.WithoutCancel(ctx))
@@ -95,12 +95,12 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	log := cfg.Logger.With("instance", id)
 	if in.segments, err = segments.Open(ctx, segments.Config{
 		JetStream: cfg.JetStream, Store: in.store, Instance: id, TTL: ttl,
-		Now: in.clock, MaintenanceInterval: -1, Logger: log.With("component", "segments"),
+		Clock: in.clock, MaintenanceInterval: -1, Logger: log.With("component", "segments"),
 	}); err != nil {
 		return nil, fmt.Errorf("open instance segments: %w", err)
 	}
 	if in.engine, err = engine.New(engine.Config{
-		Schema: sc, Store: in.store, Segments: in.segments, Now: in.clock,
+		Schema: sc, Store: in.store, Segments: in.segments, Clock: in.clock,
 		MaxOperations: lim.MaxOperationsPerRequest, InlineSegmentMaxBytes: lim.InlineSegmentMaxBytes,
 		Logger: log.With("component", "engine"),
 	}); err != nil {
@@ -117,7 +117,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	return in, nil
 }
 
-func (in *instance) clock() int64 { return in.now.Load() }
+func (in *instance) nowMs() int64 { return in.clock.Now().UnixMilli() }
 
 // close waits for requests in flight, then frees everything: segment
 // store, SQLite file, bucket. It is idempotent.
@@ -311,8 +311,12 @@ func (in *instance) serveHorizonSeq(w http.ResponseWriter, r *http.Request) {
 }
 
 func (in *instance) serveClock(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, map[string]int64{"nowMs": in.clock()})
+	writeJSON(w, map[string]int64{"nowMs": in.nowMs()})
 }
+
+// maxAdvanceMs bounds one clock advance: the longest time.Duration,
+// about 292 years.
+const maxAdvanceMs = math.MaxInt64 / int64(time.Millisecond)
 
 func (in *instance) serveClockAdvance(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -321,11 +325,11 @@ func (in *instance) serveClockAdvance(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	if req.Ms == nil || *req.Ms < 0 {
-		writeControlError(w, http.StatusBadRequest, errors.New("ms must be a non-negative integer"))
+	if req.Ms == nil || *req.Ms < 0 || *req.Ms > maxAdvanceMs {
+		writeControlError(w, http.StatusBadRequest, fmt.Errorf("ms must be an integer in 0..%d", maxAdvanceMs))
 		return
 	}
-	writeJSON(w, map[string]int64{"nowMs": in.now.Add(*req.Ms)})
+	writeJSON(w, map[string]int64{"nowMs": in.clock.Advance(time.Duration(*req.Ms) * time.Millisecond).UnixMilli()})
 }
 
 func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
@@ -351,7 +355,7 @@ func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
 	// Fields left out take the protocol defaults; the given ones are
 	// literal, zero included (a host stating its whole policy).
 	pp := storage.PruneParams{
-		Partition: in.partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: in.clock(), Literal: true,
+		Partition: in.partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: in.nowMs(), Literal: true,
 		ActiveWindowMs: storage.DefaultActiveWindowMs, AgeForceMs: storage.DefaultAgeForceMs, MinRetainedCommits: storage.DefaultMinRetainedCommits,
 	}
 	if rt := req.Retention; rt != nil {
