@@ -60,6 +60,9 @@ type Config struct {
 	// gate runs on SQL alone, without tokens or events.
 	Conn      *nats.Conn
 	JetStream jetstream.JetStream
+	// Names is the bus namespace of the gate bucket and control events
+	// (the zero Names is production).
+	Names bus.Names
 	// Replicas of the KV bucket when the gate creates it (default 1).
 	Replicas int
 	// Node names this node in event sources. Required with JetStream.

@@ -25,6 +25,9 @@ import (
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
+// prod is the production bus namespace.
+var prod bus.Names
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
@@ -73,7 +76,7 @@ func newEnv(t *testing.T, withBus bool) *env {
 	e.store = st
 	if withBus {
 		e.srv = embeddedtest.Start(t)
-		if err := bus.EnsureStreams(e.ctx, e.srv.JetStream(), bus.StreamsConfig{}.WithDefaults()); err != nil {
+		if err := bus.EnsureStreams(e.ctx, e.srv.JetStream(), prod, bus.StreamsConfig{}.WithDefaults()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -390,7 +393,7 @@ func TestTokensRebuiltFromSQL(t *testing.T) {
 	a := e.gate(gateOpts{name: "a", bus: true})
 	ctx := e.ctx
 	cp := must[storage.Checkpoint](t)(a.Declare(ctx, p.ID, "proj"))
-	kv, err := e.srv.JetStream().KeyValue(ctx, bus.BucketGate)
+	kv, err := e.srv.JetStream().KeyValue(ctx, prod.GateBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +457,7 @@ func TestControlEvents(t *testing.T) {
 	p := e.partition("p")
 	ctx := e.ctx
 	got := make(chan *nats.Msg, 64)
-	sub, err := e.srv.Conn().ChanSubscribe(bus.SubjectControl, got)
+	sub, err := e.srv.Conn().ChanSubscribe(prod.ControlSubjects(), got)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +501,7 @@ func TestControlEvents(t *testing.T) {
 		t.Fatalf("events %q, want %q", seen, want)
 	}
 	// They are in SYNC_CONTROL.
-	s, err := e.srv.JetStream().Stream(ctx, bus.StreamControl)
+	s, err := e.srv.JetStream().Stream(ctx, prod.ControlStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/testvectors"
@@ -23,6 +24,9 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
+
+// prod is the production bus namespace.
+var prod bus.Names
 
 // vectorSchema serves the tables and scope variables the golden request
 // vectors use: notes (the 8-column table of segment/rows-two-blocks) and

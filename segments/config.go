@@ -24,12 +24,10 @@ type Config struct {
 	// Store is the SQL index of addresses and publications.
 	Store Index
 
-	// Instance selects the bucket sync_segments_<Instance> instead of
-	// sync_segments, for isolated instances sharing one NATS server.
-	Instance string
-	// LeaseBucket is the History=1 KV bucket holding upload claims
-	// (default bus.BucketLeases). It is created if absent.
-	LeaseBucket string
+	// Names is the bus namespace of the segment bucket and of the lease
+	// bucket holding upload claims (the zero Names is production). Both
+	// are created if absent.
+	Names bus.Names
 	// Replicas of the bucket and the lease bucket when they are created
 	// (default 1).
 	Replicas int
@@ -98,9 +96,6 @@ const (
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.LeaseBucket == "" {
-		c.LeaseBucket = bus.BucketLeases
-	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -156,9 +151,6 @@ func (c Config) Validate() error {
 	}
 	if c.Store == nil {
 		bad("Store is required")
-	}
-	if _, err := bus.SegmentsBucket(c.Instance); err != nil {
-		bad("Instance: %v", err)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		bad("Replicas %d outside 1..5", c.Replicas)

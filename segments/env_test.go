@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/internal/clock"
@@ -23,6 +24,19 @@ import (
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
+
+// prod is the production bus namespace.
+var prod bus.Names
+
+// names is the bus namespace of prefix.
+func names(t testing.TB, prefix string) bus.Names {
+	t.Helper()
+	n, err := bus.NewNames(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

@@ -74,7 +74,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	bucket, _ := bus.SegmentsBucket(cfg.Instance)
+	bucket := cfg.Names.SegmentsBucket()
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, index: cfg.Store, bucket: bucket, owner: nuid.Next(),
 		chunkSize: cfg.ChunkSize,
@@ -123,10 +123,10 @@ func (s *Store) bind(ctx context.Context) error {
 		return fmt.Errorf("open segment bucket %s: %w", s.bucket, err)
 	}
 
-	kv, err := js.KeyValue(ctx, s.cfg.LeaseBucket)
+	kv, err := js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         s.cfg.LeaseBucket,
+			Bucket:         s.cfg.Names.LeaseBucket(),
 			Description:    "syncnode leases (History 1, per-key TTL)",
 			History:        1,
 			LimitMarkerTTL: time.Minute,
@@ -134,21 +134,21 @@ func (s *Store) bind(ctx context.Context) error {
 			Replicas:       s.cfg.Replicas,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, s.cfg.LeaseBucket)
+			kv, err = js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("open lease bucket %s: %w", s.cfg.LeaseBucket, err)
+		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
 	}
 	ks, err := kv.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("open lease bucket %s: %w", s.cfg.LeaseBucket, err)
+		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
 	}
 	if ks.History() != 1 || ks.LimitMarkerTTL() <= 0 {
 		// Per-key TTLs need marker TTLs, and with History > 1 they are
 		// clamped up to LimitMarkerTTL (NATS-NOTES pitfall 4).
 		return fmt.Errorf("open lease bucket %s: History %d and LimitMarkerTTL %v; claims need History 1 and a LimitMarkerTTL",
-			s.cfg.LeaseBucket, ks.History(), ks.LimitMarkerTTL())
+			s.cfg.Names.LeaseBucket(), ks.History(), ks.LimitMarkerTTL())
 	}
 	s.leases = kv
 	return nil

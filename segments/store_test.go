@@ -26,7 +26,7 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	def := Config{}.WithDefaults()
 	if def.TTL != DefaultTTL || def.ReuseMargin != 15*time.Minute || def.ChunkSize != DefaultChunkSize ||
-		def.LeaseBucket != bus.BucketLeases || def.CacheMaxSegment != DefaultCacheMaxSegment {
+		def.CacheMaxSegment != DefaultCacheMaxSegment {
 		t.Fatalf("defaults = %+v", def)
 	}
 	if short := (Config{TTL: time.Minute}).WithDefaults(); short.ReuseMargin != 15*time.Second {
@@ -40,7 +40,6 @@ func TestConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Instance: "a.b"}, "Instance"},
 		{Config{TTL: time.Hour, ReuseMargin: time.Hour}, "ReuseMargin"},
 		{Config{ChunkSize: 100}, "ChunkSize"},
 		{Config{ClaimTTL: 1500 * time.Millisecond}, "ClaimTTL"},
@@ -646,16 +645,17 @@ func TestMaintenanceLoop(t *testing.T) {
 func TestOpenRefusesBucketWithTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, openSQLite)
-	if _, err := e.js.CreateObjectStore(e.ctx, jetstream.ObjectStoreConfig{Bucket: bus.BucketSegments + "_ttl", TTL: time.Hour}); err != nil {
+	ttl := names(t, "ttl")
+	if _, err := e.js.CreateObjectStore(e.ctx, jetstream.ObjectStoreConfig{Bucket: ttl.SegmentsBucket(), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(e.ctx, Config{JetStream: e.js, Store: e.index, Instance: "ttl", MaintenanceInterval: -1})
+	_, err := Open(e.ctx, Config{JetStream: e.js, Store: e.index, Names: ttl, MaintenanceInterval: -1})
 	if err == nil || !strings.Contains(err.Error(), "TTL") {
 		t.Fatalf("Open on a bucket with a TTL = %v", err)
 	}
-	// Isolated instances use their own buckets.
-	a, b := e.node(Config{Instance: "a"}), e.node(Config{Instance: "b"})
-	if a.Bucket() == b.Bucket() || a.Bucket() != "sync_segments_a" {
+	// Isolated namespaces use their own buckets.
+	a, b := e.node(Config{Names: names(t, "a")}), e.node(Config{Names: names(t, "b")})
+	if a.Bucket() == b.Bucket() || a.Bucket() != "a_sync_segments" {
 		t.Fatalf("buckets %s, %s", a.Bucket(), b.Bucket())
 	}
 }

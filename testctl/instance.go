@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/clock"
@@ -93,8 +94,12 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		return nil, badRequest{fmt.Errorf("install schema: %w", err)}
 	}
 	log := cfg.Logger.With("instance", id)
+	names, err := bus.NewNames("i-" + id)
+	if err != nil {
+		return nil, err
+	}
 	if in.segments, err = segments.Open(ctx, segments.Config{
-		JetStream: cfg.JetStream, Store: in.store, Instance: id, TTL: ttl,
+		JetStream: cfg.JetStream, Store: in.store, Names: names, TTL: ttl,
 		Clock: in.clock, MaintenanceInterval: -1, Logger: log.With("component", "segments"),
 	}); err != nil {
 		return nil, fmt.Errorf("open instance segments: %w", err)
