@@ -99,10 +99,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, names Names, p FollowPa
 }
 
 // Stop ends delivery and waits until the handler has returned for the
-// last time. It is idempotent.
-func (f *Follower) Stop() {
-	f.stopOnce.Do(func() {
-		f.cc.Stop()
-		<-f.cc.Closed()
-	})
+// last time, at most until ctx ends. It is idempotent.
+func (f *Follower) Stop(ctx context.Context) error {
+	f.stopOnce.Do(func() { f.cc.Stop() })
+	select {
+	case <-f.cc.Closed():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("follow stop: %w", ctx.Err())
+	}
 }

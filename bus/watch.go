@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -150,12 +151,17 @@ func (w *Watcher) checkDropped() {
 	}
 }
 
-// Stop unsubscribes and waits for the dispatcher to return. It is
-// idempotent.
-func (w *Watcher) Stop() {
+// Stop unsubscribes and waits for the dispatcher to return, at most until
+// ctx ends. It is idempotent.
+func (w *Watcher) Stop(ctx context.Context) error {
 	w.once.Do(func() {
 		_ = w.sub.Unsubscribe()
 		close(w.stop)
-		<-w.done
 	})
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("watch stop: %w", ctx.Err())
+	}
 }

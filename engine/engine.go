@@ -67,11 +67,13 @@ type Config struct {
 	Gate   ServeGate
 	Logger *slog.Logger
 
-	// MaxOperations caps the operations of one request (default 500).
+	// MaxOperations caps the operations of one request (0: the default,
+	// 500).
 	MaxOperations int
 	// InlineSegmentMaxBytes: pages smaller than this are sent inline when
-	// the client accepts both lanes (default 256 KiB).
-	InlineSegmentMaxBytes int
+	// the client accepts both lanes; nil means the default (256 KiB), 0
+	// never inlines when a reference is accepted.
+	InlineSegmentMaxBytes *int
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -101,6 +103,8 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics Metrics
+	// inlineMax is Config.InlineSegmentMaxBytes.
+	inlineMax int64
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
@@ -130,26 +134,45 @@ const (
 	DefaultInlineSegmentMaxBytes = 256 << 10
 )
 
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxOperations == 0 {
+		c.MaxOperations = DefaultMaxOperations
+	}
+	if c.InlineSegmentMaxBytes == nil {
+		c.InlineSegmentMaxBytes = new(DefaultInlineSegmentMaxBytes)
+	}
+	return c
+}
+
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Schema and Store.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxOperations < 1 {
+		errs = append(errs, fmt.Errorf("engine config: MaxOperations %d must be positive", c.MaxOperations))
+	}
+	if p := c.InlineSegmentMaxBytes; p != nil && *p < 0 {
+		errs = append(errs, fmt.Errorf("engine config: InlineSegmentMaxBytes %d must not be negative", *p))
+	}
+	return errors.Join(errs...)
+}
+
 // New validates cfg and returns an Engine.
 func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Schema == nil {
 		return nil, errors.New("engine: Config.Schema is required")
 	}
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
-	}
-	cfg.Clock = clock.Or(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxOperations == 0 {
-		cfg.MaxOperations = DefaultMaxOperations
-	}
-	if cfg.MaxOperations < 1 {
-		return nil, fmt.Errorf("engine: MaxOperations %d must be positive", cfg.MaxOperations)
-	}
-	if cfg.InlineSegmentMaxBytes == 0 {
-		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
 	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
@@ -163,7 +186,7 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger}
+	e := &Engine{cfg: cfg, log: cfg.Logger, inlineMax: int64(*cfg.InlineSegmentMaxBytes)}
 	e.validators.Store(vs)
 	return e, nil
 }

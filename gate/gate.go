@@ -111,21 +111,10 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every invalid field.
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Store, Schema, and Conn with JetStream.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("gate config: Store is required"))
-	}
-	if c.Schema == nil {
-		errs = append(errs, errors.New("gate config: Schema is required"))
-	}
-	if (c.Conn == nil) != (c.JetStream == nil) {
-		errs = append(errs, errors.New("gate config: Conn and JetStream go together"))
-	}
-	if c.JetStream != nil && c.Node == "" {
-		errs = append(errs, errors.New("gate config: Node is required with JetStream"))
-	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("gate config: Replicas %d outside 1..5", c.Replicas))
 	}
@@ -138,6 +127,23 @@ func (c Config) Validate() error {
 		} else if c.Schema != nil && d.SchemaVersion != c.Schema.Version {
 			errs = append(errs, fmt.Errorf("gate config: Declared: %s is not at the running schema version %d", d, c.Schema.Version))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) checkWiring() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("gate config: Store is required"))
+	}
+	if c.Schema == nil {
+		errs = append(errs, errors.New("gate config: Schema is required"))
+	}
+	if (c.Conn == nil) != (c.JetStream == nil) {
+		errs = append(errs, errors.New("gate config: Conn and JetStream go together"))
+	}
+	if c.JetStream != nil && c.Node == "" {
+		errs = append(errs, errors.New("gate config: Node is required with JetStream"))
 	}
 	return errors.Join(errs...)
 }
@@ -198,6 +204,9 @@ type viewEntry struct {
 func New(cfg Config) (*Gate, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkWiring(); err != nil {
 		return nil, err
 	}
 	g := &Gate{

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -55,22 +56,64 @@ type SegmentSource interface {
 
 // Config configures the handler.
 type Config struct {
-	Engine   *engine.Engine
+	Engine *engine.Engine
+	// Auth authenticates requests. Required.
 	Auth     Authenticator
 	Segments SegmentSource // nil: no segment downloads
 	// MaxRequestBytes bounds a /sync body, after decompression (default
-	// 32 MiB).
+	// DefaultMaxRequestBytes).
 	MaxRequestBytes int64
 	// Ready reports whether the node may serve; /readyz answers its error.
 	Ready    func(ctx context.Context) error
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	// SegmentCacheBytes bounds the cache of compressed segment bodies
-	// (default 64 MiB).
+	// (default DefaultSegmentCacheBytes).
 	SegmentCacheBytes int64
 	// StreamSegmentsAbove: segments larger than this are streamed from the
-	// store and compressed on the fly instead of cached (default 8 MiB).
+	// store and compressed on the fly instead of cached (default
+	// DefaultStreamSegmentsAbove).
 	StreamSegmentsAbove int64
+}
+
+// Defaults.
+const (
+	DefaultMaxRequestBytes     = 32 << 20
+	DefaultSegmentCacheBytes   = 64 << 20
+	DefaultStreamSegmentsAbove = 8 << 20
+)
+
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.SegmentCacheBytes == 0 {
+		c.SegmentCacheBytes = DefaultSegmentCacheBytes
+	}
+	if c.StreamSegmentsAbove == 0 {
+		c.StreamSegmentsAbove = DefaultStreamSegmentsAbove
+	}
+	return c
+}
+
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Engine and Auth.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxRequestBytes < 1 {
+		errs = append(errs, fmt.Errorf("http config: MaxRequestBytes %d must be positive", c.MaxRequestBytes))
+	}
+	if c.SegmentCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("http config: SegmentCacheBytes %d must not be negative", c.SegmentCacheBytes))
+	}
+	if c.StreamSegmentsAbove < 0 {
+		errs = append(errs, fmt.Errorf("http config: StreamSegmentsAbove %d must not be negative", c.StreamSegmentsAbove))
+	}
+	return errors.Join(errs...)
 }
 
 // Handler is the HTTP surface of a node.
@@ -84,23 +127,15 @@ type Handler struct {
 
 // New returns the handler.
 func New(cfg Config) (*Handler, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Engine == nil || cfg.Auth == nil {
 		return nil, errors.New("httpapi: Engine and Auth are required")
 	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = 32 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
-	}
-	if cfg.SegmentCacheBytes == 0 {
-		cfg.SegmentCacheBytes = 64 << 20
-	}
-	if cfg.StreamSegmentsAbove == 0 {
-		cfg.StreamSegmentsAbove = 8 << 20
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes)}
 	m, err := newMetrics(cfg.Registry, cfg.Engine.Metrics())

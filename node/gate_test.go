@@ -29,18 +29,18 @@ func twoNodes(t *testing.T, onResolve *atomic.Pointer[func()]) (a, b *Node) {
 	t.Helper()
 	url, pgSchema := pgtest.Schema(t)
 	a = startNode(t, vectorSchema, func(t *testing.T, c *Config) {
-		c.Name, c.PostgresURL, c.PostgresSchema = "node-a", url, pgSchema
+		c.Name, c.Store.Postgres.URL, c.Store.Postgres.Schema = "node-a", url, pgSchema
 		c.NATS = embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1", ServerName: "gate-a-" + pgSchema}
 	})
 	b = startNode(t, vectorSchema, func(t *testing.T, c *Config) {
-		c.Name, c.PostgresURL, c.PostgresSchema = "node-b", url, pgSchema
+		c.Name, c.Store.Postgres.URL, c.Store.Postgres.Schema = "node-b", url, pgSchema
 		c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{a.NATS.ClientURL()}}
 		v, err := auth.NewVerifier(auth.Config{Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}
 		bearer := httpapi.BearerAuth(v)
-		c.Auth = httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
+		c.API.Auth = httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
 			id, err := bearer.Authenticate(r)
 			if err != nil || onResolve == nil {
 				return id, err

@@ -37,7 +37,7 @@ func TestSegmentDownload(t *testing.T) {
 			n := startNode(t, taskSchema, func(t *testing.T, c *Config) {
 				b.cfg(t, c)
 				c.Clock = now
-				c.StreamSegmentsAbove = b.streamAbove
+				c.API.StreamSegmentsAbove = b.streamAbove
 			})
 			tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1", "p2"}})
 

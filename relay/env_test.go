@@ -334,3 +334,13 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() error) {
 		<-tick.C
 	}
 }
+
+// mustStop stops a follower or watcher, failing t if it does not stop.
+func mustStop(t testing.TB, s interface{ Stop(context.Context) error }) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Error(err)
+	}
+}

@@ -70,7 +70,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer w.Stop()
+		defer mustStop(t, w)
 		nc, err := nats.Connect(srv.ClientURL())
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +92,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Stop()
+		defer mustStop(t, f)
 	}
 	// Route interest propagates asynchronously: wait until a probe
 	// published on node 0 reaches a subscriber on node 1.
@@ -199,7 +199,7 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer mustStop(t, w)
 	r := e.relay(Config{BatchMessages: 1})
 	e.start(r)
 	for range 50 {
@@ -254,7 +254,7 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Stop()
+		defer mustStop(t, f)
 		waitFor(t, 10*time.Second, fmt.Sprintf("%d events for %+v", want, fp), func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -263,7 +263,7 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 			}
 			return nil
 		})
-		f.Stop()
+		mustStop(t, f)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(got) != want {
@@ -298,7 +298,7 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Stop()
+	defer mustStop(t, f)
 	e.commit("q", "todos")
 	r.Notify("q")
 	e.flush(r)

@@ -151,7 +151,7 @@ func TestRelayExactlyOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Stop()
+	defer mustStop(t, f)
 
 	parts := []string{"p1", "p.2", "", strings.Repeat("long/", 20)}
 	var wg sync.WaitGroup
@@ -496,7 +496,7 @@ func TestRelaySurvivesNATSOutage(t *testing.T) {
 	r.Notify("p")
 	e.flush(r)
 
-	if err := srv.Close(e.ctx); err != nil {
+	if err := srv.Stop(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
@@ -510,7 +510,7 @@ func TestRelaySurvivesNATSOutage(t *testing.T) {
 		return nil
 	})
 	srv = startServer()
-	defer srv.Close(context.Background())
+	defer srv.Stop(context.Background())
 	e.flush(r)
 	streamEvs := streamEventsOf(t, e.ctx, srv.JetStream())
 	if len(streamEvs) != 6 {

@@ -142,16 +142,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports invalid fields (call after WithDefaults).
+// Validate reports invalid settings (call after WithDefaults). New also
+// requires the wiring: JetStream and Store.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("segments config: "+format, args...)) }
-	if c.JetStream == nil {
-		bad("JetStream is required")
-	}
-	if c.Store == nil {
-		bad("Store is required")
-	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		bad("Replicas %d outside 1..5", c.Replicas)
 	}

@@ -122,7 +122,7 @@ func newEnv(t testing.TB, open func(tb testing.TB) storage.Store) *env {
 	return e
 }
 
-// node opens a segment store; cfg's zero fields get test defaults
+// node starts a segment store; cfg's zero fields get test defaults
 // (injected clock, no background maintenance).
 func (e *env) node(cfg Config) *Store {
 	e.t.Helper()
@@ -144,11 +144,18 @@ func (e *env) node(cfg Config) *Store {
 	if cfg.TempDir == "" {
 		cfg.TempDir = e.t.TempDir()
 	}
-	s, err := Open(e.ctx, cfg)
+	s, err := New(cfg)
 	if err != nil {
-		e.t.Fatalf("Open: %v", err)
+		e.t.Fatalf("New: %v", err)
 	}
-	e.t.Cleanup(func() { s.Close() })
+	if err := s.Start(e.ctx); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+	e.t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			e.t.Errorf("Stop: %v", err)
+		}
+	})
 	return s
 }
 

@@ -33,8 +33,11 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("ReuseMargin for a 1-minute TTL = %v", short.ReuseMargin)
 	}
 	base := Config{JetStream: jetstream.JetStream(nil), Store: nil}
-	if err := base.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "Store") {
-		t.Fatalf("Validate(empty) = %v", err)
+	if err := base.WithDefaults().Validate(); err != nil {
+		t.Fatalf("Validate(defaults) = %v", err)
+	}
+	if _, err := New(base); err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "Store") {
+		t.Fatalf("New(no wiring) = %v", err)
 	}
 	for _, tc := range []struct {
 		cfg  Config
@@ -632,26 +635,29 @@ func TestMaintenanceLoop(t *testing.T) {
 		st, err := s.Stats(e.ctx)
 		return err == nil && st.Objects == 0 && st.Publications == 0
 	})
-	if err := s.Close(); err != nil {
+	if err := s.Stop(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close = %v", err)
+	if err := s.Stop(e.ctx); err != nil {
+		t.Fatalf("second Stop = %v", err)
 	}
 }
 
-// TestOpenRefusesBucketWithTTL: a segment bucket with a TTL would expire
+// TestStartRefusesBucketWithTTL: a segment bucket with a TTL would expire
 // chunks under live objects.
-func TestOpenRefusesBucketWithTTL(t *testing.T) {
+func TestStartRefusesBucketWithTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, openSQLite)
 	ttl := names(t, "ttl")
 	if _, err := e.js.CreateObjectStore(e.ctx, jetstream.ObjectStoreConfig{Bucket: ttl.SegmentsBucket(), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(e.ctx, Config{JetStream: e.js, Store: e.index, Names: ttl, MaintenanceInterval: -1})
-	if err == nil || !strings.Contains(err.Error(), "TTL") {
-		t.Fatalf("Open on a bucket with a TTL = %v", err)
+	s, err := New(Config{JetStream: e.js, Store: e.index, Names: ttl, MaintenanceInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(e.ctx); err == nil || !strings.Contains(err.Error(), "TTL") {
+		t.Fatalf("Start on a bucket with a TTL = %v", err)
 	}
 	// Isolated namespaces use their own buckets.
 	a, b := e.node(Config{Names: names(t, "a")}), e.node(Config{Names: names(t, "b")})

@@ -9,22 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/BurntSushi/toml"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/syncnode/syncnode/embedded"
-	"github.com/syncnode/syncnode/gate"
-	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/storage"
-	"github.com/syncnode/syncnode/storage/pgstore"
-	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 const checkpointsUsage = `Usage:
@@ -123,8 +114,8 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	g := env.gate
+	defer env.Close()
+	g := env.Gate
 
 	switch sub {
 	case "list":
@@ -132,7 +123,7 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		if set["partition"] {
 			parts = []string{*partition}
 		}
-		cps, err := env.store.Checkpoints(ctx, parts...)
+		cps, err := env.Store.Checkpoints(ctx, parts...)
 		if err != nil {
 			return err
 		}
@@ -145,7 +136,7 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		return printCheckpoints(stdout, []storage.Checkpoint{cp}, *asJSON)
 	case "activate":
 		key := g.Key(*partition, *name)
-		cps, err := env.store.Checkpoints(ctx, *partition)
+		cps, err := env.Store.Checkpoints(ctx, *partition)
 		if err != nil {
 			return err
 		}
@@ -177,7 +168,7 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "activated %s at watermark %d\n", key, p.Watermark)
 		return nil
 	case "gate":
-		st, err := env.store.GateRead(ctx, *partition, env.version)
+		st, err := env.Store.GateRead(ctx, *partition, env.SchemaVersion)
 		if err != nil {
 			return err
 		}
@@ -190,7 +181,7 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		} else {
 			fmt.Fprintln(stdout, "log epoch      (partition not registered)")
 		}
-		if fence, ok, err := env.store.WriterFence(ctx, *partition); err != nil {
+		if fence, ok, err := env.Store.WriterFence(ctx, *partition); err != nil {
 			return err
 		} else if ok {
 			fmt.Fprintf(stdout, "writer fence   %d\n", fence)
@@ -210,7 +201,7 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "partition %q: new log epoch %s\n", p.ID, p.LogEpoch)
 		return nil
 	case "republish":
-		if env.noBus {
+		if env.NATSURL == "" {
 			return errors.New("checkpoints republish: needs NATS (drop --no-nats or fix --nats)")
 		}
 		if err := g.Reconcile(ctx); err != nil {
@@ -273,43 +264,14 @@ func (o *opsFlags) define(fs *flag.FlagSet) {
 	o.noNATS = fs.Bool("no-nats", false, "change SQL only")
 }
 
-// opsEnv is an open store and a gate on it, bound to KV when reachable.
-type opsEnv struct {
-	store   storage.Store
-	gate    *gate.Gate
-	version int32
-	nc      *nats.Conn
-	noBus   bool
-}
-
-func (e *opsEnv) close() {
-	if e.nc != nil {
-		_ = e.nc.Drain()
-	}
-	_ = e.store.Close()
-}
-
 // open reads the node's configuration (defaults, file, environment, then
-// these flags), opens its store and a gate for the stored schema
-// version. A NATS that cannot be reached leaves the command on SQL alone,
-// with a warning.
-func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) {
-	c := defaultConfig()
-	path := *o.config
-	if path == "" {
-		path = os.Getenv("SYNCNODE_CONFIG")
-	}
-	if path != "" {
-		if _, err := toml.DecodeFile(path, &c); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", path, err)
-		}
-	}
-	for _, ev := range envVars {
-		if v := os.Getenv(ev.name); v != "" {
-			if err := ev.set(&c, v); err != nil {
-				return nil, &fieldError{Field: ev.name, Reason: err.Error()}
-			}
-		}
+// these flags) and opens what the command needs through the node: its
+// store and a serve gate for the stored schema version, bound to the
+// node's NATS when reachable (a warning says when it is not).
+func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*node.Admin, error) {
+	c, err := loadConfig(*o.config, os.Getenv)
+	if err != nil {
+		return nil, err
 	}
 	if *o.data != "" {
 		c.DataDir = *o.data
@@ -317,77 +279,17 @@ func (o *opsFlags) open(ctx context.Context, stderr io.Writer) (*opsEnv, error) 
 	if *o.postgres != "" {
 		c.Storage.PostgresURL = *o.postgres
 	}
-	var (
-		st  storage.Store
-		err error
-	)
-	if c.Storage.PostgresURL != "" {
-		st, err = pgstore.Open(ctx, pgstore.Config{URL: c.Storage.PostgresURL})
-	} else {
-		dbPath := filepath.Join(c.DataDir, "syncnode.db")
-		if _, serr := os.Stat(dbPath); serr != nil {
-			return nil, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
-		}
-		st, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: dbPath})
-	}
+	nc, err := c.node()
 	if err != nil {
 		return nil, err
 	}
-	m, ok, err := st.SchemaMarker(ctx)
-	if err != nil || !ok {
-		st.Close()
-		if err == nil {
-			err = errors.New("no schema is installed: start a node first")
-		}
+	nc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := node.OpenAdmin(ctx, nc, node.AdminOptions{NATSURL: *o.natsURL, NoNATS: *o.noNATS})
+	if err != nil {
 		return nil, err
 	}
-	env := &opsEnv{store: st, version: m.Version, noBus: *o.noNATS}
-	gc := gate.Config{Store: st, Schema: &schema.Schema{Version: m.Version}, Node: "syncnode-cli",
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if !env.noBus {
-		url := *o.natsURL
-		if url == "" {
-			url = defaultNATSURL(c)
-		}
-		nc, err := nats.Connect(url, nats.Name("syncnode-cli"), nats.Timeout(2*time.Second), nats.MaxReconnects(0))
-		var js jetstream.JetStream
-		if err == nil {
-			js, err = jetstream.New(nc)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "warning: NATS at %s unreachable (%v): changing SQL only; run \"syncnode checkpoints republish\" once it is back\n", url, err)
-			if nc != nil {
-				nc.Close()
-			}
-			env.noBus = true
-		} else {
-			env.nc, gc.Conn, gc.JetStream = nc, nc, js
-		}
+	for _, w := range a.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	if env.gate, err = gate.New(gc); err != nil {
-		env.close()
-		return nil, err
-	}
-	if !env.noBus {
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := env.gate.Bind(bctx); err != nil {
-			fmt.Fprintf(stderr, "warning: serve-gate bucket unavailable (%v): changing SQL only\n", err)
-			env.noBus = true
-		}
-	}
-	return env, nil
-}
-
-// defaultNATSURL is where the node's NATS listens: the first external
-// URL, or the embedded server's client port on loopback.
-func defaultNATSURL(c config) string {
-	if c.NATS.Mode == "external" && len(c.NATS.URLs) > 0 {
-		return c.NATS.URLs[0]
-	}
-	port := embedded.DefaultPort
-	if c.NATS.Port != nil && *c.NATS.Port > 0 {
-		port = *c.NATS.Port
-	}
-	return fmt.Sprintf("nats://%s:%d", embedded.DefaultHost, port)
+	return a, nil
 }

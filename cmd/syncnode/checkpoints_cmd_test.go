@@ -26,12 +26,15 @@ func TestCheckpointsCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
-	n, err := node.Start(ctx, node.Config{
-		DataDir: dataDir, Schema: sch, Name: "cli-test", HTTPAddr: "127.0.0.1:0",
+	n, err := node.New(node.Config{
+		DataDir: dataDir, Schema: sch, Name: "cli-test", HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"},
 		NATS: embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1"},
-		Auth: httpapi.AuthenticatorFunc(nil),
+		API:  httpapi.Config{Auth: httpapi.AuthenticatorFunc(nil)},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

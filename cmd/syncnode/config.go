@@ -5,11 +5,20 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 // config is the whole node configuration: defaults, then the config file,
@@ -36,6 +45,11 @@ type httpConfig struct {
 	Listen          string   `toml:"listen"`
 	MaxRequestBytes int64    `toml:"max_request_bytes"`
 	ShutdownTimeout duration `toml:"shutdown_timeout"`
+	// StreamSegmentsAboveBytes: larger segment downloads are streamed from
+	// the Object Store and compressed on the fly instead of cached.
+	StreamSegmentsAboveBytes int64 `toml:"stream_segments_above_bytes"`
+	// SegmentCacheBytes bounds the cache of compressed segment bodies.
+	SegmentCacheBytes int64 `toml:"segment_cache_bytes"`
 }
 
 type natsConfig struct {
@@ -48,6 +62,9 @@ type natsConfig struct {
 	URLs        []string `toml:"urls"`
 	Credentials string   `toml:"credentials"`
 	Domain      string   `toml:"domain"`
+	// Namespace prefixes every stream, bucket and subject (package bus):
+	// "" keeps the standard names.
+	Namespace string `toml:"namespace"`
 }
 
 type storageConfig struct {
@@ -104,15 +121,18 @@ func defaultConfig() config {
 		DataDir: "data",
 		HTTP: httpConfig{
 			Listen:          "127.0.0.1:8080",
-			MaxRequestBytes: 32 << 20,
+			MaxRequestBytes: httpapi.DefaultMaxRequestBytes,
 			ShutdownTimeout: duration{15 * time.Second},
+
+			StreamSegmentsAboveBytes: httpapi.DefaultStreamSegmentsAbove,
+			SegmentCacheBytes:        httpapi.DefaultSegmentCacheBytes,
 		},
 		NATS:    natsConfig{Mode: "embedded", ConfigFile: "nats.conf"},
 		Storage: storageConfig{SQLiteSynchronous: "FULL"},
 		Limits: limitsConfig{
-			MaxOperationsPerRequest: 500,
-			InlineSegmentMaxBytes:   256 << 10,
-			SegmentTTL:              duration{24 * time.Hour},
+			MaxOperationsPerRequest: engine.DefaultMaxOperations,
+			InlineSegmentMaxBytes:   engine.DefaultInlineSegmentMaxBytes,
+			SegmentTTL:              duration{segments.DefaultTTL},
 		},
 		Log: logConfig{Level: "info", Format: "text"},
 	}
@@ -143,6 +163,15 @@ func (c *config) validate() error {
 	}
 	if c.HTTP.ShutdownTimeout.Duration <= 0 {
 		bad("http.shutdown_timeout", "must be positive")
+	}
+	if c.HTTP.StreamSegmentsAboveBytes < 1 {
+		bad("http.stream_segments_above_bytes", "%d must be positive", c.HTTP.StreamSegmentsAboveBytes)
+	}
+	if c.HTTP.SegmentCacheBytes < 1 {
+		bad("http.segment_cache_bytes", "%d must be positive", c.HTTP.SegmentCacheBytes)
+	}
+	if _, err := bus.NewNames(c.NATS.Namespace); err != nil {
+		bad("nats.namespace", "%v", err)
 	}
 	switch c.NATS.Mode {
 	case "embedded":
@@ -217,28 +246,10 @@ var envVars = []struct {
 	{"SYNCNODE_LOG_LEVEL", func(c *config, v string) error { c.Log.Level = v; return nil }},
 }
 
-// parseServeFlags defines the serve flags on fs, bound to c after the file
-// and environment were applied.
-func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (config, error) {
-	configPath := fs.String("config", "", "config file (TOML); default: none, or $SYNCNODE_CONFIG")
-	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 127.0.0.1:0 for a free port")
-	dataDir := fs.String("data", "", "data directory (SQLite file, JetStream store)")
-	natsPort := fs.Int("nats-port", 0, "embedded NATS client port (-1 picks a free one)")
-	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
-	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
-	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
-	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
-	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
-	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-
+// loadConfig reads the defaults, then the config file (path, else
+// $SYNCNODE_CONFIG; none when both are empty), then the environment.
+func loadConfig(path string, getenv func(string) string) (config, error) {
 	c := defaultConfig()
-	path := *configPath
 	if path == "" {
 		path = getenv("SYNCNODE_CONFIG")
 	}
@@ -261,6 +272,33 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 				return config{}, &fieldError{Field: ev.name, Reason: err.Error()}
 			}
 		}
+	}
+	return c, nil
+}
+
+// parseServeFlags defines the serve flags on fs, bound to c after the file
+// and environment were applied.
+func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (config, error) {
+	configPath := fs.String("config", "", "config file (TOML); default: none, or $SYNCNODE_CONFIG")
+	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 127.0.0.1:0 for a free port")
+	dataDir := fs.String("data", "", "data directory (SQLite file, JetStream store)")
+	natsPort := fs.Int("nats-port", 0, "embedded NATS client port (-1 picks a free one)")
+	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
+	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
+	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
+	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
+	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
+	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	c, err := loadConfig(*configPath, getenv)
+	if err != nil {
+		return config{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -286,4 +324,56 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 		return config{}, err
 	}
 	return c, nil
+}
+
+// node turns the configuration into the node's: store, NATS, bus
+// namespace, HTTP and the component limits. The caller adds what is not
+// in the file (schema, authentication, validators, logger, routes).
+func (c config) node() (node.Config, error) {
+	names, err := bus.NewNames(c.NATS.Namespace)
+	if err != nil {
+		return node.Config{}, &fieldError{Field: "nats.namespace", Reason: err.Error()}
+	}
+	nc := node.Config{
+		Name:    c.NodeName,
+		DataDir: c.DataDir,
+		Names:   names,
+		NATS:    c.natsConfig(),
+		HTTP:    node.HTTPConfig{Listen: c.HTTP.Listen},
+		API: httpapi.Config{
+			MaxRequestBytes:     c.HTTP.MaxRequestBytes,
+			StreamSegmentsAbove: c.HTTP.StreamSegmentsAboveBytes,
+			SegmentCacheBytes:   c.HTTP.SegmentCacheBytes,
+		},
+		Engine: engine.Config{
+			MaxOperations:         c.Limits.MaxOperationsPerRequest,
+			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
+		},
+		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+	}
+	if c.Storage.PostgresURL != "" {
+		nc.Store.Postgres.URL = c.Storage.PostgresURL
+	} else {
+		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
+	}
+	return nc, nil
+}
+
+// natsConfig is the node's NATS: embedded per nats.conf, or external.
+func (c config) natsConfig() embedded.Config {
+	if c.NATS.Mode == "external" {
+		return embedded.Config{Mode: embedded.ModeExternal, URLs: c.NATS.URLs, CredentialsFile: c.NATS.Credentials, Domain: c.NATS.Domain}
+	}
+	nc := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: c.NATS.ConfigFile, ServerName: c.NodeName, Domain: c.NATS.Domain}
+	if c.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
+		// The default nats.conf is optional: without it the built-in
+		// defaults (the same as the file in the repository) apply.
+		if _, err := os.Stat(c.NATS.ConfigFile); errors.Is(err, os.ErrNotExist) {
+			nc.ConfigFile = ""
+		}
+	}
+	if c.NATS.Port != nil {
+		nc.Port = *c.NATS.Port
+	}
+	return nc
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,14 +58,14 @@ func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, lo
 			h = f.Wrap(h)
 		}
 		if tm.TestControl {
-			if n.NATS == nil {
-				return nil, nil, errors.New("--test-control needs NATS for the instances' segment buckets")
-			}
 			ctl, err := testctl.New(testctl.Config{
-				JetStream: n.NATS.JetStream(), Dir: filepath.Join(dataDir, "test-instances"),
+				Bus: n.NATS, Dir: filepath.Join(dataDir, "test-instances"),
 				MaxRequestBytes: maxRequestBytes, Logger: log.With("component", "testctl"),
 			})
 			if err != nil {
+				return nil, nil, err
+			}
+			if err := ctl.Start(ctx); err != nil {
 				return nil, nil, err
 			}
 			inner := h
@@ -77,7 +76,7 @@ func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, lo
 				}
 				inner.ServeHTTP(w, r)
 			})
-			stop = ctl.Close
+			stop = ctl.Stop
 		}
 		return h, stop, nil
 	}
