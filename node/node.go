@@ -1,7 +1,10 @@
-// Package node assembles a running syncnode: the SQL store, the embedded
-// (or external) NATS server, the commit relay, the segment store, the sync
-// engine and the HTTP server. `syncnode serve` is a thin shell around it,
-// and end-to-end tests start real nodes through it.
+// Package node is the only place that assembles a running syncnode: the
+// SQL store, the embedded (or external, or shared) NATS server, the commit
+// relay, the serve gate, the segment store, the sync engine and the HTTP
+// handler and listener. `syncnode serve` is a thin shell around it, the
+// operator commands open a node's data through OpenStore and OpenAdmin,
+// each test-control instance is a node, and end-to-end tests start real
+// nodes through it.
 package node
 
 import (

@@ -25,9 +25,6 @@ import (
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
-// prod is the production bus namespace.
-var prod bus.Names
-
 // names is the bus namespace of prefix.
 func names(t testing.TB, prefix string) bus.Names {
 	t.Helper()
