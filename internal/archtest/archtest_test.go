@@ -7,7 +7,6 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -56,8 +55,7 @@ type pkg struct {
 
 func list(t *testing.T) []pkg {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.Command(goBin, "list", "-json=ImportPath,Imports,Deps", module+"...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", module+"...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
