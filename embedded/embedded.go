@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/internal/lifecycle"
 )
 
 // Mode selects where the node's NATS comes from.
@@ -158,9 +159,7 @@ type Server struct {
 	urls     string         // external mode
 	logger   *slog.Logger
 
-	mu      sync.Mutex
-	state   int // 0 new, 1 started, 2 stopped
-	stopErr error
+	life lifecycle.Once
 }
 
 // New validates cfg and returns a Server; Start starts it.
@@ -176,23 +175,12 @@ func New(cfg Config) (*Server, error) {
 // waits, at most Config.ReadyTimeout, until JetStream answers. On failure
 // nothing is left running. A Server starts once.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state != 0 {
-		return errors.New("start nats: a server starts once")
-	}
-	var err error
-	if s.cfg.Mode == ModeExternal {
-		err = s.connectExternal(ctx)
-	} else {
-		err = s.startEmbedded(ctx)
-	}
-	if err != nil {
-		s.state = 2
-		return err
-	}
-	s.state = 1
-	return nil
+	return s.life.Start(func() error {
+		if s.cfg.Mode == ModeExternal {
+			return s.connectExternal(ctx)
+		}
+		return s.startEmbedded(ctx)
+	})
 }
 
 // LoadOptions parses a nats.conf with the server's own parser (or returns
@@ -473,13 +461,7 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // down and waits for it. ctx bounds the drain. It is idempotent (later
 // calls return the first result) and does nothing before Start.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == 1 {
-		s.stopErr = s.stop(ctx)
-	}
-	s.state = 2
-	return s.stopErr
+	return s.life.Stop(func() error { return s.stop(ctx) })
 }
 
 func (s *Server) stop(ctx context.Context) error {

@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/storage"
@@ -53,9 +53,7 @@ type Node struct {
 	routesStop func(context.Context) error
 	serveErr   chan error
 
-	mu      sync.Mutex
-	state   int // 0 new, 1 started, 2 stopped
-	stopErr error
+	life lifecycle.Once
 }
 
 // New validates cfg (every field, the nested configs' included) and
@@ -71,19 +69,16 @@ func New(cfg Config) (*Node, error) {
 // Start opens every component, in dependency order, and starts serving
 // HTTP (when HTTP.Listen is set). On failure it stops whatever it had
 // started. A node starts once.
-func (n *Node) Start(ctx context.Context) (err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.state != 0 {
-		return errors.New("node: a node starts once")
-	}
-	n.state = 1
-	defer func() {
-		if err != nil {
-			n.stopErr = n.stop(context.WithoutCancel(ctx))
-			n.state = 2
+func (n *Node) Start(ctx context.Context) error {
+	return n.life.Start(func() error {
+		if err := n.start(ctx); err != nil {
+			return errors.Join(err, n.stop(context.WithoutCancel(ctx)))
 		}
-	}()
+		return nil
+	})
+}
+
+func (n *Node) start(ctx context.Context) (err error) {
 	cfg := n.cfg
 
 	// HTTP first: a port that is taken should fail before anything heavy.
@@ -216,13 +211,7 @@ func (n *Node) ready(ctx context.Context) error {
 // in SQL; the relay republishes anything unpublished on the next start.
 // Stop is idempotent and does nothing before Start.
 func (n *Node) Stop(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.state == 1 {
-		n.stopErr = n.stop(ctx)
-	}
-	n.state = 2
-	return n.stopErr
+	return n.life.Stop(func() error { return n.stop(ctx) })
 }
 
 func (n *Node) stop(ctx context.Context) error {

@@ -28,7 +28,8 @@ var layers = [][]string{
 	{"storage/internal"},
 	{"storage", "auth", "client"},
 	{"schema"},
-	{"ssp2", "embedded", "internal"},
+	{"ssp2", "embedded"},
+	{"internal"},
 }
 
 // testHelpers are imported by tests only, so they may reach anywhere.
