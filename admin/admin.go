@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/storage"
@@ -75,13 +76,6 @@ type Relay interface {
 	Stats() relay.Stats
 }
 
-// Clock tells the time (internal/clock.Clock satisfies it).
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // Limits of list pages and of the relay-lag scan.
 const (
 	DefaultLimit = 100
@@ -114,6 +108,10 @@ type Config struct {
 	Relay    Relay
 	// JetStream reads SYNC_COMMITS for the relay lag.
 	JetStream jetstream.JetStream
+	// Names is the bus namespace of the commit stream read (the zero
+	// Names is production). The admin service itself always answers on
+	// the production admin subjects: it is per deployment.
+	Names bus.Names
 	// Ready is the node's readiness (/readyz); nil: ready.
 	Ready func(ctx context.Context) error
 
@@ -121,7 +119,7 @@ type Config struct {
 	Extensions []Extension
 	// Timeout bounds one request's work (default 30 s).
 	Timeout time.Duration
-	Clock   Clock
+	Clock   clock.Clock // default clock.System
 	Logger  *slog.Logger
 }
 
@@ -130,9 +128,7 @@ const DefaultTimeout = 30 * time.Second
 
 // WithDefaults returns c with unset fields defaulted.
 func (c Config) WithDefaults() Config {
-	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Started.IsZero() {
 		c.Started = c.Clock.Now()
 	}
@@ -273,9 +269,9 @@ func (a *Admin) commitStream(ctx context.Context) (jetstream.Stream, error) {
 	if a.stream != nil {
 		return a.stream, nil
 	}
-	s, err := a.cfg.JetStream.Stream(ctx, bus.StreamCommits)
+	s, err := a.cfg.JetStream.Stream(ctx, a.cfg.Names.CommitStream())
 	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", bus.StreamCommits, err)
+		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.CommitStream(), err)
 	}
 	a.stream = s
 	return s, nil
@@ -294,15 +290,15 @@ func (a *Admin) relayLag(ctx context.Context, p storage.Partition) PartitionRela
 	if err != nil {
 		return PartitionRelay{Lag: retained, Error: err.Error()}
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, bus.PartitionCommits(bp))
+	msg, err := s.GetLastMsgForSubject(ctx, a.cfg.Names.PartitionCommits(bp))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return PartitionRelay{Lag: retained}
 	}
 	if err != nil {
-		return PartitionRelay{Lag: retained, Error: fmt.Sprintf("read %s: %v", bus.StreamCommits, err)}
+		return PartitionRelay{Lag: retained, Error: fmt.Sprintf("read %s: %v", a.cfg.Names.CommitStream(), err)}
 	}
 	out := PartitionRelay{StreamSeq: msg.Sequence, Lag: retained}
-	m, err := bus.ParseMeta(msg.Subject, msg.Header)
+	m, err := a.cfg.Names.ParseMeta(msg.Subject, msg.Header)
 	if err == nil && m.LogEpoch == bus.EscapeEpoch(p.LogEpoch) {
 		out.PublishedSeq = m.CommitSeq
 		out.Lag = max(0, p.MaxCommitSeq-m.CommitSeq)

@@ -319,7 +319,7 @@ func TestPermissions(t *testing.T) {
 		errs := make(chan error, 4)
 		nc := connect(t, n, u.user, u.password, errs)
 		if u.user == "app" {
-			if _, err := nc.ChanSubscribe(bus.SubjectAll, events); err != nil {
+			if _, err := nc.ChanSubscribe(bus.Names{}.AllCommits(), events); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -370,7 +370,7 @@ func TestPermissions(t *testing.T) {
 // endpoints) next to the built-in ones.
 func TestExtension(t *testing.T) {
 	t.Parallel()
-	n := nodetest.Start(t, func(c *node.Config) { c.NoAdmin = true })
+	n := nodetest.Start(t, func(c *node.Config) { c.Admin.Disabled = true })
 	ctx := ctxT(t)
 	nc := connect(t, n, "", "", nil)
 	type countReq struct {
@@ -420,7 +420,7 @@ func (e extension) AdminEndpoints() []admin.Endpoint { return e }
 // TestNoNode: a client without a node to answer says so.
 func TestNoNode(t *testing.T) {
 	t.Parallel()
-	n := nodetest.Start(t, func(c *node.Config) { c.NoAdmin = true })
+	n := nodetest.Start(t, func(c *node.Config) { c.Admin.Disabled = true })
 	_, err := admin.NewClient(connect(t, n, "", "", nil), 5*time.Second).NodeInfo(ctxT(t))
 	if !errors.Is(err, admin.ErrNoNode) {
 		t.Fatalf("err = %v, want ErrNoNode", err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/ids"
 )
 
@@ -53,8 +54,8 @@ type Config struct {
 	Audience   string // required "aud" when set
 	// Leeway tolerates clock skew on exp/nbf (default 30 s).
 	Leeway time.Duration
-	// Now is the verifier's clock (default time.Now).
-	Now func() time.Time
+	// Clock is the verifier's clock (default clock.System).
+	Clock clock.Clock
 }
 
 // Verifier checks bearer tokens. Verified tokens are remembered until
@@ -88,9 +89,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Leeway == 0 {
 		cfg.Leeway = 30 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	var methods []string
 	if len(cfg.Secret) > 0 {
 		methods = append(methods, "HS256")
@@ -110,7 +109,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(cfg.Leeway),
-		jwt.WithTimeFunc(cfg.Now),
+		jwt.WithTimeFunc(cfg.Clock.Now),
 	}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
@@ -154,7 +153,7 @@ func (s *scopesClaim) UnmarshalJSON(b []byte) error {
 
 // Verify parses and verifies a raw token (without the "Bearer " prefix).
 func (v *Verifier) Verify(token string) (Principal, error) {
-	now := v.cfg.Now()
+	now := v.cfg.Clock.Now()
 	v.mu.Lock()
 	hit, ok := v.cache[token]
 	v.mu.Unlock()

@@ -15,13 +15,16 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/syncnode/syncnode/internal/clock"
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
 func TestVerifyHS256(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	v, err := NewVerifier(Config{Secret: secret, Now: func() time.Time { return now }})
+	clk := clock.NewManual(now)
+	v, err := NewVerifier(Config{Secret: secret, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +44,8 @@ func TestVerifyHS256(t *testing.T) {
 
 func TestVerifyRefusals(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	v, err := NewVerifier(Config{Secret: secret, Now: func() time.Time { return now }})
+	clk := clock.NewManual(now)
+	v, err := NewVerifier(Config{Secret: secret, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +80,10 @@ func TestVerifyRefusals(t *testing.T) {
 
 func TestVerifyPublicKeys(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
+	clk := clock.NewManual(now)
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
-	v, err := NewVerifier(Config{PublicKeys: []crypto.PublicKey{ec.Public(), edPub}, Issuer: "idp", Audience: "syncnode", Now: func() time.Time { return now }})
+	v, err := NewVerifier(Config{PublicKeys: []crypto.PublicKey{ec.Public(), edPub}, Issuer: "idp", Audience: "syncnode", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +144,8 @@ func TestDevSecret(t *testing.T) {
 
 func TestVerifyCacheHonoursExpiry(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	v, err := NewVerifier(Config{Secret: secret, Leeway: time.Nanosecond, Now: func() time.Time { return now }})
+	clk := clock.NewManual(now)
+	v, err := NewVerifier(Config{Secret: secret, Leeway: time.Nanosecond, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +155,7 @@ func TestVerifyCacheHonoursExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	now = now.Add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	if _, err := v.Verify(tok); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("expired token accepted from the cache: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/ids"
 )
 
@@ -16,7 +17,7 @@ import (
 // would be acknowledged and then never published.
 func TestUnusableIDsAreRefused(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	v, err := NewVerifier(Config{Secret: secret, Now: func() time.Time { return now }})
+	v, err := NewVerifier(Config{Secret: secret, Clock: clock.NewManual(now)})
 	if err != nil {
 		t.Fatal(err)
 	}

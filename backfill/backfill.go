@@ -16,9 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -56,8 +56,8 @@ type Config struct {
 	// DefaultMaxAttempts); each stale or unverifiable activation costs
 	// one.
 	MaxAttempts int
-	// Now is the clock in Unix milliseconds (default wall clock).
-	Now    func() int64
+	// Clock stamps the checkpoint updates (default clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -69,9 +69,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,7 +175,7 @@ func (r *Runner) Run(ctx context.Context, job Job) (Result, error) {
 			return res, err
 		}
 		out, err := g.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: key, OwnerEpoch: res.OwnerEpoch,
-			Watermark: res.Watermark, Sources: job.Sources, OwnClientID: clientID(job), NowMs: r.cfg.Now()})
+			Watermark: res.Watermark, Sources: job.Sources, OwnClientID: clientID(job), NowMs: r.cfg.Clock.Now().UnixMilli()})
 		if err != nil {
 			return res, fmt.Errorf("backfill %s: %w", key, err)
 		}
@@ -224,7 +222,7 @@ func (r *Runner) pass(ctx context.Context, job Job, key storage.CheckpointKey, r
 					return nil, err
 				}
 				progress = storage.CheckpointAdvanceParams{CheckpointKey: key, OwnerEpoch: res.OwnerEpoch,
-					Watermark: wm, ObservedRows: rows + int64(len(ops)), NowMs: r.cfg.Now()}
+					Watermark: wm, ObservedRows: rows + int64(len(ops)), NowMs: r.cfg.Clock.Now().UnixMilli()}
 				ok, err := tx.CheckpointAdvance(ctx, progress)
 				if err != nil {
 					return nil, err

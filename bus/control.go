@@ -20,8 +20,6 @@ const (
 	// GlobalToken stands in for the partition in subjects of node-wide
 	// control events.
 	GlobalToken = "=global"
-	// SubjectGlobalControl matches every node-wide control event.
-	SubjectGlobalControl = controlPrefix + GlobalToken + ".>"
 )
 
 // Control event names (the last subject token).
@@ -43,15 +41,7 @@ const EventTypeControlPrefix = "dev.syncnode.control."
 // ControlEventType is the ce-type of a control event.
 func ControlEventType(event string) string { return EventTypeControlPrefix + event + ".v1" }
 
-// GlobalControlSubject is syncctl.=global.<event>.
-func GlobalControlSubject(event string) (string, error) {
-	if err := checkEvent(event); err != nil {
-		return "", err
-	}
-	return controlPrefix + GlobalToken + "." + event, nil
-}
-
-// Serve-gate KV keys (bucket BucketGate). Partition tokens live under
+// Serve-gate KV keys (bucket Names.GateBucket). Partition tokens live under
 // gate.<partition> (GateKey); the node-wide schema token is one key
 // outside that space.
 const (
@@ -68,15 +58,16 @@ func ParseGateKey(key string) (token string, ok bool) {
 	return token, ok && token != "" && !strings.Contains(token, ".")
 }
 
-// GateBucketConfig is the KV configuration of BucketGate: a few revisions
-// of history for operators, no TTL (a token lives until rebuilt), so
-// NATS-NOTES pitfall 4 (TTL clamped by history) does not apply.
-func GateBucketConfig(replicas int) jetstream.KeyValueConfig {
+// GateBucketConfig is the KV configuration of the gate bucket: a few
+// revisions of history for operators, no TTL (a token lives until
+// rebuilt), so NATS-NOTES pitfall 4 (TTL clamped by history) does not
+// apply.
+func (n Names) GateBucketConfig(replicas int) jetstream.KeyValueConfig {
 	if replicas < 1 {
 		replicas = 1
 	}
 	return jetstream.KeyValueConfig{
-		Bucket:      BucketGate,
+		Bucket:      n.GateBucket(),
 		Description: "syncnode serve-gate tokens: gate.<partition>, schema.current",
 		History:     8,
 		Storage:     jetstream.FileStorage,
@@ -101,11 +92,11 @@ type ControlEvent struct {
 // HeaderEventName carries a control event's name (ce-event).
 const HeaderEventName = "ce-event"
 
-// NewControlMsg encodes a control event as a CloudEvent in binary content
-// mode, like commit events: ce-* headers and a JSON body. Its ce-id is
-// unique (<node>:<nuid>) and doubles as Nats-Msg-Id, so a retried publish
-// is stored once.
-func NewControlMsg(node string, ev ControlEvent) (*nats.Msg, error) {
+// NewControlMsg encodes a control event of namespace names as a
+// CloudEvent in binary content mode, like commit events: ce-* headers and
+// a JSON body. Its ce-id is unique (<node>:<nuid>) and doubles as
+// Nats-Msg-Id, so a retried publish is stored once.
+func NewControlMsg(names Names, node string, ev ControlEvent) (*nats.Msg, error) {
 	var (
 		subject string
 		err     error
@@ -113,9 +104,9 @@ func NewControlMsg(node string, ev ControlEvent) (*nats.Msg, error) {
 	)
 	if ev.Partition != nil {
 		token = ev.Partition.token
-		subject, err = ControlSubject(*ev.Partition, ev.Event)
+		subject, err = names.ControlSubject(*ev.Partition, ev.Event)
 	} else {
-		subject, err = GlobalControlSubject(ev.Event)
+		subject, err = names.GlobalControlSubject(ev.Event)
 	}
 	if err != nil {
 		return nil, err

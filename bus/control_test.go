@@ -21,11 +21,11 @@ func TestGlobalTokenIsNoPartition(t *testing.T) {
 			t.Fatalf("partition %q escapes to the global token", id)
 		}
 	}
-	subj, err := GlobalControlSubject(EventSchemaMigrated)
+	subj, err := prod.GlobalControlSubject(EventSchemaMigrated)
 	if err != nil || subj != "syncctl.=global.schema_migrated" {
 		t.Fatalf("GlobalControlSubject = %q, %v", subj, err)
 	}
-	if _, err := GlobalControlSubject("Bad Event"); err == nil {
+	if _, err := prod.GlobalControlSubject("Bad Event"); err == nil {
 		t.Fatal("GlobalControlSubject accepted a bad event name")
 	}
 }
@@ -52,7 +52,7 @@ func TestParseGateKey(t *testing.T) {
 func TestNewControlMsg(t *testing.T) {
 	p, _ := NewPartition("user@example.com")
 	at := time.UnixMilli(1_700_000_000_123)
-	m, err := NewControlMsg("node1", ControlEvent{Event: EventCheckpointDeclared, Partition: &p, Subject: p.Token() + "/proj", Time: at,
+	m, err := NewControlMsg(prod, "node1", ControlEvent{Event: EventCheckpointDeclared, Partition: &p, Subject: p.Token() + "/proj", Time: at,
 		Data: map[string]any{"name": "proj"}})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestNewControlMsg(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &body); err != nil || body["name"] != "proj" {
 		t.Fatalf("body %s: %v", m.Data, err)
 	}
-	g, err := NewControlMsg("node1", ControlEvent{Event: EventSchemaMigrated, Time: at, Data: map[string]int{"schemaVersion": 2}})
+	g, err := NewControlMsg(prod, "node1", ControlEvent{Event: EventSchemaMigrated, Time: at, Data: map[string]int{"schemaVersion": 2}})
 	if err != nil || g.Subject != "syncctl.=global.schema_migrated" || g.Header.Get(HeaderPartition) != GlobalToken {
 		t.Fatalf("global event: %v, %+v", err, g)
 	}

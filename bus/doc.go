@@ -1,8 +1,19 @@
 // Package bus is syncnode's event bus on NATS: the only place where
-// subjects, stream names, bucket names and KV keys are built; the
+// subjects, stream names, bucket names and KV keys are built (Names); the
 // CloudEvents encoding of commits (Encoder); the streams (EnsureStreams);
 // and the subscriptions the node reacts to. Package relay publishes the
 // commit log with this encoding.
+//
+// # Namespaces
+//
+// Every stream, bucket and subject name comes from a Names value. The
+// zero Names is the production namespace, whose names are the ones below.
+// NewNames(prefix) builds an isolated namespace on the same server:
+// streams and buckets become <prefix>_<name>, subjects <prefix>.<subject>
+// (<prefix>_SYNC_COMMITS on <prefix>.sync.*.commit.*, <prefix>_sync_gate,
+// …). Each test-control instance is a node in the namespace i-<id>.
+// Components take the namespace in their Config (Names); the functions
+// here that build or read names of a namespace take it as an argument.
 //
 // # Subject grammar
 //

@@ -29,6 +29,7 @@ var (
 // table), CloudEvents binary mode (see the package doc). It keeps scratch
 // buffers: use one Encoder per goroutine.
 type Encoder struct {
+	names      Names
 	source     []string // ce-source header value
 	schema     *schema.Schema
 	maxPayload int // largest message (headers + body) the server accepts
@@ -45,12 +46,12 @@ type CommitMsg struct {
 	CommitSeq int64
 }
 
-// NewEncoder builds an Encoder for events from node (ce-source
-// syncnode://<node>, see CheckNode). Rows are rendered with s. A message
-// whose body would exceed maxPayload (the server's max_payload; <= 0 is
-// unlimited) leaves out its rows, then its changes.
-func NewEncoder(node string, s *schema.Schema, maxPayload int) *Encoder {
-	return &Encoder{source: []string{Source(node)}, schema: s, maxPayload: maxPayload}
+// NewEncoder builds an Encoder for events of namespace names from node
+// (ce-source syncnode://<node>, see CheckNode). Rows are rendered with s.
+// A message whose body would exceed maxPayload (the server's max_payload;
+// <= 0 is unlimited) leaves out its rows, then its changes.
+func NewEncoder(names Names, node string, s *schema.Schema, maxPayload int) *Encoder {
+	return &Encoder{names: names, source: []string{Source(node)}, schema: s, maxPayload: maxPayload}
 }
 
 // AppendCommit appends the messages of one commit to dst, tables in order
@@ -89,7 +90,7 @@ func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c 
 		if p.Hashed() {
 			h[HeaderSyncPartition] = []string{p.escaped}
 		}
-		subject := commitSubject(p.token, table)
+		subject := e.names.commitSubject(p.token, table)
 		body := e.body(p, logEpoch, c, table, bodyFull)
 		// Headers are well under 4 KiB unless the partition is hashed
 		// (its escaped id rides along): only near the limit count them.

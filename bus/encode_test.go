@@ -61,7 +61,7 @@ func TestEncodeCommit(t *testing.T) {
 	t.Parallel()
 	s := bustest.Schema(t)
 	p := mustPartition(t, "acme/eu")
-	enc := NewEncoder("node-1", s, 1<<20)
+	enc := NewEncoder(prod, "node-1", s, 1<<20)
 	evs := enc.AppendCommit(nil, p, "ep1", multiTableCommit(t, s))
 	if len(evs) != 2 {
 		t.Fatalf("%d messages, want 2 (one per table)", len(evs))
@@ -124,12 +124,12 @@ func TestEncodeHashedPartition(t *testing.T) {
 	t.Parallel()
 	s := bustest.Schema(t)
 	p := mustPartition(t, strings.Repeat("tenant.", 20))
-	evs := NewEncoder("n", s, 0).AppendCommit(nil, p, "e", multiTableCommit(t, s))
+	evs := NewEncoder(prod, "n", s, 0).AppendCommit(nil, p, "e", multiTableCommit(t, s))
 	h := evs[0].Msg.Header
 	if h.Get(HeaderPartition) != p.Token() || h.Get(HeaderSyncPartition) != p.Escaped() {
 		t.Fatalf("headers %v", h)
 	}
-	meta, err := ParseMeta(evs[0].Msg.Subject, h)
+	meta, err := prod.ParseMeta(evs[0].Msg.Subject, h)
 	if err != nil || meta.Partition.ID() != p.ID() {
 		t.Fatalf("ParseMeta = %+v, %v", meta, err)
 	}
@@ -142,7 +142,7 @@ func TestEncodeOversizeAndUndecodable(t *testing.T) {
 	c := multiTableCommit(t, s)
 	big := strings.Repeat("x", 4000)
 	c.Changes[0].Row = todoRow(t, s, "t1", "p1", big, 1)
-	evs := NewEncoder("n", s, 3000).AppendCommit(nil, p, "e", c)
+	evs := NewEncoder(prod, "n", s, 3000).AppendCommit(nil, p, "e", c)
 	b, err := DecodeBody(evs[0].Msg.Data)
 	if err != nil || !b.RowsOmitted || len(b.Changes) != 2 || b.Changes[0].Row != nil {
 		t.Fatalf("oversize row: %+v, %v", b, err)
@@ -150,7 +150,7 @@ func TestEncodeOversizeAndUndecodable(t *testing.T) {
 	for i := range 200 {
 		c.Changes = append(c.Changes, storage.Change{Table: "todos", RowID: strings.Repeat("r", 40) + string(rune('a'+i%26)), Op: storage.OpDelete})
 	}
-	evs = NewEncoder("n", s, 3000).AppendCommit(nil, p, "e", c)
+	evs = NewEncoder(prod, "n", s, 3000).AppendCommit(nil, p, "e", c)
 	b, err = DecodeBody(evs[0].Msg.Data)
 	if err != nil || !b.ChangesOmitted || b.ChangeCount != 202 || len(b.Changes) != 0 {
 		t.Fatalf("oversize change list: changes %d, count %d, omitted %v, %v", len(b.Changes), b.ChangeCount, b.ChangesOmitted, err)
@@ -160,7 +160,7 @@ func TestEncodeOversizeAndUndecodable(t *testing.T) {
 	c = multiTableCommit(t, s)
 	c.Changes[0].Row = []byte{1, 2, 3}
 	c.Changes[1].Table = "gone"
-	evs = NewEncoder("n", s, 0).AppendCommit(nil, p, "e", c)
+	evs = NewEncoder(prod, "n", s, 0).AppendCommit(nil, p, "e", c)
 	for _, ev := range evs {
 		b, err := DecodeBody(ev.Msg.Data)
 		if err != nil || b.Changes[0].Row != nil || len(b.Changes[0].RowPayload) == 0 {
@@ -193,7 +193,7 @@ func TestCloudEventsSDKDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	sub, err := nc.SubscribeSync(SubjectAll)
+	sub, err := nc.SubscribeSync(prod.AllCommits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestCloudEventsSDKDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := mustPartition(t, "acme")
-	evs := NewEncoder("node-1", s, 0).AppendCommit(nil, p, "ep1", multiTableCommit(t, s))
+	evs := NewEncoder(prod, "node-1", s, 0).AppendCommit(nil, p, "ep1", multiTableCommit(t, s))
 	for _, ev := range evs {
 		if err := srv.Conn().PublishMsg(ev.Msg); err != nil {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func BenchmarkEncodeCommit(b *testing.B) {
 	s := bustest.Schema(b)
 	p := mustPartition(b, "acme")
 	c := multiTableCommit(b, s)
-	enc := NewEncoder("node-1", s, 1<<20)
+	enc := NewEncoder(prod, "node-1", s, 1<<20)
 	var evs []CommitMsg
 	b.ReportAllocs()
 	for b.Loop() {

@@ -105,9 +105,10 @@ type Meta struct {
 // syncnode commit event.
 var ErrNotCommitEvent = errors.New("not a syncnode commit event")
 
-// ParseMeta reads a commit event's subject and headers.
-func ParseMeta(subject string, h nats.Header) (Meta, error) {
-	token, table, ok := ParseCommitSubject(subject)
+// ParseMeta reads the subject and headers of a commit event of this
+// namespace.
+func (n Names) ParseMeta(subject string, h nats.Header) (Meta, error) {
+	token, table, ok := n.ParseCommitSubject(subject)
 	if !ok {
 		return Meta{}, fmt.Errorf("%w: subject %q", ErrNotCommitEvent, subject)
 	}

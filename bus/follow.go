@@ -46,20 +46,20 @@ type Follower struct {
 	stopOnce sync.Once
 }
 
-// Follow starts delivering commit events to fn.
-func Follow(ctx context.Context, js jetstream.JetStream, p FollowParams, fn func(Event)) (*Follower, error) {
-	filter := SubjectCommits
+// Follow starts delivering the commit events of namespace names to fn.
+func Follow(ctx context.Context, js jetstream.JetStream, names Names, p FollowParams, fn func(Event)) (*Follower, error) {
+	filter := names.CommitSubjects()
 	switch {
 	case p.Partition.token != "" && p.Table != "":
 		var err error
-		if filter, err = CommitSubject(p.Partition, p.Table); err != nil {
+		if filter, err = names.CommitSubject(p.Partition, p.Table); err != nil {
 			return nil, fmt.Errorf("follow: %w", err)
 		}
 	case p.Partition.token != "":
-		filter = PartitionCommits(p.Partition)
+		filter = names.PartitionCommits(p.Partition)
 	case p.Table != "":
 		var err error
-		if filter, err = TableCommits(p.Table); err != nil {
+		if filter, err = names.TableCommits(p.Table); err != nil {
 			return nil, fmt.Errorf("follow: %w", err)
 		}
 	}
@@ -75,7 +75,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, p FollowParams, fn func
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = p.StartSeq
 	}
-	cons, err := js.OrderedConsumer(ctx, StreamCommits, cfg)
+	cons, err := js.OrderedConsumer(ctx, names.CommitStream(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("follow %s: %w", filter, err)
 	}
@@ -85,7 +85,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, p FollowParams, fn func
 			logger.Warn("bus: follow: message without metadata", "subject", m.Subject(), "err", err)
 			return
 		}
-		meta, err := ParseMeta(m.Subject(), m.Headers())
+		meta, err := names.ParseMeta(m.Subject(), m.Headers())
 		if err != nil {
 			logger.Warn("bus: follow: skipping message", "subject", m.Subject(), "stream_seq", md.Sequence.Stream, "err", err)
 			return
@@ -99,10 +99,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, p FollowParams, fn func
 }
 
 // Stop ends delivery and waits until the handler has returned for the
-// last time. It is idempotent.
-func (f *Follower) Stop() {
-	f.stopOnce.Do(func() {
-		f.cc.Stop()
-		<-f.cc.Closed()
-	})
+// last time, at most until ctx ends. It is idempotent.
+func (f *Follower) Stop(ctx context.Context) error {
+	f.stopOnce.Do(func() { f.cc.Stop() })
+	select {
+	case <-f.cc.Closed():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("follow stop: %w", ctx.Err())
+	}
 }

@@ -26,17 +26,19 @@ import (
 // A dotted type spans several tokens, so `nats reply 'syncreact.work.email.>'`
 // serves every email.* type. The type comes last in event subjects for the
 // same reason.
+//
+// In an isolated namespace both roots carry its prefix, like every other
+// subject (Names).
 const (
-	// SubjectReactionWork matches every worker request:
-	// syncreact.work.<type>.
-	SubjectReactionWork = reactionWorkPrefix + ">"
-	// SubjectReactionEvents matches every lifecycle event:
-	// syncreact.event.<partition>.<event>.<type>.
-	SubjectReactionEvents = reactionEventPrefix + ">"
-
 	reactionWorkPrefix  = "syncreact.work."
 	reactionEventPrefix = "syncreact.event."
 )
+
+// ReactionWork matches every worker request: syncreact.work.>.
+func (n Names) ReactionWork() string { return n.subject(reactionWorkPrefix + ">") }
+
+// ReactionEvents matches every lifecycle event: syncreact.event.>.
+func (n Names) ReactionEvents() string { return n.subject(reactionEventPrefix + ">") }
 
 // Reaction lifecycle events (the event token).
 const (
@@ -79,36 +81,40 @@ const EventTypeReactionPrefix = "dev.syncnode.reaction."
 func ReactionEventType(event string) string { return EventTypeReactionPrefix + event + ".v1" }
 
 // ReactionWorkSubject is syncreact.work.<type>.
-func ReactionWorkSubject(typ string) (string, error) {
+func (n Names) ReactionWorkSubject(typ string) (string, error) {
 	if err := storage.CheckReactionType(typ); err != nil {
 		return "", err
 	}
-	return reactionWorkPrefix + typ, nil
+	return n.subject(reactionWorkPrefix + typ), nil
 }
 
 // ReactionEventSubject is syncreact.event.<partition>.<event>.<type>.
-func ReactionEventSubject(p Partition, event, typ string) (string, error) {
+func (n Names) ReactionEventSubject(p Partition, event, typ string) (string, error) {
 	if err := checkReactionEvent(event); err != nil {
 		return "", err
 	}
 	if err := storage.CheckReactionType(typ); err != nil {
 		return "", err
 	}
-	return reactionEventPrefix + p.token + "." + event + "." + typ, nil
+	return n.subject(reactionEventPrefix + p.token + "." + event + "." + typ), nil
 }
 
 // ReactionEventFilter is syncreact.event.*.<event>.>: one event of every
 // partition and type.
-func ReactionEventFilter(event string) (string, error) {
+func (n Names) ReactionEventFilter(event string) (string, error) {
 	if err := checkReactionEvent(event); err != nil {
 		return "", err
 	}
-	return reactionEventPrefix + "*." + event + ".>", nil
+	return n.subject(reactionEventPrefix + "*." + event + ".>"), nil
 }
 
-// ParseReactionEventSubject splits syncreact.event.<token>.<event>.<type>.
-func ParseReactionEventSubject(subject string) (token, event, typ string, ok bool) {
-	rest, ok := strings.CutPrefix(subject, reactionEventPrefix)
+// ParseReactionEventSubject splits syncreact.event.<token>.<event>.<type>
+// of this namespace.
+func (n Names) ParseReactionEventSubject(subject string) (token, event, typ string, ok bool) {
+	rest, ok := n.unprefix(subject)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, reactionEventPrefix)
+	}
 	if !ok {
 		return "", "", "", false
 	}
@@ -159,8 +165,8 @@ type ReactionEvent struct {
 // ce-type dev.syncnode.reaction.<event>.v1, ce-subject
 // <partition token>/<type>, extensions ce-partition, ce-event and
 // ce-reactiontype, and a JSON body.
-func NewReactionEventMsg(node string, ev ReactionEvent) (*nats.Msg, error) {
-	subject, err := ReactionEventSubject(ev.Partition, ev.Event, ev.Type)
+func NewReactionEventMsg(n Names, node string, ev ReactionEvent) (*nats.Msg, error) {
+	subject, err := n.ReactionEventSubject(ev.Partition, ev.Event, ev.Type)
 	if err != nil {
 		return nil, err
 	}

@@ -13,39 +13,39 @@ import (
 )
 
 func TestReactionSubjects(t *testing.T) {
-	if s, err := ReactionWorkSubject("email.send"); err != nil || s != "syncreact.work.email.send" {
+	if s, err := prod.ReactionWorkSubject("email.send"); err != nil || s != "syncreact.work.email.send" {
 		t.Fatalf("work subject = %q, %v", s, err)
 	}
 	for _, bad := range []string{"", "email.*", "email.>", "a b", "a..b", ".a", "a.", "1a", strings.Repeat("a", 129)} {
-		if s, err := ReactionWorkSubject(bad); err == nil {
+		if s, err := prod.ReactionWorkSubject(bad); err == nil {
 			t.Errorf("work subject of type %q = %q, want refused", bad, s)
 		}
 	}
 	p, _ := NewPartition("a.b")
-	s, err := ReactionEventSubject(p, ReactionDeadLettered, "email.send")
+	s, err := prod.ReactionEventSubject(p, ReactionDeadLettered, "email.send")
 	if err != nil || s != "syncreact.event.a=2Eb.dead_lettered.email.send" {
 		t.Fatalf("event subject = %q, %v", s, err)
 	}
-	tok, ev, typ, ok := ParseReactionEventSubject(s)
+	tok, ev, typ, ok := prod.ParseReactionEventSubject(s)
 	if !ok || tok != p.Token() || ev != ReactionDeadLettered || typ != "email.send" {
 		t.Fatalf("parse %q = %q %q %q %v", s, tok, ev, typ, ok)
 	}
-	if _, err := ReactionEventSubject(p, "exploded", "t"); err == nil {
+	if _, err := prod.ReactionEventSubject(p, "exploded", "t"); err == nil {
 		t.Fatal("an unknown event was accepted")
 	}
 	for _, bad := range []string{"syncreact.event.p.completed", "syncreact.event.p.nope.t", "syncreact.work.t", "syncreact.event..completed.t",
 		"syncreact.event. .completed.t", "syncreact.event.a=2e.completed.t", "syncreact.event.h_abc.completed.t"} {
-		if _, _, _, ok := ParseReactionEventSubject(bad); ok {
+		if _, _, _, ok := prod.ParseReactionEventSubject(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
 	}
-	f, err := ReactionEventFilter(ReactionRequeued)
+	f, err := prod.ReactionEventFilter(ReactionRequeued)
 	if err != nil || f != "syncreact.event.*.requeued.>" {
 		t.Fatalf("filter = %q, %v", f, err)
 	}
 	// Work and event subjects never fall under the commit or control
 	// spaces.
-	for _, s := range []string{SubjectReactionWork, SubjectReactionEvents} {
+	for _, s := range []string{prod.ReactionWork(), prod.ReactionEvents()} {
 		if strings.HasPrefix(s, commitPrefix) || strings.HasPrefix(s, controlPrefix) {
 			t.Errorf("%s overlaps the commit or control subjects", s)
 		}
@@ -56,7 +56,7 @@ func TestNewReactionEventMsg(t *testing.T) {
 	long := strings.Repeat("tenant/", 20)
 	p, _ := NewPartition(long)
 	at := time.UnixMilli(1_700_000_000_123)
-	m, err := NewReactionEventMsg("node1", ReactionEvent{Event: ReactionCompleted, Partition: p, Type: "email.send", Time: at,
+	m, err := NewReactionEventMsg(prod, "node1", ReactionEvent{Event: ReactionCompleted, Partition: p, Type: "email.send", Time: at,
 		Data: map[string]any{"attempt": 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func FuzzParseReactionEventSubject(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tok, event, typ, ok := ParseReactionEventSubject(s)
+		tok, event, typ, ok := prod.ParseReactionEventSubject(s)
 		if !ok {
 			return
 		}

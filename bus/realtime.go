@@ -10,26 +10,26 @@ package bus
 //	                 | "syncrt.=node." ( "alive" | "sync" ) node-wide presence control
 //
 // "=node" can never be a partition token ('=' is only ever followed by two
-// uppercase hex digits), like "=global" in control subjects.
-const (
-	// SubjectPresence matches every partition's presence changes:
-	// syncrt.<partition>.presence.
-	SubjectPresence = "syncrt.*.presence"
-	// SubjectPresenceAlive carries each node's periodic presence
-	// heartbeat; a node not heard from for a while has its documents
-	// dropped by the others: syncrt.=node.alive.
-	SubjectPresenceAlive = "syncrt.=node.alive"
-	// SubjectPresenceSync asks every node to announce its current presence
-	// documents again (sent by a node that starts or reconnects):
-	// syncrt.=node.sync.
-	SubjectPresenceSync = "syncrt.=node.sync"
+// uppercase hex digits), like "=global" in control subjects. In an
+// isolated namespace they carry its prefix (Names).
+const realtimePrefix = "syncrt."
 
-	realtimePrefix = "syncrt."
-)
+// Presence matches every partition's presence changes:
+// syncrt.*.presence.
+func (n Names) Presence() string { return n.subject(realtimePrefix + "*.presence") }
+
+// PresenceAlive carries each node's periodic presence heartbeat; a node
+// not heard from for a while has its documents dropped by the others:
+// syncrt.=node.alive.
+func (n Names) PresenceAlive() string { return n.subject(realtimePrefix + "=node.alive") }
+
+// PresenceSync asks every node to announce its current presence documents
+// again (sent by a node that starts or reconnects): syncrt.=node.sync.
+func (n Names) PresenceSync() string { return n.subject(realtimePrefix + "=node.sync") }
 
 // PresenceSubject is syncrt.<partition>.presence.
-func PresenceSubject(p Partition) string {
-	return realtimePrefix + p.token + ".presence"
+func (n Names) PresenceSubject(p Partition) string {
+	return n.subject(realtimePrefix + p.token + ".presence")
 }
 
 // EpochToken is a log epoch as commit events carry it in ce-logepoch

@@ -7,12 +7,12 @@ func TestRealtimeSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := PresenceSubject(p); got != "syncrt.user=40example=2Ecom.presence" {
+	if got := prod.PresenceSubject(p); got != "syncrt.user=40example=2Ecom.presence" {
 		t.Fatalf("PresenceSubject = %q", got)
 	}
 	// Node-wide subjects are outside the per-partition wildcard, which no
 	// partition token can make collide with them.
-	for _, s := range []string{SubjectPresenceAlive, SubjectPresenceSync} {
+	for _, s := range []string{prod.PresenceAlive(), prod.PresenceSync()} {
 		if got := "syncrt.=node"; s[:len(got)] != got {
 			t.Fatalf("%q is not under syncrt.=node", s)
 		}

@@ -2,47 +2,18 @@ package bus
 
 import (
 	"encoding/base64"
-	"errors"
-	"fmt"
 )
 
 // Names of the segment store (package segments): the Object Store bucket
-// and its backing stream, the object of one content address, and the
-// upload claims in the leases bucket.
+// (Names.SegmentsBucket) and its backing stream, the object of one content
+// address, and the upload claims in the lease bucket.
 //
-//	bucket         sync_segments | sync_segments_<instance>
+//	bucket         sync_segments | <prefix>_sync_segments
 //	stream         OBJ_<bucket>
 //	object         sha256-<64 hex>                       (content address sha256:<hex>)
 //	chunks         $O.<bucket>.C.<nuid>                  (one subject per uploaded object)
 //	meta           $O.<bucket>.M.<base64url(object)>
-//	upload claim   upload.<bucket>.<64 hex>              (in sync_leases, per-key TTL)
-
-// MaxInstanceLen bounds the instance suffix of a segments bucket name.
-const MaxInstanceLen = 32
-
-// ErrInvalidInstance is returned for an instance name that is not
-// [A-Za-z0-9_-]{1,MaxInstanceLen}.
-var ErrInvalidInstance = errors.New("invalid instance name")
-
-// SegmentsBucket is the Object Store bucket of bootstrap segments:
-// BucketSegments for the empty instance, else sync_segments_<instance>, so
-// isolated instances sharing one NATS server (test control) keep separate
-// segment stores.
-func SegmentsBucket(instance string) (string, error) {
-	if instance == "" {
-		return BucketSegments, nil
-	}
-	if len(instance) > MaxInstanceLen {
-		return "", fmt.Errorf("%w: %q", ErrInvalidInstance, instance)
-	}
-	for i := 0; i < len(instance); i++ {
-		c := instance[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return "", fmt.Errorf("%w: %q", ErrInvalidInstance, instance)
-		}
-	}
-	return BucketSegments + "_" + instance, nil
-}
+//	upload claim   upload.<bucket>.<64 hex>              (in the lease bucket, per-key TTL)
 
 // ObjectStream is the stream backing an Object Store bucket: OBJ_<bucket>.
 func ObjectStream(bucket string) string { return "OBJ_" + bucket }

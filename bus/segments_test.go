@@ -1,43 +1,35 @@
 package bus
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
 
 func TestSegmentNames(t *testing.T) {
 	t.Parallel()
-	if b, err := SegmentsBucket(""); err != nil || b != BucketSegments {
-		t.Errorf("SegmentsBucket(\"\") = %q, %v", b, err)
+	ns, err := NewNames("t-1_x")
+	if err != nil {
+		t.Fatal(err)
 	}
-	b, err := SegmentsBucket("t-1_x")
-	if err != nil || b != "sync_segments_t-1_x" {
-		t.Errorf("SegmentsBucket(t-1_x) = %q, %v", b, err)
-	}
-	for _, bad := range []string{"a.b", "a b", "*", ">", "é", strings.Repeat("x", MaxInstanceLen+1)} {
-		if _, err := SegmentsBucket(bad); !errors.Is(err, ErrInvalidInstance) {
-			t.Errorf("SegmentsBucket(%q) = %v, want ErrInvalidInstance", bad, err)
-		}
-	}
+	b := ns.SegmentsBucket()
 	hex := strings.Repeat("ab", 32)
 	if got := SegmentObject(hex); got != "sha256-"+hex {
 		t.Errorf("SegmentObject = %q", got)
 	}
-	if got := SegmentUploadKey(b, hex); got != "upload.sync_segments_t-1_x."+hex {
+	if got := SegmentUploadKey(b, hex); got != "upload.t-1_x_sync_segments."+hex {
 		t.Errorf("SegmentUploadKey = %q", got)
 	}
-	if got := ObjectStream(b); got != "OBJ_sync_segments_t-1_x" {
+	if got := ObjectStream(b); got != "OBJ_t-1_x_sync_segments" {
 		t.Errorf("ObjectStream = %q", got)
 	}
-	if got := ObjectChunks(b); got != "$O.sync_segments_t-1_x.C.>" {
+	if got := ObjectChunks(b); got != "$O.t-1_x_sync_segments.C.>" {
 		t.Errorf("ObjectChunks = %q", got)
 	}
 	subj := ObjectChunkSubject(b, "NUID1")
 	if nuid, ok := ParseObjectChunkSubject(b, subj); !ok || nuid != "NUID1" {
 		t.Errorf("ParseObjectChunkSubject(%q) = %q, %v", subj, nuid, ok)
 	}
-	for _, bad := range []string{"$O.sync_segments_t-1_x.C.", "$O.other.C.x", "$O.sync_segments_t-1_x.M.x"} {
+	for _, bad := range []string{"$O.t-1_x_sync_segments.C.", "$O.other.C.x", "$O.t-1_x_sync_segments.M.x"} {
 		if _, ok := ParseObjectChunkSubject(b, bad); ok {
 			t.Errorf("ParseObjectChunkSubject(%q) accepted", bad)
 		}

@@ -135,15 +135,16 @@ func (e *StreamConflictError) Is(target error) bool { return target == ErrStream
 // Unwrap returns the server's error.
 func (e *StreamConflictError) Unwrap() error { return e.Err }
 
-// CommitsStreamConfig is the full JetStream configuration of SYNC_COMMITS
-// for c.
-func CommitsStreamConfig(c StreamConfig) jetstream.StreamConfig {
-	return streamConfig(StreamCommits, SubjectCommits, "syncnode commit events (CloudEvents, one per commit and table)", c)
+// CommitsStreamConfig is the full JetStream configuration of the commit
+// stream for c.
+func (n Names) CommitsStreamConfig(c StreamConfig) jetstream.StreamConfig {
+	return streamConfig(n.CommitStream(), n.CommitSubjects(), "syncnode commit events (CloudEvents, one per commit and table)", c)
 }
 
-// ControlStreamConfig is the full JetStream configuration of SYNC_CONTROL.
-func ControlStreamConfig(c StreamConfig) jetstream.StreamConfig {
-	return streamConfig(StreamControl, SubjectControl, "syncnode control events (serve gate, migrations)", c)
+// ControlStreamConfig is the full JetStream configuration of the control
+// stream for c.
+func (n Names) ControlStreamConfig(c StreamConfig) jetstream.StreamConfig {
+	return streamConfig(n.ControlStream(), n.ControlSubjects(), "syncnode control events (serve gate, migrations)", c)
 }
 
 func streamConfig(name, subject, desc string, c StreamConfig) jetstream.StreamConfig {
@@ -178,18 +179,19 @@ func applyOwned(sc *jetstream.StreamConfig, c StreamConfig) {
 	sc.DenyDelete = true
 }
 
-// EnsureStreams creates SYNC_COMMITS and SYNC_CONTROL, or reconciles them:
-// compatible drift (limits, replicas, duplicate window, atomic publish) is
-// updated in place, incompatible settings give a *StreamConflictError.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
+// EnsureStreams creates the commit and control streams of names, or
+// reconciles them: compatible drift (limits, replicas, duplicate window,
+// atomic publish) is updated in place, incompatible settings give a
+// *StreamConflictError.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, names Names, cfg StreamsConfig) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := ensureStream(ctx, js, CommitsStreamConfig(cfg.Commits), cfg.Commits); err != nil {
+	if err := ensureStream(ctx, js, names.CommitsStreamConfig(cfg.Commits), cfg.Commits); err != nil {
 		return err
 	}
-	return ensureStream(ctx, js, ControlStreamConfig(cfg.Control), cfg.Control)
+	return ensureStream(ctx, js, names.ControlStreamConfig(cfg.Control), cfg.Control)
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, owned StreamConfig) error {

@@ -21,26 +21,26 @@ func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
 	js := embeddedtest.Start(t).JetStream()
 	ctx := bustest.Context(t)
 	cfg := StreamsConfig{Commits: StreamConfig{MaxAge: time.Hour, Duplicates: 10 * time.Second, MaxBytes: 1 << 30}}
-	if err := EnsureStreams(ctx, js, cfg); err != nil {
+	if err := EnsureStreams(ctx, js, prod, cfg); err != nil {
 		t.Fatalf("first: %v", err)
 	}
-	if err := EnsureStreams(ctx, js, cfg); err != nil {
+	if err := EnsureStreams(ctx, js, prod, cfg); err != nil {
 		t.Fatalf("second: %v", err)
 	}
-	s, err := js.Stream(ctx, StreamCommits)
+	s, err := js.Stream(ctx, prod.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := s.CachedInfo().Config
-	if c.Subjects[0] != SubjectCommits || c.MaxAge != time.Hour || c.Duplicates != 10*time.Second ||
+	if c.Subjects[0] != prod.CommitSubjects() || c.MaxAge != time.Hour || c.Duplicates != 10*time.Second ||
 		c.MaxBytes != 1<<30 || !c.AllowAtomicPublish || !c.DenyDelete || c.Storage != jetstream.FileStorage {
 		t.Errorf("SYNC_COMMITS config = %+v", c)
 	}
-	ctl, err := js.Stream(ctx, StreamControl)
+	ctl, err := js.Stream(ctx, prod.ControlStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ctl.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != SubjectControl {
+	if got := ctl.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != prod.ControlSubjects() {
 		t.Errorf("SYNC_CONTROL subjects = %v", got)
 	}
 }
@@ -49,17 +49,17 @@ func TestEnsureStreamsReconcilesDrift(t *testing.T) {
 	t.Parallel()
 	js := embeddedtest.Start(t).JetStream()
 	ctx := bustest.Context(t)
-	old := CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
+	old := prod.CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
 	old.AllowAtomicPublish = false
 	old.MaxMsgsPerSubject = 10
 	old.Metadata = map[string]string{"owner": "ops"}
 	if _, err := js.CreateStream(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureStreams(ctx, js, StreamsConfig{Commits: StreamConfig{MaxAge: 2 * time.Hour}}); err != nil {
+	if err := EnsureStreams(ctx, js, prod, StreamsConfig{Commits: StreamConfig{MaxAge: 2 * time.Hour}}); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
-	s, _ := js.Stream(ctx, StreamCommits)
+	s, _ := js.Stream(ctx, prod.CommitStream())
 	c := s.CachedInfo().Config
 	if c.MaxAge != 2*time.Hour || c.Duplicates != DefaultCommitsDuplicates || !c.AllowAtomicPublish || c.MaxMsgsPerSubject != -1 {
 		t.Errorf("after reconcile: %+v", c)
@@ -76,9 +76,9 @@ func TestEnsureStreamsConflicts(t *testing.T) {
 		pre   jetstream.StreamConfig
 		field string
 	}{
-		{"other subjects", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{"other.>"}}, "subjects"},
-		{"memory storage", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{SubjectCommits}, Storage: jetstream.MemoryStorage}, "storage"},
-		{"work queue", jetstream.StreamConfig{Name: StreamCommits, Subjects: []string{SubjectCommits}, Retention: jetstream.WorkQueuePolicy}, "retention"},
+		{"other subjects", jetstream.StreamConfig{Name: prod.CommitStream(), Subjects: []string{"other.>"}}, "subjects"},
+		{"memory storage", jetstream.StreamConfig{Name: prod.CommitStream(), Subjects: []string{prod.CommitSubjects()}, Storage: jetstream.MemoryStorage}, "storage"},
+		{"work queue", jetstream.StreamConfig{Name: prod.CommitStream(), Subjects: []string{prod.CommitSubjects()}, Retention: jetstream.WorkQueuePolicy}, "retention"},
 		{"subjects owned by another stream", jetstream.StreamConfig{Name: "APP", Subjects: []string{"sync.>"}}, "subjects"},
 	}
 	for _, tt := range tests {
@@ -89,7 +89,7 @@ func TestEnsureStreamsConflicts(t *testing.T) {
 			if _, err := js.CreateStream(ctx, tt.pre); err != nil {
 				t.Fatal(err)
 			}
-			err := EnsureStreams(ctx, js, StreamsConfig{})
+			err := EnsureStreams(ctx, js, prod, StreamsConfig{})
 			var ce *StreamConflictError
 			if !errors.Is(err, ErrStreamConflict) || !errors.As(err, &ce) || ce.Field != tt.field {
 				t.Fatalf("err = %v, want a StreamConflictError on %s", err, tt.field)
@@ -123,5 +123,46 @@ func TestStreamsConfigValidate(t *testing.T) {
 	}
 	if err := (StreamsConfig{Commits: StreamConfig{MaxAge: -1}}).WithDefaults().Validate(); err != nil {
 		t.Errorf("unlimited age refused: %v", err)
+	}
+}
+
+// Two namespaces on one server keep separate streams; deleting one
+// leaves the other, and the production namespace is never deleted.
+func TestNamespacesShareAServer(t *testing.T) {
+	t.Parallel()
+	js := embeddedtest.Start(t).JetStream()
+	ctx := bustest.Context(t)
+	a, _ := NewNames("a")
+	for _, ns := range []Names{prod, a} {
+		if err := EnsureStreams(ctx, js, ns, StreamsConfig{}); err != nil {
+			t.Fatalf("%s: %v", ns, err)
+		}
+		if _, err := js.CreateKeyValue(ctx, ns.GateBucketConfig(1)); err != nil {
+			t.Fatalf("%s: %v", ns, err)
+		}
+	}
+	if err := DeleteNamespace(ctx, js, prod); !errors.Is(err, ErrProductionNamespace) {
+		t.Fatalf("DeleteNamespace(production) = %v", err)
+	}
+	if err := DeleteNamespace(ctx, js, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(ctx, a.CommitStream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("%s after delete: %v", a.CommitStream(), err)
+	}
+	if _, err := js.KeyValue(ctx, a.GateBucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("%s after delete: %v", a.GateBucket(), err)
+	}
+	for _, s := range []string{prod.CommitStream(), prod.ControlStream()} {
+		if _, err := js.Stream(ctx, s); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	if _, err := js.KeyValue(ctx, prod.GateBucket()); err != nil {
+		t.Errorf("%s: %v", prod.GateBucket(), err)
+	}
+	// Deleting again finds nothing and is fine.
+	if err := DeleteNamespace(ctx, js, a); err != nil {
+		t.Fatalf("second delete: %v", err)
 	}
 }

@@ -3,42 +3,7 @@ package bus
 import (
 	"errors"
 	"fmt"
-)
-
-// Streams.
-const (
-	// StreamCommits holds every commit event.
-	StreamCommits = "SYNC_COMMITS"
-	// StreamControl holds control events (serve gate, migrations).
-	StreamControl = "SYNC_CONTROL"
-)
-
-// Subjects and wildcards. Concrete subjects come from the builders below;
-// the expanded form is in each comment.
-const (
-	// SubjectCommits is the subject space of SYNC_COMMITS:
-	// sync.<partition>.commit.<table>.
-	SubjectCommits = "sync.*.commit.*"
-	// SubjectAll matches every commit event, what `nats sub 'sync.>'`
-	// shows.
-	SubjectAll = "sync.>"
-	// SubjectControl is the subject space of SYNC_CONTROL:
-	// syncctl.<partition>.<event>.
-	SubjectControl = "syncctl.>"
-
-	commitPrefix  = "sync."
-	commitInfix   = ".commit."
-	controlPrefix = "syncctl."
-)
-
-// KV buckets and keys. The gate and segments issues own their contents.
-const (
-	// BucketGate holds serve-gate tokens: gate.<partition>.
-	BucketGate = "sync_gate"
-	// BucketLeases holds short-lived leases (History 1, per-key TTL).
-	BucketLeases = "sync_leases"
-	// BucketSegments is the Object Store bucket of bootstrap segments.
-	BucketSegments = "sync_segments"
+	"strings"
 )
 
 // MaxTableNameLen bounds table names (PostgreSQL's identifier limit, as in
@@ -69,63 +34,74 @@ func CheckTable(table string) error {
 }
 
 // CommitSubject is sync.<partition>.commit.<table>.
-func CommitSubject(p Partition, table string) (string, error) {
+func (n Names) CommitSubject(p Partition, table string) (string, error) {
 	if err := CheckTable(table); err != nil {
 		return "", err
 	}
-	return commitSubject(p.token, table), nil
+	return n.commitSubject(p.token, table), nil
 }
 
-func commitSubject(token, table string) string {
-	return commitPrefix + token + commitInfix + table
+func (n Names) commitSubject(token, table string) string {
+	if n.prefix == "" {
+		return commitPrefix + token + commitInfix + table
+	}
+	return n.prefix + "." + commitPrefix + token + commitInfix + table
 }
 
 // PartitionCommits is sync.<partition>.commit.>: every table of one
 // partition. It is the relay's compare-and-set subject.
-func PartitionCommits(p Partition) string {
-	return commitPrefix + p.token + commitInfix + ">"
+func (n Names) PartitionCommits(p Partition) string {
+	return n.subject(commitPrefix + p.token + commitInfix + ">")
 }
 
 // TableCommits is sync.*.commit.<table>: one table across partitions.
-func TableCommits(table string) (string, error) {
+func (n Names) TableCommits(table string) (string, error) {
 	if err := CheckTable(table); err != nil {
 		return "", err
 	}
-	return commitPrefix + "*" + commitInfix + table, nil
+	return n.subject(commitPrefix + "*" + commitInfix + table), nil
 }
 
-// ParseCommitSubject splits sync.<token>.commit.<table>.
-func ParseCommitSubject(subject string) (token, table string, ok bool) {
-	if len(subject) < len(commitPrefix) || subject[:len(commitPrefix)] != commitPrefix {
+// ParseCommitSubject splits sync.<token>.commit.<table> of this
+// namespace.
+func (n Names) ParseCommitSubject(subject string) (token, table string, ok bool) {
+	if subject, ok = n.unprefix(subject); !ok {
 		return "", "", false
 	}
-	rest := subject[len(commitPrefix):]
-	for i := 0; i+len(commitInfix) <= len(rest); i++ {
-		if rest[i] == '.' {
-			if rest[i:i+len(commitInfix)] != commitInfix {
-				return "", "", false
-			}
-			token, table = rest[:i], rest[i+len(commitInfix):]
-			if token == "" || CheckTable(table) != nil {
-				return "", "", false
-			}
-			return token, table, true
-		}
+	rest, ok := strings.CutPrefix(subject, commitPrefix)
+	if !ok {
+		return "", "", false
 	}
-	return "", "", false
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 || !strings.HasPrefix(rest[i:], commitInfix) {
+		return "", "", false
+	}
+	token, table = rest[:i], rest[i+len(commitInfix):]
+	if CheckTable(table) != nil {
+		return "", "", false
+	}
+	return token, table, true
 }
 
 // ControlSubject is syncctl.<partition>.<event>.
-func ControlSubject(p Partition, event string) (string, error) {
+func (n Names) ControlSubject(p Partition, event string) (string, error) {
 	if err := checkEvent(event); err != nil {
 		return "", err
 	}
-	return controlPrefix + p.token + "." + event, nil
+	return n.subject(controlPrefix + p.token + "." + event), nil
 }
 
 // PartitionControl is syncctl.<partition>.>.
-func PartitionControl(p Partition) string {
-	return controlPrefix + p.token + ".>"
+func (n Names) PartitionControl(p Partition) string {
+	return n.subject(controlPrefix + p.token + ".>")
+}
+
+// GlobalControlSubject is syncctl.=global.<event>.
+func (n Names) GlobalControlSubject(event string) (string, error) {
+	if err := checkEvent(event); err != nil {
+		return "", err
+	}
+	return n.subject(controlPrefix + GlobalToken + "." + event), nil
 }
 
 func checkEvent(event string) error {

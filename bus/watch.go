@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -37,8 +38,9 @@ type WatchConfig struct {
 // all core NATS: use it to wake up, then read SQL (or Follow the stream)
 // for the data.
 type Watcher struct {
-	cfg WatchConfig
-	sub *nats.Subscription
+	cfg   WatchConfig
+	names Names
+	sub   *nats.Subscription
 
 	mu      sync.Mutex
 	pending map[string]PartitionChange // by token
@@ -49,8 +51,9 @@ type Watcher struct {
 	dropped int
 }
 
-// WatchPartitions subscribes on nc and starts the dispatcher.
-func WatchPartitions(nc *nats.Conn, cfg WatchConfig) (*Watcher, error) {
+// WatchPartitions subscribes on nc to the commit events of namespace
+// names and starts the dispatcher.
+func WatchPartitions(nc *nats.Conn, names Names, cfg WatchConfig) (*Watcher, error) {
 	if cfg.OnChange == nil {
 		return nil, fmt.Errorf("watch partitions: OnChange is required")
 	}
@@ -59,12 +62,13 @@ func WatchPartitions(nc *nats.Conn, cfg WatchConfig) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg:     cfg,
+		names:   names,
 		pending: make(map[string]PartitionChange),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	sub, err := nc.Subscribe(SubjectCommits, w.onMsg)
+	sub, err := nc.Subscribe(names.CommitSubjects(), w.onMsg)
 	if err != nil {
 		return nil, fmt.Errorf("watch partitions: %w", err)
 	}
@@ -84,7 +88,7 @@ func WatchPartitions(nc *nats.Conn, cfg WatchConfig) (*Watcher, error) {
 }
 
 func (w *Watcher) onMsg(m *nats.Msg) {
-	meta, err := ParseMeta(m.Subject, m.Header)
+	meta, err := w.names.ParseMeta(m.Subject, m.Header)
 	if err != nil {
 		w.cfg.Logger.Warn("bus: watch: skipping message", "subject", m.Subject, "err", err)
 		return
@@ -147,12 +151,17 @@ func (w *Watcher) checkDropped() {
 	}
 }
 
-// Stop unsubscribes and waits for the dispatcher to return. It is
-// idempotent.
-func (w *Watcher) Stop() {
+// Stop unsubscribes and waits for the dispatcher to return, at most until
+// ctx ends. It is idempotent.
+func (w *Watcher) Stop(ctx context.Context) error {
 	w.once.Do(func() {
 		_ = w.sub.Unsubscribe()
 		close(w.stop)
-		<-w.done
 	})
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("watch stop: %w", ctx.Err())
+	}
 }

@@ -27,18 +27,21 @@ func startNode(t testing.TB, inlineMax int) (*server, *node.Node) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	n, err := node.Start(ctx, node.Config{
-		DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", NATS: embedded.Config{Port: -1}, Schema: s,
-		MaxOperations: seedOps, InlineSegmentMaxBytes: inlineMax,
-		Auth: httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
+	n, err := node.New(node.Config{
+		DataDir: t.TempDir(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"}, NATS: embedded.Config{Port: -1}, Schema: s,
+		Engine: engine.Config{MaxOperations: seedOps, InlineSegmentMaxBytes: &inlineMax},
+		API: httpapi.Config{Auth: httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
 			p, err := v.VerifyHeader(r.Header.Get("Authorization"))
 			if err != nil {
 				return engine.Identity{}, err
 			}
 			return engine.Identity{Partition: p.Partition, ActorID: p.ActorID, Scopes: engine.StaticScopes(p.Scopes)}, nil
-		}),
+		})},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -2,7 +2,7 @@
 // nats-server (the default) or a connection to an existing NATS deployment
 // (external mode). Both modes hand the rest of the node the same *Server:
 // a client connection, a jetstream.JetStream bound to the right domain, the
-// domain name, and Close.
+// domain name, and Start and Stop.
 //
 // # Embedded mode
 //

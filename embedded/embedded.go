@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/internal/lifecycle"
 )
 
 // Mode selects where the node's NATS comes from.
@@ -53,7 +54,7 @@ const (
 	readyAttempt = 250 * time.Millisecond
 )
 
-// Config configures Start.
+// Config configures a Server.
 type Config struct {
 	// Mode is ModeEmbedded (default) or ModeExternal.
 	Mode Mode
@@ -160,6 +161,7 @@ func (c Config) Validate() error {
 // connection, or a connection to an external deployment. It is safe for
 // concurrent use.
 type Server struct {
+	cfg      Config
 	mode     Mode
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -169,21 +171,28 @@ type Server struct {
 	urls     string         // external mode
 	logger   *slog.Logger
 
-	closeOnce sync.Once
-	closeErr  error
+	life lifecycle.Once
 }
 
-// Start starts (embedded) or connects to (external) the node's NATS and
-// waits, at most cfg.ReadyTimeout, until JetStream answers.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+// New validates cfg and returns a Server; Start starts it.
+func New(cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Mode == ModeExternal {
-		return connectExternal(ctx, cfg)
-	}
-	return startEmbedded(ctx, cfg)
+	return &Server{cfg: cfg, mode: cfg.Mode, logger: cfg.Logger}, nil
+}
+
+// Start starts (embedded) or connects to (external) the node's NATS and
+// waits, at most Config.ReadyTimeout, until JetStream answers. On failure
+// nothing is left running. A Server starts once.
+func (s *Server) Start(ctx context.Context) error {
+	return s.life.Start(func() error {
+		if s.cfg.Mode == ModeExternal {
+			return s.connectExternal(ctx)
+		}
+		return s.startEmbedded(ctx)
+	})
 }
 
 // LoadOptions parses a nats.conf with the server's own parser (or returns
@@ -234,33 +243,34 @@ func LoadOptions(cfg Config) (*server.Options, error) {
 	return opts, nil
 }
 
-func startEmbedded(ctx context.Context, cfg Config) (*Server, error) {
+func (s *Server) startEmbedded(ctx context.Context) error {
+	cfg := s.cfg
 	opts, err := LoadOptions(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.User == "" && requiresAuth(opts) {
-		return nil, fmt.Errorf("start nats: %w: %s has users: set the node's user and password", ErrAuthRequired, cfg.ConfigFile)
+		return fmt.Errorf("start nats: %w: %s has users: set the node's user and password", ErrAuthRequired, cfg.ConfigFile)
 	}
 	if err := checkPortsFree(opts); err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.MkdirAll(opts.StoreDir, 0o755); err != nil {
-		return nil, fmt.Errorf("start nats: %w", err)
+		return fmt.Errorf("start nats: %w", err)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("start nats: %w", err)
+		return fmt.Errorf("start nats: %w", err)
 	}
 	logger := cfg.Logger.With("component", "nats-server", "server", opts.ServerName)
 	adapter := newLogAdapter(logger)
 	srv.SetLoggerV2(adapter, logger.Enabled(ctx, slog.LevelDebug), logger.Enabled(ctx, LevelTrace), false)
 	srv.Start()
 
-	fail := func(err error) (*Server, error) {
+	fail := func(err error) error {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, err
+		return err
 	}
 	deadline := time.Now().Add(cfg.ReadyTimeout)
 	if err := waitListeners(ctx, srv, adapter, deadline); err != nil {
@@ -288,28 +298,21 @@ func startEmbedded(ctx context.Context, cfg Config) (*Server, error) {
 		nc.Close()
 		return fail(err)
 	}
-	s := &Server{
-		mode:     ModeEmbedded,
-		nc:       nc,
-		js:       js,
-		domain:   domain,
-		srv:      srv,
-		connOpts: connOpts,
-		logger:   cfg.Logger,
-	}
+	s.nc, s.js, s.domain, s.srv, s.connOpts = nc, js, domain, srv, connOpts
 	cfg.Logger.Info("nats: embedded server ready",
 		"server", opts.ServerName, "client_url", s.ClientURL(), "domain", domain, "store_dir", filepath.Join(opts.StoreDir, JetStreamDir))
-	return s, nil
+	return nil
 }
 
-func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
+func (s *Server) connectExternal(ctx context.Context) error {
+	cfg := s.cfg
 	connOpts := []nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.MaxReconnects(-1),
 	}
 	if cfg.CredentialsFile != "" {
 		if _, err := os.Stat(cfg.CredentialsFile); err != nil {
-			return nil, fmt.Errorf("connect nats: credentials file: %w", err)
+			return fmt.Errorf("connect nats: credentials file: %w", err)
 		}
 		connOpts = append(connOpts, nats.UserCredentials(cfg.CredentialsFile))
 	}
@@ -319,7 +322,7 @@ func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
 	urls := strings.Join(cfg.URLs, ",")
 	nc, err := nats.Connect(urls, connOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", urls, err)
+		return fmt.Errorf("connect nats %s: %w", urls, err)
 	}
 	var js jetstream.JetStream
 	if cfg.Domain != "" {
@@ -329,26 +332,19 @@ func connectExternal(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("connect nats: %w", err)
+		return fmt.Errorf("connect nats: %w", err)
 	}
 	domain, err := waitJetStream(ctx, js, nil, time.Now().Add(cfg.ReadyTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return err
 	}
 	if cfg.Domain != "" {
 		domain = cfg.Domain
 	}
 	cfg.Logger.Info("nats: connected to external deployment", "urls", urls, "domain", domain)
-	return &Server{
-		mode:     ModeExternal,
-		nc:       nc,
-		js:       js,
-		domain:   domain,
-		connOpts: connOpts,
-		urls:     urls,
-		logger:   cfg.Logger,
-	}, nil
+	s.nc, s.js, s.domain, s.connOpts, s.urls = nc, js, domain, connOpts, urls
+	return nil
 }
 
 // requiresAuth reports whether the server's options authenticate clients.
@@ -488,15 +484,14 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Close drains the node's connection, then (embedded) shuts the server
-// down and waits for it. It is idempotent; later calls return the first
-// result. ctx bounds the drain.
-func (s *Server) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
-	return s.closeErr
+// Stop drains the node's connection, then (embedded) shuts the server
+// down and waits for it. ctx bounds the drain. It is idempotent (later
+// calls return the first result) and does nothing before Start.
+func (s *Server) Stop(ctx context.Context) error {
+	return s.life.Stop(func() error { return s.stop(ctx) })
 }
 
-func (s *Server) close(ctx context.Context) error {
+func (s *Server) stop(ctx context.Context) error {
 	var errs []error
 	if err := drain(ctx, s.nc); err != nil {
 		errs = append(errs, err)
@@ -506,7 +501,7 @@ func (s *Server) close(ctx context.Context) error {
 		s.srv.WaitForShutdown()
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close nats: %w", err)
+		return fmt.Errorf("stop nats: %w", err)
 	}
 	return nil
 }

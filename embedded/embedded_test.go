@@ -161,7 +161,7 @@ func TestParseErrorNamesLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:4223\njetstream {\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := embedded.Start(ctxT(t), embedded.Config{ConfigFile: path, DataDir: t.TempDir(), Logger: testLogger(t)})
+	_, err := startServer(ctxT(t), embedded.Config{ConfigFile: path, DataDir: t.TempDir(), Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v, want a parse error naming %s", err, path)
 	}
@@ -177,7 +177,7 @@ func TestPortInUse(t *testing.T) {
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	_, err = embedded.Start(ctxT(t), embedded.Config{
+	_, err = startServer(ctxT(t), embedded.Config{
 		DataDir: t.TempDir(), Host: "127.0.0.1", Port: port, Logger: testLogger(t),
 	})
 	if !errors.Is(err, embedded.ErrPortInUse) {
@@ -201,7 +201,7 @@ func TestClusterPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	_, err = embedded.Start(ctxT(t), embedded.Config{
+	_, err = startServer(ctxT(t), embedded.Config{
 		DataDir: t.TempDir(), Port: embedded.RandomPort, Logger: testLogger(t),
 		OptionsFunc: func(o *server.Options) {
 			o.Cluster.Name, o.Cluster.Host, o.Cluster.Port = "c", "127.0.0.1", port
@@ -217,7 +217,7 @@ func TestClusterPortInUse(t *testing.T) {
 // with a *FatalError instead of exiting the test binary.
 func TestFatalDoesNotExit(t *testing.T) {
 	t.Parallel()
-	_, err := embedded.Start(ctxT(t), embedded.Config{
+	_, err := startServer(ctxT(t), embedded.Config{
 		DataDir: t.TempDir(), Port: embedded.RandomPort, Logger: testLogger(t), ReadyTimeout: 10 * time.Second,
 		OptionsFunc: func(o *server.Options) {
 			o.PidFile = filepath.Join(t.TempDir(), "missing", "dir", "nats.pid")
@@ -253,20 +253,33 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func TestCloseIdempotent(t *testing.T) {
+// Stop is idempotent and does nothing before Start; a stopped server
+// does not start again.
+func TestStopIdempotent(t *testing.T) {
 	t.Parallel()
-	s, err := embedded.Start(ctxT(t), embedded.Config{DataDir: t.TempDir(), Port: embedded.RandomPort, Logger: testLogger(t)})
+	cfg := embedded.Config{DataDir: t.TempDir(), Port: embedded.RandomPort, Logger: testLogger(t)}
+	unstarted, err := embedded.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(ctxT(t)); err != nil {
-		t.Fatalf("close: %v", err)
+	if err := unstarted.Stop(ctxT(t)); err != nil {
+		t.Fatalf("stop before start: %v", err)
 	}
-	if err := s.Close(ctxT(t)); err != nil {
-		t.Fatalf("second close: %v", err)
+	s, err := startServer(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(ctxT(t)); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := s.Stop(ctxT(t)); err != nil {
+		t.Fatalf("second stop: %v", err)
 	}
 	if !s.Conn().IsClosed() || s.NATSServer().Running() {
-		t.Errorf("after Close: conn closed %v, server running %v", s.Conn().IsClosed(), s.NATSServer().Running())
+		t.Errorf("after Stop: conn closed %v, server running %v", s.Conn().IsClosed(), s.NATSServer().Running())
+	}
+	if err := s.Start(ctxT(t)); err == nil {
+		t.Error("a stopped server started again")
 	}
 }
 
@@ -282,7 +295,7 @@ func TestRestartKeepsStore(t *testing.T) {
 	if _, err := kv.Put(ctx, "k", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.Close(ctx); err != nil {
+	if err := s1.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s2 := embeddedtest.Start(t, embeddedtest.WithDataDir(dir), embeddedtest.WithName("n1"))
@@ -298,13 +311,13 @@ func TestRestartKeepsStore(t *testing.T) {
 func TestExternalMode(t *testing.T) {
 	t.Parallel()
 	hub := embeddedtest.Start(t, embeddedtest.WithDomain("hub"))
-	ext, err := embedded.Start(ctxT(t), embedded.Config{
+	ext, err := startServer(ctxT(t), embedded.Config{
 		Mode: embedded.ModeExternal, URLs: []string{hub.ClientURL()}, Domain: "hub", Logger: testLogger(t),
 	})
 	if err != nil {
 		t.Fatalf("external: %v", err)
 	}
-	defer ext.Close(context.Background())
+	defer ext.Stop(context.Background())
 	if ext.Mode() != embedded.ModeExternal || ext.NATSServer() != nil || ext.Domain() != "hub" {
 		t.Errorf("external handle: mode %q, server %v, domain %q", ext.Mode(), ext.NATSServer(), ext.Domain())
 	}
@@ -321,18 +334,18 @@ func TestExternalMode(t *testing.T) {
 func TestExternalModeErrors(t *testing.T) {
 	t.Parallel()
 	hub := embeddedtest.Start(t)
-	_, err := embedded.Start(ctxT(t), embedded.Config{
+	_, err := startServer(ctxT(t), embedded.Config{
 		Mode: embedded.ModeExternal, URLs: []string{hub.ClientURL()},
 		CredentialsFile: filepath.Join(t.TempDir(), "missing.creds"),
 	})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing creds: err = %v, want os.ErrNotExist", err)
 	}
-	_, err = embedded.Start(ctxT(t), embedded.Config{Mode: embedded.ModeExternal})
+	_, err = startServer(ctxT(t), embedded.Config{Mode: embedded.ModeExternal})
 	if err == nil || !strings.Contains(err.Error(), "URLs") {
 		t.Errorf("no URLs: err = %v", err)
 	}
-	_, err = embedded.Start(ctxT(t), embedded.Config{})
+	_, err = startServer(ctxT(t), embedded.Config{})
 	if err == nil || !strings.Contains(err.Error(), "DataDir") {
 		t.Errorf("no DataDir: err = %v", err)
 	}
@@ -410,7 +423,7 @@ func TestUserPassword(t *testing.T) {
 		t.Fatal("wrong password accepted")
 	}
 
-	_, err := embedded.Start(ctxT(t), embedded.Config{ConfigFile: conf, DataDir: t.TempDir(), Port: embedded.RandomPort,
+	_, err := startServer(ctxT(t), embedded.Config{ConfigFile: conf, DataDir: t.TempDir(), Port: embedded.RandomPort,
 		ServerName: "no-user", ReadyTimeout: 5 * time.Second, Logger: testLogger(t)})
 	if !errors.Is(err, embedded.ErrAuthRequired) {
 		t.Fatalf("start without a user: err = %v, want %v", err, embedded.ErrAuthRequired)
@@ -421,4 +434,16 @@ func TestUserPassword(t *testing.T) {
 	if err := (embedded.Config{Mode: embedded.ModeExternal, URLs: []string{"nats://x"}, User: "u", CredentialsFile: "c"}).Validate(); err == nil {
 		t.Error("a user and a credentials file passed validation")
 	}
+}
+
+// startServer is embedded.New then Start.
+func startServer(ctx context.Context, cfg embedded.Config) (*embedded.Server, error) {
+	s, err := embedded.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

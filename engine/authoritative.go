@@ -68,7 +68,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 			return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
 		}
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, c.Partition, e.cfg.Now())
+	part, err := e.cfg.Store.PartitionTouch(ctx, c.Partition, e.nowMs())
 	if err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
 	}
@@ -82,7 +82,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 		part:   part,
 		scopes: e.everyScope(),
 		ticket: ticket,
-		now:    e.cfg.Now(),
+		now:    e.nowMs(),
 	}
 	if rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, c.Partition, c.ClientID, c.ClientCommitID); err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)

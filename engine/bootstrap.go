@@ -87,7 +87,7 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 			return 0, false, err
 		}
 		e.metrics.RowsBootstrapped.Add(pub.RowCount)
-		if inlineOK && (!refOK || pub.ByteLength < int64(e.cfg.InlineSegmentMaxBytes)) {
+		if inlineOK && (!refOK || pub.ByteLength < e.inlineMax) {
 			if data == nil {
 				if data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID); err != nil {
 					return 0, false, internal("read segment", err)

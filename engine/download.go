@@ -21,14 +21,14 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID st
 	if e.cfg.Segments == nil {
 		return storage.SegmentPublication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.cfg.Now())
+	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs())
 	if err != nil {
 		return storage.SegmentPublication{}, internal("touch partition", err)
 	}
 	if err := e.verifyGate(ctx, id.Partition); err != nil {
 		return storage.SegmentPublication{}, err
 	}
-	live, err := e.cfg.Segments.Grants(ctx, segmentID, id.Partition, part.LogEpoch, e.cfg.Now())
+	live, err := e.cfg.Segments.Grants(ctx, segmentID, id.Partition, part.LogEpoch, e.nowMs())
 	if err != nil {
 		return storage.SegmentPublication{}, internal("read publications", err)
 	}

@@ -29,8 +29,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -64,8 +64,8 @@ type Config struct {
 	// Segments stores bootstrap pages for reuse and download. Without it
 	// every page is built per request and delivered inline.
 	Segments SegmentStore
-	// Now is the server clock in Unix milliseconds (default: wall clock).
-	Now func() int64
+	// Clock is the server clock (default clock.System).
+	Clock clock.Clock
 	// OnCommit is called after a push commit is durable, outside any
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
@@ -74,15 +74,17 @@ type Config struct {
 	Gate   ServeGate
 	Logger *slog.Logger
 
-	// MaxOperations caps the operations of one request (default 500).
+	// MaxOperations caps the operations of one request (0: the default,
+	// 500).
 	MaxOperations int
 	// MaxSubscriptions caps the subscriptions of one request (default
 	// 500): with the clamped page count per bootstrap it bounds the work
 	// of one pull.
 	MaxSubscriptions int
 	// InlineSegmentMaxBytes: pages smaller than this are sent inline when
-	// the client accepts both lanes (default 256 KiB).
-	InlineSegmentMaxBytes int
+	// the client accepts both lanes; nil means the default (256 KiB), 0
+	// never inlines when a reference is accepted.
+	InlineSegmentMaxBytes *int
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -132,6 +134,8 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics Metrics
+	// inlineMax is Config.InlineSegmentMaxBytes.
+	inlineMax int64
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
@@ -173,46 +177,64 @@ const (
 // them gone sets Min to 2.
 var DefaultWireWindow = ssp2.WireWindow{Min: 1, Max: 3}
 
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxOperations == 0 {
+		c.MaxOperations = DefaultMaxOperations
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.InlineSegmentMaxBytes == nil {
+		c.InlineSegmentMaxBytes = new(DefaultInlineSegmentMaxBytes)
+	}
+	if c.WireWindow == (ssp2.WireWindow{}) {
+		c.WireWindow = DefaultWireWindow
+	}
+	if c.CascadeLimit == 0 {
+		c.CascadeLimit = DefaultCascadeLimit
+	}
+	return c
+}
+
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Schema and Store.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("engine config: "+format, args...)) }
+	if c.MaxOperations < 1 {
+		bad("MaxOperations %d must be positive", c.MaxOperations)
+	}
+	if c.MaxSubscriptions < 1 {
+		bad("MaxSubscriptions %d must be positive", c.MaxSubscriptions)
+	}
+	if p := c.InlineSegmentMaxBytes; p != nil && *p < 0 {
+		bad("InlineSegmentMaxBytes %d must not be negative", *p)
+	}
+	if err := c.WireWindow.Validate(); err != nil {
+		bad("WireWindow: %w", err)
+	}
+	if c.CascadeLimit < 1 {
+		bad("CascadeLimit %d must be positive", c.CascadeLimit)
+	}
+	return errors.Join(errs...)
+}
+
 // New validates cfg and returns an Engine.
 func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Schema == nil {
 		return nil, errors.New("engine: Config.Schema is required")
 	}
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
-	}
-	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxOperations == 0 {
-		cfg.MaxOperations = DefaultMaxOperations
-	}
-	if cfg.MaxOperations < 1 {
-		return nil, fmt.Errorf("engine: MaxOperations %d must be positive", cfg.MaxOperations)
-	}
-	if cfg.MaxSubscriptions == 0 {
-		cfg.MaxSubscriptions = DefaultMaxSubscriptions
-	}
-	if cfg.MaxSubscriptions < 1 {
-		return nil, fmt.Errorf("engine: MaxSubscriptions %d must be positive", cfg.MaxSubscriptions)
-	}
-	if cfg.InlineSegmentMaxBytes == 0 {
-		cfg.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
-	}
-	if cfg.WireWindow == (ssp2.WireWindow{}) {
-		cfg.WireWindow = DefaultWireWindow
-	}
-	if err := cfg.WireWindow.Validate(); err != nil {
-		return nil, fmt.Errorf("engine: WireWindow: %w", err)
-	}
-	if cfg.CascadeLimit == 0 {
-		cfg.CascadeLimit = DefaultCascadeLimit
-	}
-	if cfg.CascadeLimit < 1 {
-		return nil, fmt.Errorf("engine: CascadeLimit %d must be positive", cfg.CascadeLimit)
 	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
@@ -226,10 +248,13 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger}
+	e := &Engine{cfg: cfg, log: cfg.Logger, inlineMax: int64(*cfg.InlineSegmentMaxBytes)}
 	e.validators.Store(vs)
 	return e, nil
 }
+
+// nowMs is the server clock in Unix milliseconds.
+func (e *Engine) nowMs() int64 { return e.cfg.Clock.Now().UnixMilli() }
 
 // Metrics returns the engine's counters.
 func (e *Engine) Metrics() *Metrics { return &e.metrics }
@@ -283,7 +308,7 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	if err != nil {
 		return err
 	}
-	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.cfg.Now()}
+	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.nowMs()}
 	if err := e.prepare(ctx, r); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/syncnode/syncnode/ssp2"
@@ -379,4 +380,28 @@ func readInline(t *testing.T, h *harness, segs []*ssp2.SegmentInline) []string {
 		}
 	}
 	return ids
+}
+
+// Unset limits take their defaults, zero inline bytes stays zero (never
+// inline), and negative values are refused by name.
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	def := Config{}.WithDefaults()
+	if def.MaxOperations != DefaultMaxOperations || def.InlineSegmentMaxBytes == nil || *def.InlineSegmentMaxBytes != DefaultInlineSegmentMaxBytes {
+		t.Fatalf("defaults: MaxOperations %d, InlineSegmentMaxBytes %v", def.MaxOperations, def.InlineSegmentMaxBytes)
+	}
+	if err := def.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if zero := (Config{InlineSegmentMaxBytes: new(0)}).WithDefaults(); *zero.InlineSegmentMaxBytes != 0 || zero.Validate() != nil {
+		t.Fatalf("InlineSegmentMaxBytes 0 became %d (%v)", *zero.InlineSegmentMaxBytes, zero.Validate())
+	}
+	err := (Config{MaxOperations: -1, InlineSegmentMaxBytes: new(-1)}).WithDefaults().Validate()
+	for _, field := range []string{"MaxOperations", "InlineSegmentMaxBytes"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate = %v, want an error naming %s", err, field)
+		}
+	}
+	if _, err := New(Config{MaxOperations: -1}); err == nil {
+		t.Error("New accepted MaxOperations -1")
+	}
 }

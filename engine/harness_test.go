@@ -5,7 +5,9 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -59,7 +61,7 @@ func newHarnessOn(t testing.TB, st storage.Store, doc string, mod func(*Config))
 		t.Fatal(err)
 	}
 	h := &harness{t: t, store: st, schema: s, now: 1_700_000_000_000}
-	cfg := Config{Schema: s, Store: st, Now: func() int64 { return h.now }, OnCommit: func(string) { h.commits++ }}
+	cfg := Config{Schema: s, Store: st, Clock: clock.NewManual(time.UnixMilli(h.now)), OnCommit: func(string) { h.commits++ }}
 	if mod != nil {
 		mod(&cfg)
 	}

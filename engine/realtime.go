@@ -78,7 +78,7 @@ func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Atta
 	if err := ids.Check("the client id", clientID); err != nil {
 		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.cfg.Now())
+	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs())
 	if err != nil {
 		return Attachment{}, internal("touch partition", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
@@ -248,7 +250,7 @@ func newHarnessAt(t *testing.T, path string) *harness {
 	if err := st.EnsureSchema(ctx, h.schema); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Config{Schema: h.schema, Store: st, Now: func() int64 { return h.now }})
+	e, err := New(Config{Schema: h.schema, Store: st, Clock: clock.NewManual(time.UnixMilli(h.now))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -309,7 +309,7 @@ func BenchmarkRefusalPropagation(b *testing.B) {
 				b.Fatal(err)
 			}
 			srv := embeddedtest.Start(b)
-			if err := bus.EnsureStreams(ctx, srv.JetStream(), bus.StreamsConfig{}.WithDefaults()); err != nil {
+			if err := bus.EnsureStreams(ctx, srv.JetStream(), prod, bus.StreamsConfig{}.WithDefaults()); err != nil {
 				b.Fatal(err)
 			}
 			node := func(name string) *gate.Gate {

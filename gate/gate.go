@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -59,6 +60,9 @@ type Config struct {
 	// gate runs on SQL alone, without tokens or events.
 	Conn      *nats.Conn
 	JetStream jetstream.JetStream
+	// Names is the bus namespace of the gate bucket and control events
+	// (the zero Names is production).
+	Names bus.Names
 	// Replicas of the KV bucket when the gate creates it (default 1).
 	Replicas int
 	// Node names this node in event sources. Required with JetStream.
@@ -80,8 +84,9 @@ type Config struct {
 	// DefaultWatchCheck).
 	WatchCheck time.Duration
 
-	// Now is the clock in Unix milliseconds (default wall clock).
-	Now    func() int64
+	// Clock stamps checkpoint changes and control events (default
+	// clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -99,30 +104,17 @@ func (c Config) WithDefaults() Config {
 	if c.WatchCheck == 0 {
 		c.WatchCheck = DefaultWatchCheck
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// Validate reports every invalid field.
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Store, Schema, and Conn with JetStream.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("gate config: Store is required"))
-	}
-	if c.Schema == nil {
-		errs = append(errs, errors.New("gate config: Schema is required"))
-	}
-	if (c.Conn == nil) != (c.JetStream == nil) {
-		errs = append(errs, errors.New("gate config: Conn and JetStream go together"))
-	}
-	if c.JetStream != nil && c.Node == "" {
-		errs = append(errs, errors.New("gate config: Node is required with JetStream"))
-	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("gate config: Replicas %d outside 1..5", c.Replicas))
 	}
@@ -135,6 +127,23 @@ func (c Config) Validate() error {
 		} else if c.Schema != nil && d.SchemaVersion != c.Schema.Version {
 			errs = append(errs, fmt.Errorf("gate config: Declared: %s is not at the running schema version %d", d, c.Schema.Version))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) checkWiring() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("gate config: Store is required"))
+	}
+	if c.Schema == nil {
+		errs = append(errs, errors.New("gate config: Schema is required"))
+	}
+	if (c.Conn == nil) != (c.JetStream == nil) {
+		errs = append(errs, errors.New("gate config: Conn and JetStream go together"))
+	}
+	if c.JetStream != nil && c.Node == "" {
+		errs = append(errs, errors.New("gate config: Node is required with JetStream"))
 	}
 	return errors.Join(errs...)
 }
@@ -195,6 +204,9 @@ type viewEntry struct {
 func New(cfg Config) (*Gate, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkWiring(); err != nil {
 		return nil, err
 	}
 	g := &Gate{

@@ -155,15 +155,15 @@ func (g *Gate) attempt(ctx context.Context) (context.Context, context.CancelFunc
 func (g *Gate) bind(ctx context.Context) (jetstream.KeyValue, error) {
 	actx, cancel := g.attempt(ctx)
 	defer cancel()
-	kv, err := g.cfg.JetStream.KeyValue(actx, bus.BucketGate)
+	kv, err := g.cfg.JetStream.KeyValue(actx, g.cfg.Names.GateBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = g.cfg.JetStream.CreateKeyValue(actx, bus.GateBucketConfig(g.cfg.Replicas))
+		kv, err = g.cfg.JetStream.CreateKeyValue(actx, g.cfg.Names.GateBucketConfig(g.cfg.Replicas))
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = g.cfg.JetStream.KeyValue(actx, bus.BucketGate)
+			kv, err = g.cfg.JetStream.KeyValue(actx, g.cfg.Names.GateBucket())
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", bus.BucketGate, err)
+		return nil, fmt.Errorf("bind %s: %w", g.cfg.Names.GateBucket(), err)
 	}
 	return kv, nil
 }
@@ -176,7 +176,7 @@ func (g *Gate) watch(ctx context.Context, kv jetstream.KeyValue) error {
 	reconnects := nc.Stats().Reconnects
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.BucketGate, err)
+		return fmt.Errorf("watch %s: %w", g.cfg.Names.GateBucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 	// Anything read before this watcher is suspect: invalidate the view.
@@ -517,14 +517,14 @@ func (g *Gate) heldPartitions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// event publishes a control event to SYNC_CONTROL, best effort: the
+// event publishes a control event to the control stream, best effort: the
 // transition it reports is already in SQL.
 func (g *Gate) event(ctx context.Context, partition *string, name, subject string, data any) {
 	js := g.cfg.JetStream
 	if js == nil {
 		return
 	}
-	ev := bus.ControlEvent{Event: name, Subject: subject, Time: time.UnixMilli(g.cfg.Now()), Data: data}
+	ev := bus.ControlEvent{Event: name, Subject: subject, Time: g.cfg.Clock.Now(), Data: data}
 	if partition != nil {
 		p, err := bus.NewPartition(*partition)
 		if err != nil {
@@ -537,7 +537,7 @@ func (g *Gate) event(ctx context.Context, partition *string, name, subject strin
 			ev.Subject = p.Token() + "/" + subject
 		}
 	}
-	msg, err := bus.NewControlMsg(g.cfg.Node, ev)
+	msg, err := bus.NewControlMsg(g.cfg.Names, g.cfg.Node, ev)
 	if err == nil {
 		actx, cancel := g.attempt(ctx)
 		_, err = js.PublishMsg(actx, msg)

@@ -38,7 +38,7 @@ func (g *Gate) DeclareExternal(ctx context.Context, partition, name string) (sto
 func (g *Gate) declareCheckpoint(ctx context.Context, partition, name string, own bool) (storage.Checkpoint, error) {
 	key := g.Key(partition, name)
 	added := own && g.declare(key)
-	cp, err := g.cfg.Store.CheckpointDeclare(ctx, key, g.cfg.Now())
+	cp, err := g.cfg.Store.CheckpointDeclare(ctx, key, g.nowMs())
 	if err != nil {
 		if added {
 			g.undeclare(key)
@@ -52,7 +52,7 @@ func (g *Gate) declareCheckpoint(ctx context.Context, partition, name string, ow
 
 // Claim makes the caller the checkpoint's owner (a new owner epoch).
 func (g *Gate) Claim(ctx context.Context, key storage.CheckpointKey) (storage.Checkpoint, error) {
-	cp, err := g.cfg.Store.CheckpointClaim(ctx, key, g.cfg.Now())
+	cp, err := g.cfg.Store.CheckpointClaim(ctx, key, g.nowMs())
 	if err != nil {
 		return cp, err
 	}
@@ -74,7 +74,7 @@ func (g *Gate) Advanced(ctx context.Context, p storage.CheckpointAdvanceParams) 
 // node.
 func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams) (storage.ActivateOutcome, error) {
 	if p.NowMs == 0 {
-		p.NowMs = g.cfg.Now()
+		p.NowMs = g.nowMs()
 	}
 	out, err := g.cfg.Store.CheckpointActivate(ctx, p)
 	if err != nil {
@@ -99,7 +99,7 @@ func (g *Gate) Activate(ctx context.Context, p storage.CheckpointActivateParams)
 // restore) and announces it; requests in flight on the old epoch are
 // refused.
 func (g *Gate) RotateEpoch(ctx context.Context, partition string) (storage.Partition, error) {
-	p, err := g.cfg.Store.PartitionRotateEpoch(ctx, partition, g.cfg.Now())
+	p, err := g.cfg.Store.PartitionRotateEpoch(ctx, partition, g.nowMs())
 	if err != nil {
 		return p, err
 	}
@@ -129,3 +129,6 @@ func checkpointData(cp storage.Checkpoint) map[string]any {
 		"updatedAtMs": cp.UpdatedAtMs,
 	}
 }
+
+// nowMs is the gate's clock in Unix milliseconds.
+func (g *Gate) nowMs() int64 { return g.cfg.Clock.Now().UnixMilli() }

@@ -6,14 +6,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/syncnode/syncnode/internal/clock"
 )
-
-// Clock tells the time (internal/clock.Clock satisfies it).
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // cache remembers successful hook answers per key until they expire, and
 // lets concurrent misses of one key share one request. Failures are never
@@ -21,7 +16,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 type cache[V any] struct {
 	ttl   time.Duration // <= 0: no caching (requests are still shared)
 	max   int
-	clock Clock
+	clock clock.Clock
 
 	mu      sync.Mutex
 	entries map[string]entry[V]

@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 )
 
 // Config selects the hooks a node asks; a nil field is off. New fills in
@@ -25,7 +26,7 @@ type Set struct {
 }
 
 // New builds the hooks cfg turns on, asking on nc.
-func New(nc *nats.Conn, cfg Config, m *Metrics, clock Clock) (*Set, error) {
+func New(nc *nats.Conn, cfg Config, m *Metrics, clk clock.Clock) (*Set, error) {
 	var (
 		s    Set
 		errs []error
@@ -33,7 +34,7 @@ func New(nc *nats.Conn, cfg Config, m *Metrics, clock Clock) (*Set, error) {
 	)
 	if c := cfg.Scopes; c != nil {
 		cc := *c
-		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clock
+		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clk
 		s.Scopes, err = NewScopes(cc)
 		errs = append(errs, err)
 	}
@@ -45,7 +46,7 @@ func New(nc *nats.Conn, cfg Config, m *Metrics, clock Clock) (*Set, error) {
 	}
 	if c := cfg.Token; c != nil {
 		cc := *c
-		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clock
+		cc.Conn, cc.Metrics, cc.Cache.Clock = nc, m, clk
 		s.Tokens, err = NewTokens(cc)
 		errs = append(errs, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/hooks"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
@@ -151,19 +151,13 @@ func TestScopesHook(t *testing.T) {
 	wantMetric(t, metrics(t, n), `syncnode_hook_errors_total{hook="scopes",reason="error_reply"}`)
 }
 
-// msClock is a node clock the test moves.
-type msClock struct{ ms atomic.Int64 }
-
-func (c *msClock) now() int64 { return c.ms.Load() }
-
 // TestScopesHookCache: answers serve an actor for the TTL; a revocation
 // takes effect once it passed.
 func TestScopesHookCache(t *testing.T) {
 	t.Parallel()
-	clk := &msClock{}
-	clk.ms.Store(time.Now().UnixMilli())
+	clk := clock.NewManual(time.Now())
 	n, h := startNode(t, func(c *node.Config) {
-		c.Now = clk.now
+		c.Clock = clk
 		c.Hooks.Scopes = &hooks.ScopesConfig{Cache: hooks.CacheConfig{TTL: 30 * time.Second}}
 	})
 	ctx := ctxT(t)
@@ -181,7 +175,7 @@ func TestScopesHookCache(t *testing.T) {
 	if res, err := c.Sync(ctx); err != nil || len(res.Revoked) != 0 {
 		t.Fatalf("within the TTL the cached grant holds: %+v, %v", res, err)
 	}
-	clk.ms.Add((31 * time.Second).Milliseconds())
+	clk.Advance(31 * time.Second)
 	res, err := c.Sync(ctx)
 	if err != nil || !slices.Equal(res.Revoked, []string{"s1"}) {
 		t.Fatalf("after the TTL: %+v, %v; want s1 revoked", res, err)
@@ -260,7 +254,7 @@ func TestValidateHook(t *testing.T) {
 func TestTokenHook(t *testing.T) {
 	t.Parallel()
 	n, _ := startNode(t, func(c *node.Config) {
-		c.Auth = nil
+		c.API.Auth = nil
 		c.Hooks.Token = &hooks.TokenConfig{}
 	})
 	ctx := ctxT(t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/clock"
 )
 
 // ScopesRequest is what the node asks on syncnode.hook.scopes.<partition>.
@@ -73,7 +74,7 @@ type CacheConfig struct {
 	TTL time.Duration
 	// Size bounds the cached entries (default DefaultCacheSize).
 	Size  int
-	Clock Clock
+	Clock clock.Clock
 }
 
 func (c CacheConfig) withDefaults(ttl time.Duration) CacheConfig {
@@ -83,9 +84,7 @@ func (c CacheConfig) withDefaults(ttl time.Duration) CacheConfig {
 	if c.Size == 0 {
 		c.Size = DefaultCacheSize
 	}
-	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/clock"
 )
 
 // TokenRequest is what the node asks on syncnode.hook.token: the bearer
@@ -79,7 +80,7 @@ func (c TokenConfig) Validate() error {
 type Tokens struct {
 	c     caller
 	cache *cache[auth.Principal]
-	clock Clock
+	clock clock.Clock
 	m     *Metrics
 }
 

@@ -57,21 +57,23 @@ type SegmentSource interface {
 
 // Config configures the handler.
 type Config struct {
-	Engine   *engine.Engine
+	Engine *engine.Engine
+	// Auth authenticates requests. Required.
 	Auth     Authenticator
 	Segments SegmentSource // nil: no segment downloads
 	// MaxRequestBytes bounds a /sync body, after decompression (default
-	// 32 MiB).
+	// DefaultMaxRequestBytes).
 	MaxRequestBytes int64
 	// Ready reports whether the node may serve; /readyz answers its error.
 	Ready    func(ctx context.Context) error
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	// SegmentCacheBytes bounds the cache of compressed segment bodies
-	// (default 64 MiB).
+	// (default DefaultSegmentCacheBytes).
 	SegmentCacheBytes int64
 	// StreamSegmentsAbove: segments larger than this are streamed from the
-	// store and compressed on the fly instead of cached (default 8 MiB).
+	// store and compressed on the fly instead of cached (default
+	// DefaultStreamSegmentsAbove).
 	StreamSegmentsAbove int64
 	// Realtime serves GET /realtime (the WebSocket channel, package
 	// realtime); nil leaves the route unanswered (404).
@@ -89,6 +91,55 @@ type Config struct {
 	MaxInflightBodyBytes int64
 }
 
+// Defaults.
+const (
+	DefaultMaxRequestBytes     = 32 << 20
+	DefaultSegmentCacheBytes   = 64 << 20
+	DefaultStreamSegmentsAbove = 8 << 20
+)
+
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.SegmentCacheBytes == 0 {
+		c.SegmentCacheBytes = DefaultSegmentCacheBytes
+	}
+	if c.StreamSegmentsAbove == 0 {
+		c.StreamSegmentsAbove = DefaultStreamSegmentsAbove
+	}
+	if c.MaxInflightBodyBytes == 0 {
+		c.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
+	}
+	return c
+}
+
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Engine and Auth.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxRequestBytes < 1 {
+		errs = append(errs, fmt.Errorf("http config: MaxRequestBytes %d must be positive", c.MaxRequestBytes))
+	}
+	if c.SegmentCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("http config: SegmentCacheBytes %d must not be negative", c.SegmentCacheBytes))
+	}
+	if c.StreamSegmentsAbove < 0 {
+		errs = append(errs, fmt.Errorf("http config: StreamSegmentsAbove %d must not be negative", c.StreamSegmentsAbove))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("http config: WriteTimeout %v must not be negative", c.WriteTimeout))
+	}
+	if c.MaxInflightBodyBytes < c.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("http config: MaxInflightBodyBytes %d is below MaxRequestBytes %d", c.MaxInflightBodyBytes, c.MaxRequestBytes))
+	}
+	return errors.Join(errs...)
+}
+
 // Handler is the HTTP surface of a node.
 type Handler struct {
 	cfg    Config
@@ -101,29 +152,15 @@ type Handler struct {
 
 // New returns the handler.
 func New(cfg Config) (*Handler, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Engine == nil || cfg.Auth == nil {
 		return nil, errors.New("httpapi: Engine and Auth are required")
 	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = 32 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
-	}
-	if cfg.SegmentCacheBytes == 0 {
-		cfg.SegmentCacheBytes = 64 << 20
-	}
-	if cfg.StreamSegmentsAbove == 0 {
-		cfg.StreamSegmentsAbove = 8 << 20
-	}
-	if cfg.MaxInflightBodyBytes == 0 {
-		cfg.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
-	}
-	if cfg.MaxInflightBodyBytes < cfg.MaxRequestBytes {
-		return nil, fmt.Errorf("httpapi: MaxInflightBodyBytes %d is below MaxRequestBytes %d", cfg.MaxInflightBodyBytes, cfg.MaxRequestBytes)
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cache: newBodyCache(cfg.SegmentCacheBytes),
 		budget: newBodyBudget(cfg.MaxInflightBodyBytes)}

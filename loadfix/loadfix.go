@@ -50,6 +50,7 @@ import (
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/rusage"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/schema"
@@ -106,8 +107,8 @@ type Config struct {
 	Engine *engine.Engine
 	// Realtime is the node's realtime hub's counters (nil: they stay 0).
 	Realtime *realtime.Metrics
-	// Now is the clock in Unix ms (default wall clock).
-	Now    func() int64
+	// Clock is the clock of pruning and seeding (default clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -157,9 +158,7 @@ func New(cfg Config) (*Fixture, error) {
 	if cfg.Store == nil || cfg.Engine == nil {
 		return nil, errors.New("loadfix: Store and Engine are required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -269,7 +268,7 @@ func (f *Fixture) Prune(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("prune: %w", err)
 	}
 	res, err := f.cfg.Store.Prune(ctx, storage.PruneParams{
-		Partition: Partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: f.cfg.Now(), Literal: true,
+		Partition: Partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: f.cfg.Clock.Now().UnixMilli(), Literal: true,
 		ActiveWindowMs: PruneActiveWindowMs, AgeForceMs: PruneAgeForceMs, MinRetainedCommits: PruneMinRetainedCommits,
 	})
 	if err != nil {
@@ -305,7 +304,7 @@ func (f *Fixture) Reset(ctx context.Context, n int) error {
 	if err := f.cfg.Store.PartitionWipe(ctx, Partition); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
-	now := f.cfg.Now()
+	now := f.cfg.Clock.Now().UnixMilli()
 	if _, err := f.cfg.Store.PartitionTouch(ctx, Partition, now); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}

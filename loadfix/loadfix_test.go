@@ -13,8 +13,10 @@ import (
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 type backend struct {
@@ -24,7 +26,7 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite", func(testing.TB, *node.Config) {}},
-	{"postgres", func(tb testing.TB, c *node.Config) { c.PostgresURL, c.PostgresSchema = pgtest.Schema(tb) }},
+	{"postgres", func(tb testing.TB, c *node.Config) { c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(tb) }},
 }
 
 // startLoadNode starts a real node (store, embedded NATS, segments,
@@ -34,9 +36,8 @@ func startLoadNode(tb testing.TB, b backend) (*node.Node, *Fixture) {
 	tb.Helper()
 	var fix *Fixture
 	cfg := node.Config{
-		DataDir: tb.TempDir(), Schema: Schema(), HTTPAddr: "127.0.0.1:0",
-		NATS: embedded.Config{Port: embedded.RandomPort}, Auth: Auth(),
-		SQLiteSynchronous: "NORMAL",
+		DataDir: tb.TempDir(), Schema: Schema(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"},
+		NATS: embedded.Config{Port: embedded.RandomPort}, API: httpapi.Config{Auth: Auth()},
 		Routes: func(_ context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
 			f, err := New(Config{Store: n.Store, Engine: n.Engine})
 			if err != nil {
@@ -47,8 +48,14 @@ func startLoadNode(tb testing.TB, b backend) (*node.Node, *Fixture) {
 		},
 	}
 	b.cfg(tb, &cfg)
-	n, err := node.Start(context.Background(), cfg)
+	if cfg.Store.Postgres.URL == "" {
+		cfg.Store.SQLite.Synchronous = sqlitestore.SynchronousNormal
+	}
+	n, err := node.New(cfg)
 	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {

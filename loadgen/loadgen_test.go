@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/loadfix"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
@@ -27,7 +28,7 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite", func(testing.TB, *node.Config) {}},
-	{"postgres", func(tb testing.TB, c *node.Config) { c.PostgresURL, c.PostgresSchema = pgtest.Schema(tb) }},
+	{"postgres", func(tb testing.TB, c *node.Config) { c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(tb) }},
 }
 
 // startNode starts a real node (store, embedded NATS on a random port,
@@ -36,8 +37,8 @@ var backends = []backend{
 func startNode(tb testing.TB, b backend) *node.Node {
 	tb.Helper()
 	cfg := node.Config{
-		DataDir: tb.TempDir(), Schema: loadfix.Schema(), HTTPAddr: "127.0.0.1:0",
-		NATS: embedded.Config{Port: embedded.RandomPort}, Auth: loadfix.Auth(),
+		DataDir: tb.TempDir(), Schema: loadfix.Schema(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"},
+		NATS: embedded.Config{Port: embedded.RandomPort}, API: httpapi.Config{Auth: loadfix.Auth()},
 		Routes: func(_ context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
 			f, err := loadfix.New(loadfix.Config{Store: n.Store, Engine: n.Engine})
 			if err != nil {
@@ -47,7 +48,10 @@ func startNode(tb testing.TB, b backend) *node.Node {
 		},
 	}
 	b.cfg(tb, &cfg)
-	n, err := node.Start(context.Background(), cfg)
+	n, err := node.New(cfg)
+	if err == nil {
+		err = n.Start(context.Background())
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}

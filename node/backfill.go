@@ -11,8 +11,8 @@ import "github.com/syncnode/syncnode/backfill"
 // different jobs.
 func (n *Node) Backfiller(cfg backfill.Config) (*backfill.Runner, error) {
 	cfg.Gate, cfg.Writer = n.Gate, n.Engine
-	if cfg.Now == nil {
-		cfg.Now = n.cfg.Now
+	if cfg.Clock == nil {
+		cfg.Clock = n.cfg.Clock
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = n.log.With("component", "backfill")

@@ -96,11 +96,11 @@ func TestBackfillThroughNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := bus.CommitSubject(p, "tasks")
+	subject, err := prod.CommitSubject(p, "tasks")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := n2.NATS.JetStream().Stream(ctx, bus.StreamCommits)
+	stream, err := n2.NATS.JetStream().Stream(ctx, prod.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}

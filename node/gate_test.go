@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,18 +27,18 @@ func twoNodes(t *testing.T, onResolve *atomic.Pointer[func()]) (a, b *Node) {
 	t.Helper()
 	url, pgSchema := pgtest.Schema(t)
 	a = startNode(t, vectorSchema, func(t *testing.T, c *Config) {
-		c.Name, c.PostgresURL, c.PostgresSchema = "node-a", url, pgSchema
+		c.Name, c.Store.Postgres.URL, c.Store.Postgres.Schema = "node-a", url, pgSchema
 		c.NATS = embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1", ServerName: "gate-a-" + pgSchema}
 	})
 	b = startNode(t, vectorSchema, func(t *testing.T, c *Config) {
-		c.Name, c.PostgresURL, c.PostgresSchema = "node-b", url, pgSchema
+		c.Name, c.Store.Postgres.URL, c.Store.Postgres.Schema = "node-b", url, pgSchema
 		c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{a.NATS.ClientURL()}}
 		v, err := auth.NewVerifier(auth.Config{Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}
 		bearer := httpapi.BearerAuth(v)
-		c.Auth = httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
+		c.API.Auth = httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
 			id, err := bearer.Authenticate(r)
 			if err != nil || onResolve == nil {
 				return id, err
@@ -91,9 +89,9 @@ func served(t *testing.T, r response) bool {
 }
 
 // TestTwoNodesGate: two nodes on one PostgreSQL and one NATS. A
-// checkpoint declared by node A makes node B answer 503 within 100 ms,
-// through the KV watch, while A keeps serving; after activation both
-// serve; an epoch rotation in the middle of a pull is refused.
+// checkpoint declared by node A makes node B answer 503, through the KV
+// watch, while A keeps serving; after activation both serve; an epoch
+// rotation in the middle of a pull is refused.
 func TestTwoNodesGate(t *testing.T) {
 	var hook atomic.Pointer[func()]
 	a, b := twoNodes(t, &hook)
@@ -117,27 +115,17 @@ func TestTwoNodesGate(t *testing.T) {
 		t.Fatal("node B never admitted from its watched view")
 	}
 
-	// Node A declares a checkpoint: B refuses within 100 ms.
-	start := time.Now()
+	// Node A declares a checkpoint: B refuses (how fast is
+	// BenchmarkRefusalPropagation's business, in package gate).
 	cp, err := a.Gate.Declare(ctx, part, "tasks-projection")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var refused response
-	for {
-		r := post(t, b.URL()+"/sync", tok, httpapi.ContentType, pull, nil)
-		if r.status == http.StatusServiceUnavailable {
-			refused = r
-			break
-		}
-		if time.Since(start) > 2*time.Second {
-			t.Fatalf("node B still serves 2s after the declaration: %d", r.status)
-		}
-	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("node B refused %s after the declaration, want within 100ms", d)
-	}
-	t.Logf("declaration on A → 503 on B: %s", time.Since(start))
+	poll.Until(t, 10*time.Second, "node B to refuse after the declaration", func() bool {
+		refused = post(t, b.URL()+"/sync", tok, httpapi.ContentType, pull, nil)
+		return refused.status == http.StatusServiceUnavailable
+	})
 	jsonError(t, refused, http.StatusServiceUnavailable, ssp2.CodeSchemaNotReady)
 	if refused.header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
@@ -180,12 +168,9 @@ func TestTwoNodesGate(t *testing.T) {
 	if err != nil || out != storage.ActivateActivated {
 		t.Fatalf("activate = %s, %v", out, err)
 	}
-	start = time.Now()
-	for !served(t, post(t, b.URL()+"/sync", tok, httpapi.ContentType, pull, nil)) {
-		if time.Since(start) > 2*time.Second {
-			t.Fatal("node B still refuses 2s after the activation")
-		}
-	}
+	poll.Until(t, 10*time.Second, "node B to serve after the activation", func() bool {
+		return served(t, post(t, b.URL()+"/sync", tok, httpapi.ContentType, pull, nil))
+	})
 	for _, n := range []*Node{a, b} {
 		if r := post(t, n.URL()+"/sync", tok, httpapi.ContentType, pull, nil); !served(t, r) {
 			t.Fatalf("%s after activation: %d %s", n.cfg.Name, r.status, r.body)
@@ -241,54 +226,49 @@ func vectorTaskRow(t *testing.T, n *Node, id string) []byte {
 	return b
 }
 
-// TestGatePropagationLatency measures how long a checkpoint declared on
-// node A takes to become a refusal on node B, through the KV watch: the
-// 100 ms target is for the p99.
-func TestGatePropagationLatency(t *testing.T) {
-	if testing.Short() {
-		t.Skip("latency measurement")
-	}
+// TestGatePropagation: across rounds, a checkpoint declared on node A
+// becomes a refusal at admission on node B, through B's KV watch (B's
+// watched view was warm, and B counts the token change), and its
+// activation reopens B. How fast is BenchmarkRefusalPropagation's
+// business (package gate).
+func TestGatePropagation(t *testing.T) {
 	a, b := twoNodes(t, nil)
 	ctx := t.Context()
-	const part = "lat"
+	const part = "prop"
 	if _, err := a.Store.PartitionTouch(ctx, part, time.Now().UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
-	const rounds = 100
-	var lat []time.Duration
-	for i := range rounds {
-		if _, err := b.Gate.Admit(ctx, part); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
+	// warm: B admits the partition from its watched view, without SQL; a
+	// refusal can then only come from a token change B watched.
+	warm := func() bool {
+		cached := b.Gate.Metrics().AdmitCached.Load()
+		_, err := b.Gate.Admit(ctx, part)
+		return err == nil && b.Gate.Metrics().AdmitCached.Load() > cached
+	}
+	for i := range 10 {
+		poll.Until(t, 10*time.Second, "B's watched view to admit the partition", warm)
+		updates := b.Gate.Metrics().WatchUpdates.Load()
 		cp, err := a.Gate.Declare(ctx, part, "cp"+strconv.Itoa(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
-			if _, err := b.Gate.Admit(ctx, part); err != nil {
-				break
-			}
-			if time.Since(start) > 5*time.Second {
-				t.Fatal("no refusal within 5s")
-			}
+		var refusal error
+		poll.Until(t, 10*time.Second, "B to refuse after A's declaration", func() bool {
+			_, refusal = b.Gate.Admit(ctx, part)
+			return refusal != nil
+		})
+		if ssp2.CodeOf(refusal) != ssp2.CodeSchemaNotReady {
+			t.Fatalf("round %d: B refused with %v, want %s", i, refusal, ssp2.CodeSchemaNotReady)
 		}
-		lat = append(lat, time.Since(start))
-		if _, err := a.Gate.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey}); err != nil {
-			t.Fatal(err)
+		if b.Gate.Metrics().WatchUpdates.Load() == updates {
+			t.Fatalf("round %d: B refused without seeing the token change", i)
 		}
-		for {
-			if _, err := b.Gate.Admit(ctx, part); err == nil {
-				break
-			}
+		if out, err := a.Gate.Activate(ctx, storage.CheckpointActivateParams{CheckpointKey: cp.CheckpointKey}); err != nil || out != storage.ActivateActivated {
+			t.Fatalf("round %d: activate = %s, %v", i, out, err)
 		}
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	t.Logf("declare on A → refusal on B over %d rounds: p50 %s, p99 %s, max %s", rounds, p50, p99, lat[len(lat)-1])
-	if p99 > 100*time.Millisecond {
-		t.Errorf("p99 %s above 100ms", p99)
-	}
-	stats, _ := json.Marshal(map[string]int64{"cached": b.Gate.Metrics().AdmitCached.Load(), "watch": b.Gate.Metrics().WatchUpdates.Load()})
-	t.Logf("node B gate: %s", stats)
+	poll.Until(t, 10*time.Second, "B to admit after the last activation", func() bool {
+		_, err := b.Gate.Admit(ctx, part)
+		return err == nil
+	})
 }

@@ -31,7 +31,7 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) bool {
 
 // A request body trickling in is cut at the read timeout.
 func TestSlowBodyIsCut(t *testing.T) {
-	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.ReadTimeout = 300 * time.Millisecond })
 	tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1"}})
 	c, err := net.Dial("tcp", n.Addr())
 	if err != nil {
@@ -46,7 +46,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 
 // An idle keep-alive connection is closed at the idle timeout.
 func TestIdleConnectionIsClosed(t *testing.T) {
-	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.IdleTimeout = 300 * time.Millisecond })
 	c, err := net.Dial("tcp", n.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 // A client that requests a large response and stops reading is cut at
 // the write timeout instead of holding the response in memory.
 func TestStalledReaderIsCut(t *testing.T) {
-	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.WriteTimeout = 300 * time.Millisecond })
 	tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1"}})
 	ep := acquireEpoch(t, n, tok)
 	seedBig(t, n, tok, ep, 300)
@@ -81,7 +81,7 @@ func TestStalledReaderIsCut(t *testing.T) {
 // Past the in-flight body budget a request is refused 503 with
 // Retry-After, and served again once the budget is free.
 func TestInflightBodyBudget(t *testing.T) {
-	n := startNode(t, vectorSchema, func(_ *testing.T, c *Config) { c.MaxRequestBytes, c.MaxInflightBodyBytes = 64<<10, 64<<10 })
+	n := startNode(t, vectorSchema, func(_ *testing.T, c *Config) { c.API.MaxRequestBytes, c.API.MaxInflightBodyBytes = 64<<10, 64<<10 })
 	tok := token(t, "alice", "acme", map[string][]string{"project": {"*"}})
 	req := pullMinimal(t)
 
@@ -121,7 +121,7 @@ func TestInflightBodyBudget(t *testing.T) {
 // Past max connections a new connection is answered 503 and closed;
 // once one closes, new connections are served again.
 func TestMaxConnections(t *testing.T) {
-	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.MaxConnections = 2 })
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.MaxConnections = 2 })
 	healthz := func(c net.Conn) (*http.Response, error) {
 		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		return http.ReadResponse(bufio.NewReader(c), nil)

@@ -1,7 +1,11 @@
-// Package node assembles a running syncnode: the SQL store, the embedded
-// (or external) NATS server, the commit relay, the segment store, the sync
-// engine and the HTTP server. `syncnode serve` is a thin shell around it,
-// and end-to-end tests start real nodes through it.
+// Package node is the only place that assembles a running syncnode: the
+// SQL store, the embedded (or external, or shared) NATS server, the commit
+// relay, the serve gate, the segment store, the host hooks, the sync
+// engine, the reaction runner, the realtime hub, the HTTP handler and
+// listener, and the admin API. `syncnode serve` is a thin shell around
+// it, the operator commands open a node's data through OpenStore and
+// OpenOffline, each test-control instance is a node, and end-to-end tests
+// start real nodes through it.
 package node
 
 import (
@@ -12,9 +16,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,123 +30,20 @@ import (
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
-	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
 	"github.com/syncnode/syncnode/storage"
-	"github.com/syncnode/syncnode/storage/pgstore"
-	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
-// Config configures a node.
-type Config struct {
-	// DataDir holds the SQLite file (unless PostgresURL is set) and the
-	// embedded JetStream store.
-	DataDir string
-	Schema  *schema.Schema
-	// Name names the node in CloudEvents sources (default: hostname).
-	Name string
+// ErrSchemaInstall wraps a failure to install the schema (and the
+// declared checkpoints) at Start: the store refused it.
+var ErrSchemaInstall = errors.New("install schema")
 
-	// HTTPAddr is the HTTP listen address (default 127.0.0.1:8080).
-	HTTPAddr        string
-	MaxRequestBytes int64
-	// HTTP server bounds; zero selects the default (see the Default*
-	// constants). ReadTimeout bounds reading a request, body included;
-	// WriteTimeout bounds each chunk of a response, so a reader that
-	// accepts nothing for that long is cut; IdleTimeout closes idle
-	// keep-alive connections. MaxConnections caps open connections (past
-	// it a new one is answered 503 and closed); MaxInflightBodyBytes caps
-	// the request bodies held by in-flight requests (past it 503; default
-	// httpapi.DefaultMaxInflightBodyBytes).
-	ReadHeaderTimeout    time.Duration
-	ReadTimeout          time.Duration
-	WriteTimeout         time.Duration
-	IdleTimeout          time.Duration
-	MaxConnections       int
-	MaxInflightBodyBytes int64
-
-	// NATS configures the embedded server or the external connection.
-	// DataDir and Logger are filled in from the node's.
-	NATS embedded.Config
-
-	// PostgresURL selects PostgreSQL; empty means SQLite in DataDir.
-	PostgresURL string
-	// PostgresSchema is the PostgreSQL schema (search_path) to use.
-	PostgresSchema string
-	// SQLiteSynchronous is "FULL" (default) or "NORMAL".
-	SQLiteSynchronous string
-
-	// Auth authenticates requests. Required unless Hooks.Token is set,
-	// which replaces it.
-	Auth httpapi.Authenticator
-	// Hooks selects the host hooks the node asks over NATS (package
-	// hooks): scope resolution, write validation, token verification.
-	Hooks hooks.Config
-	// NoAdmin turns the admin API (package admin) off.
-	NoAdmin bool
-	// Version is the build version the admin API reports.
-	Version string
-
-	MaxOperations         int
-	MaxSubscriptions      int
-	InlineSegmentMaxBytes int
-	SegmentTTL            time.Duration
-	// StreamSegmentsAbove: larger segment downloads are streamed from the
-	// Object Store rather than served from memory (default 8 MiB).
-	StreamSegmentsAbove int64
-
-	// Engine hooks for hosts embedding syncnode as a library.
-	Validators      map[string]engine.RowValidator
-	CommitValidator engine.CommitValidator
-
-	// Reactions configures durable reactions: the planner of every new
-	// commit and this node's runner.
-	Reactions ReactionsConfig
-
-	// Checkpoints are the build's backfill checkpoint declarations
-	// (package gate), installed with the schema; the node serves their
-	// partitions while they backfill.
-	Checkpoints []storage.CheckpointKey
-	// OnGateChange is called when another process changed a partition's
-	// serve gate ("" for every partition); see gate.Config.OnChange.
-	OnGateChange func(partition string)
-
-	// Realtime tunes the realtime channel (GET /realtime); the node fills
-	// in its engine, store, auth, gate, NATS, clock and logger.
-	// RealtimeOff leaves the route unanswered.
-	Realtime    realtime.Config
-	RealtimeOff bool
-
-	// Now is the clock (default wall clock), in Unix ms.
-	Now    func() int64
-	Logger *slog.Logger
-
-	// Routes, when set, runs once every component is up and before HTTP
-	// serves: it returns the handler to serve in place of the protocol
-	// handler h (the test-control and load modes mount their routes around
-	// it), and a stop function that Stop calls after HTTP has shut down and
-	// before the components close.
-	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
-}
-
-// ReactionsConfig configures durable reactions (package reactions).
-type ReactionsConfig struct {
-	// Planner plans the reactions of every new commit, inside its push
-	// transaction (rules.CompileReactions builds one from declarative
-	// rules).
-	Planner engine.ReactionPlanner
-	// Disabled runs no runner on this node: reactions are still planned
-	// and enqueued, and a runner on another node sharing the database
-	// runs them.
-	Disabled bool
-	// Runner configures the runner; Store, Conn, Node, Now and Logger are
-	// the node's.
-	Runner reactions.Config
-}
-
-// Node is a running syncnode.
+// Node is a running syncnode. Its component fields are set by Start; the
+// optional ones stay nil when their component is off.
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
@@ -156,198 +54,183 @@ type Node struct {
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
 	Gate     *gate.Gate
-	// Reactions is the reaction runner (nil when disabled).
+	Hooks    *hooks.Set
+	// Reactions is the reaction runner (nil when Reactions.Disabled).
 	Reactions *reactions.Runner
-	Hooks     *hooks.Set
-	Admin     *admin.Admin
-
-	adminConn *nats.Conn
-	// Realtime is nil when Config.RealtimeOff is set.
+	// Realtime is the realtime hub (nil when Realtime.Disabled).
 	Realtime *realtime.Hub
+	// Admin is the admin API (nil when Admin.Disabled).
+	Admin *admin.Admin
 
+	ownNATS    bool // NATS was started by this node (not Config.Bus)
+	adminConn  *nats.Conn
 	hub        atomic.Pointer[realtime.Hub] // for the gate's callback, set once started
 	ln         net.Listener
 	srv        *http.Server
 	routesStop func(context.Context) error
 	serveErr   chan error
-	stopOnce   sync.Once
-	stopErr    error
+
+	life lifecycle.Once
+}
+
+// New validates cfg (every field, the nested configs' included) and
+// returns a node; Start starts it.
+func New(cfg Config) (*Node, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}, nil
 }
 
 // Start opens every component, in dependency order, and starts serving
-// HTTP. On failure it closes whatever it had opened.
-func Start(ctx context.Context, cfg Config) (n *Node, err error) {
-	if cfg.Schema == nil || (cfg.Auth == nil && cfg.Hooks.Token == nil) {
-		return nil, errors.New("node: Schema and Auth (or a token hook) are required")
-	}
-	if cfg.DataDir == "" {
-		return nil, errors.New("node: DataDir is required")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:8080"
-	}
-	if cfg.Name == "" {
-		cfg.Name = defaultName()
-	}
-	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
-	}
-	cfg.withHTTPDefaults()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	n = &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
-	started := n // a failing return sets n to nil before this runs
-	defer func() {
-		if err != nil {
-			_ = started.Stop(context.WithoutCancel(ctx))
+// HTTP (when HTTP.Listen is set). On failure it stops whatever it had
+// started. A node starts once.
+func (n *Node) Start(ctx context.Context) error {
+	return n.life.Start(func() error {
+		if err := n.start(ctx); err != nil {
+			return errors.Join(err, n.stop(context.WithoutCancel(ctx)))
 		}
-	}()
+		return nil
+	})
+}
+
+func (n *Node) start(ctx context.Context) (err error) {
+	cfg := n.cfg
 
 	// HTTP first: a port that is taken should fail before anything heavy.
-	if n.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("HTTP address %s is already in use: stop the other process or pick another with --http", cfg.HTTPAddr)
+	if cfg.HTTP.Listen != "" {
+		if n.ln, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("HTTP address %s is already in use: stop the other process or pick another with --http", cfg.HTTP.Listen)
+			}
+			return fmt.Errorf("listen on %s: %w", cfg.HTTP.Listen, err)
 		}
-		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		n.ln = &limitListener{Listener: n.ln, max: int64(cfg.HTTP.MaxConnections)}
 	}
-	n.ln = &limitListener{Listener: n.ln, max: int64(cfg.MaxConnections)}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
 
-	if n.Store, err = openStore(ctx, cfg); err != nil {
-		return nil, err
+	if n.Store, err = OpenStore(ctx, cfg); err != nil {
+		return err
 	}
 	if err = n.Store.EnsureSchemaWithCheckpoints(ctx, cfg.Schema, cfg.Checkpoints); err != nil {
-		return nil, fmt.Errorf("install schema: %w", err)
+		return fmt.Errorf("%w: %w", ErrSchemaInstall, err)
 	}
 
-	natsCfg := cfg.NATS
-	natsCfg.DataDir, natsCfg.Logger = cfg.DataDir, cfg.Logger.With("component", "nats")
-	if n.NATS, err = embedded.Start(ctx, natsCfg); err != nil {
-		return nil, fmt.Errorf("start NATS: %w", err)
+	if cfg.Bus != nil {
+		n.NATS = cfg.Bus
+	} else {
+		if n.NATS, err = embedded.New(cfg.NATS); err != nil {
+			return err
+		}
+		n.ownNATS = true
+		if err = n.NATS.Start(ctx); err != nil {
+			return fmt.Errorf("start NATS: %w", err)
+		}
 	}
+	js := n.NATS.JetStream()
 
-	if n.Relay, err = relay.New(n.NATS.JetStream(), n.Store, relay.Config{
-		Node: cfg.Name, Schema: cfg.Schema, Logger: cfg.Logger.With("component", "relay"),
-	}); err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
+	if n.Relay, err = relay.New(js, n.Store, cfg.Relay); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	if err = n.Relay.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start relay: %w", err)
+		return fmt.Errorf("start relay: %w", err)
 	}
 
-	if n.Gate, err = gate.New(gate.Config{
-		Store: n.Store, Schema: cfg.Schema, Declared: cfg.Checkpoints,
-		Conn: n.NATS.Conn(), JetStream: n.NATS.JetStream(), Node: cfg.Name,
-		OnChange: n.gateChanged, Now: cfg.Now, Logger: cfg.Logger.With("component", "gate"),
-	}); err != nil {
-		return nil, err
+	gc := cfg.Gate
+	gc.Store, gc.Conn, gc.JetStream, gc.OnChange = n.Store, n.NATS.Conn(), js, n.gateChanged
+	if n.Gate, err = gate.New(gc); err != nil {
+		return err
 	}
 	if err = n.Gate.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start gate: %w", err)
+		return fmt.Errorf("start gate: %w", err)
 	}
 
-	if n.Segments, err = segments.Open(ctx, segments.Config{
-		JetStream: n.NATS.JetStream(), Store: n.Store, TTL: cfg.SegmentTTL,
-		Now: cfg.Now, Logger: cfg.Logger.With("component", "segments"),
-	}); err != nil {
-		return nil, fmt.Errorf("segment store: %w", err)
+	sc := cfg.Segments
+	sc.JetStream, sc.Store = js, n.Store
+	if n.Segments, err = segments.New(sc); err != nil {
+		return err
+	}
+	if err = n.Segments.Start(ctx); err != nil {
+		return fmt.Errorf("segment store: %w", err)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	authn, commitValidator, err := n.startHooks(cfg, reg)
-	if err != nil {
-		return nil, err
+	ac := cfg.API
+	if ac.Registry == nil {
+		ac.Registry = prometheus.NewRegistry()
+		ac.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	ec := cfg.Engine
+	if ac.Auth, ec.CommitValidator, err = n.startHooks(ac.Auth, ec.CommitValidator, ac.Registry); err != nil {
+		return err
 	}
 
-	if n.Engine, err = engine.New(engine.Config{
-		Schema: cfg.Schema, Store: n.Store, Segments: n.Segments,
-		Now: cfg.Now, OnCommit: n.Relay.Notify, Gate: engine.GateOf(n.Gate), Logger: cfg.Logger.With("component", "engine"),
-		MaxOperations: cfg.MaxOperations, MaxSubscriptions: cfg.MaxSubscriptions, InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
-		Validators: cfg.Validators, CommitValidator: commitValidator,
-		ReactionPlanner: cfg.Reactions.Planner, OnReactions: n.reactionsEnqueued,
-	}); err != nil {
-		return nil, err
+	ec.Store, ec.Segments, ec.Gate, ec.OnCommit = n.Store, n.Segments, engine.GateOf(n.Gate), n.Relay.Notify
+	ec.OnReactions = n.reactionsEnqueued
+	if n.Engine, err = engine.New(ec); err != nil {
+		return err
 	}
-	if err = n.startReactions(ctx); err != nil {
-		return nil, err
+	if err = n.startReactions(ctx, ac.Registry); err != nil {
+		return err
+	}
+	if err = n.startRealtime(ctx, ac.Registry, ac.Auth); err != nil {
+		return err
+	}
+	if n.Realtime != nil {
+		ac.Realtime = n.Realtime
 	}
 
-	if n.Reactions != nil {
-		reg.MustRegister(n.Reactions.Collector())
-	}
-	var rt http.Handler
-	if !cfg.RealtimeOff {
-		if err = n.startRealtime(ctx, reg, authn); err != nil {
-			return nil, err
-		}
-		rt = n.Realtime
-	}
-	if n.Handler, err = httpapi.New(httpapi.Config{
-		Engine: n.Engine, Auth: authn, Segments: n.Segments,
-		MaxRequestBytes: cfg.MaxRequestBytes, Ready: n.ready, StreamSegmentsAbove: cfg.StreamSegmentsAbove,
-		WriteTimeout: cfg.WriteTimeout, MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
-		Logger: cfg.Logger.With("component", "http"), Registry: reg, Realtime: rt,
-	}); err != nil {
-		return nil, err
+	ac.Engine, ac.Segments, ac.Ready = n.Engine, n.Segments, n.ready
+	if n.Handler, err = httpapi.New(ac); err != nil {
+		return err
 	}
 	var handler http.Handler = n.Handler
 	if cfg.Routes != nil {
 		if handler, n.routesStop, err = cfg.Routes(ctx, n, handler); err != nil {
-			return nil, fmt.Errorf("routes: %w", err)
+			return fmt.Errorf("routes: %w", err)
 		}
 	}
-	if !cfg.NoAdmin {
-		if err = n.startAdmin(ctx, cfg); err != nil {
-			return nil, err
+	if !cfg.Admin.Disabled {
+		if err = n.startAdmin(ctx); err != nil {
+			return err
 		}
 	}
-	n.srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		// The read deadline ends once the body is read (net/http clears
-		// it for its background read), so it never cuts a long response;
-		// httpapi extends the write deadline before every chunk it sends.
-		ReadTimeout:  cfg.ReadTimeout,
-		WriteTimeout: cfg.WriteTimeout,
-		IdleTimeout:  cfg.IdleTimeout,
-		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	if n.ln != nil {
+		n.srv = &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
+			// The read deadline ends once the body is read (net/http
+			// clears it for its background read), so it never cuts a long
+			// response; httpapi extends the write deadline before every
+			// chunk it sends, and realtime clears both on upgrade.
+			ReadTimeout:  cfg.HTTP.ReadTimeout,
+			WriteTimeout: cfg.HTTP.WriteTimeout,
+			IdleTimeout:  cfg.HTTP.IdleTimeout,
+			ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		}
+		go func() { n.serveErr <- n.srv.Serve(n.ln) }()
 	}
-	go func() { n.serveErr <- n.srv.Serve(n.ln) }()
-	return n, nil
+	return nil
 }
 
-// HTTP defaults.
-const (
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = 60 * time.Second
-	DefaultWriteTimeout      = 30 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultMaxConnections    = 4096
-)
-
-func (c *Config) withHTTPDefaults() {
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&c.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&c.ReadTimeout, DefaultReadTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+// Addr is the HTTP listen address (with the real port when 0 was asked),
+// or "" when the node serves no HTTP of its own.
+func (n *Node) Addr() string {
+	if n.ln == nil {
+		return ""
 	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
+	return n.ln.Addr().String()
 }
 
-// Addr is the HTTP listen address (with the real port when 0 was asked).
-func (n *Node) Addr() string { return n.ln.Addr().String() }
-
-// URL is the node's base URL.
-func (n *Node) URL() string { return "http://" + n.Addr() }
+// URL is the node's base URL, or "" when it serves no HTTP of its own.
+func (n *Node) URL() string {
+	if n.ln == nil {
+		return ""
+	}
+	return "http://" + n.Addr()
+}
 
 // Done reports a fatal HTTP serve error.
 func (n *Node) Done() <-chan error { return n.serveErr }
@@ -367,91 +250,92 @@ func (n *Node) ready(ctx context.Context) error {
 }
 
 // Stop shuts down in reverse order: stop accepting requests and let
-// in-flight ones finish, drain the relay (every commit notified so far is
-// published, within ctx), close NATS and the store. Every acknowledged
-// commit is already in SQL; the relay republishes anything left
-// unpublished on the next start.
+// in-flight ones finish, close the realtime sockets, stop the admin API,
+// the routes and the reaction runner, drain the relay (every commit
+// notified so far is published, within ctx), stop NATS (unless it is
+// Config.Bus) and close the store. Every acknowledged commit is already in
+// SQL; the relay republishes anything left unpublished on the next start.
+// Stop is idempotent and does nothing before Start.
 func (n *Node) Stop(ctx context.Context) error {
-	n.stopOnce.Do(func() {
-		var errs []error
-		if n.srv != nil {
-			if err := n.srv.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			}
-		} else if n.ln != nil {
-			n.ln.Close()
+	return n.life.Stop(func() error { return n.stop(ctx) })
+}
+
+func (n *Node) stop(ctx context.Context) error {
+	var errs []error
+	if n.srv != nil {
+		if err := n.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
-		if n.Realtime != nil {
-			if err := n.Realtime.Stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
+	} else if n.ln != nil {
+		n.ln.Close()
+	}
+	if n.Realtime != nil {
+		if err := n.Realtime.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.Admin != nil {
-			if err := n.Admin.Stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
+	}
+	if n.Admin != nil {
+		if err := n.Admin.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.adminConn != nil {
-			n.adminConn.Close()
+	}
+	if n.adminConn != nil {
+		n.adminConn.Close()
+	}
+	if n.routesStop != nil {
+		if err := n.routesStop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("routes stop: %w", err))
 		}
-		if n.routesStop != nil {
-			if err := n.routesStop(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("routes stop: %w", err))
-			}
+	}
+	if n.Reactions != nil {
+		if err := n.Reactions.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("reactions stop: %w", err))
 		}
-		if n.Reactions != nil {
-			if err := n.Reactions.Stop(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("reactions stop: %w", err))
-			}
+	}
+	if n.Segments != nil {
+		if err := n.Segments.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.Segments != nil {
-			if err := n.Segments.Close(); err != nil {
-				errs = append(errs, err)
-			}
+	}
+	if n.Gate != nil {
+		if err := n.Gate.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if n.Gate != nil {
-			if err := n.Gate.Stop(ctx); err != nil {
-				errs = append(errs, err)
-			}
+	}
+	if n.Relay != nil && n.Engine != nil {
+		// No request runs any more: publish what was committed before
+		// NATS closes, within ctx. What is left (NATS unavailable, the
+		// shutdown timeout) the next start publishes from the log.
+		if err := n.Relay.Flush(ctx); err != nil {
+			n.log.Warn("relay not drained at shutdown; the next start publishes the rest", "err", err)
 		}
-		if n.Relay != nil && n.srv != nil {
-			// No request runs any more: publish what was committed before
-			// NATS closes, within ctx. What is left (NATS unavailable, the
-			// shutdown timeout) the next start publishes from the log.
-			if err := n.Relay.Flush(ctx); err != nil {
-				n.log.Warn("relay not drained at shutdown; the next start publishes the rest", "err", err)
-			}
+	}
+	if n.Relay != nil {
+		if err := n.Relay.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("relay stop: %w", err))
 		}
-		if n.Relay != nil {
-			if err := n.Relay.Stop(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("relay stop: %w", err))
-			}
+	}
+	if n.NATS != nil && n.ownNATS {
+		if err := n.NATS.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("nats stop: %w", err))
 		}
-		if n.NATS != nil {
-			if err := n.NATS.Close(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("nats stop: %w", err))
-			}
+	}
+	if n.Store != nil {
+		if err := n.Store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("store close: %w", err))
 		}
-		if n.Store != nil {
-			if err := n.Store.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("store close: %w", err))
-			}
-		}
-		n.stopErr = errors.Join(errs...)
-	})
-	return n.stopErr
+	}
+	return errors.Join(errs...)
 }
 
 // startReactions starts the reaction runner unless disabled. It is woken
 // by commit events on the bus, like a runner on any other node.
-func (n *Node) startReactions(ctx context.Context) error {
+func (n *Node) startReactions(ctx context.Context, reg prometheus.Registerer) error {
 	if n.cfg.Reactions.Disabled {
 		return nil
 	}
 	rc := n.cfg.Reactions.Runner
-	rc.Store, rc.Conn, rc.Node = n.Store, n.NATS.Conn(), n.cfg.Name
-	rc.Now = func() time.Time { return time.UnixMilli(n.cfg.Now()) }
-	rc.Logger = n.log.With("component", "reactions")
+	rc.Store, rc.Conn = n.Store, n.NATS.Conn()
 	r, err := reactions.New(rc)
 	if err != nil {
 		return err
@@ -460,23 +344,23 @@ func (n *Node) startReactions(ctx context.Context) error {
 		return fmt.Errorf("start reactions: %w", err)
 	}
 	n.Reactions = r
-	return nil
+	return reg.Register(r.Collector())
 }
 
 // reactionsEnqueued publishes the enqueued events of a durable commit.
 func (n *Node) reactionsEnqueued(partition string, p storage.ReactionEnqueueParams) {
-	reactions.PublishEnqueued(n.NATS.Conn(), n.cfg.Name, n.log, partition, p)
+	reactions.PublishEnqueued(n.NATS.Conn(), n.cfg.Names, n.cfg.Name, n.log, partition, p)
 }
 
-// startRealtime starts the realtime hub on the node's components.
+// startRealtime starts the realtime hub on the node's components unless
+// disabled.
 func (n *Node) startRealtime(ctx context.Context, reg prometheus.Registerer, authn httpapi.Authenticator) error {
-	rc := n.cfg.Realtime
-	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.Gate
-	rc.Conn, rc.JetStream, rc.Node = n.NATS.Conn(), n.NATS.JetStream(), n.cfg.Name
-	if rc.MaxRequestBytes == 0 {
-		rc.MaxRequestBytes = n.cfg.MaxRequestBytes
+	if n.cfg.Realtime.Disabled {
+		return nil
 	}
-	rc.Now, rc.Logger = n.cfg.Now, n.log.With("component", "realtime")
+	rc := n.cfg.Realtime.Hub
+	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.Gate
+	rc.Conn, rc.JetStream = n.NATS.Conn(), n.NATS.JetStream()
 	hub, err := realtime.New(rc)
 	if err != nil {
 		return err
@@ -495,42 +379,7 @@ func (n *Node) gateChanged(partition string) {
 	if hub := n.hub.Load(); hub != nil {
 		hub.GateChanged(partition)
 	}
-	if n.cfg.OnGateChange != nil {
-		n.cfg.OnGateChange(partition)
+	if n.cfg.Gate.OnChange != nil {
+		n.cfg.Gate.OnChange(partition)
 	}
-}
-
-func openStore(ctx context.Context, cfg Config) (storage.Store, error) {
-	if cfg.PostgresURL != "" {
-		st, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.PostgresURL, Schema: cfg.PostgresSchema})
-		if err != nil {
-			return nil, fmt.Errorf("open PostgreSQL: %w", err)
-		}
-		return st, nil
-	}
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{
-		Path:        filepath.Join(cfg.DataDir, "syncnode.db"),
-		Synchronous: sqlitestore.Synchronous(strings.ToUpper(cfg.SQLiteSynchronous)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open SQLite: %w", err)
-	}
-	return st, nil
-}
-
-func defaultName() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "syncnode"
-	}
-	var b strings.Builder
-	for _, r := range h {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			b.WriteRune(r)
-		}
-	}
-	if b.Len() == 0 {
-		return "syncnode"
-	}
-	return b.String()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/testvectors"
@@ -23,6 +24,9 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
+
+// prod is the production bus namespace.
+var prod bus.Names
 
 // vectorSchema serves the tables and scope variables the golden request
 // vectors use: notes (the 8-column table of segment/rows-two-blocks) and
@@ -47,7 +51,7 @@ type backend struct {
 // backends runs a test on SQLite and, when configured, PostgreSQL.
 var backends = []backend{
 	{"sqlite", func(*testing.T, *Config) {}},
-	{"postgres", func(t *testing.T, c *Config) { c.PostgresURL, c.PostgresSchema = pgtest.Schema(t) }},
+	{"postgres", func(t *testing.T, c *Config) { c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(t) }},
 }
 
 // startNode starts a real node (store, embedded NATS on a random port,
@@ -63,18 +67,21 @@ func startNode(t *testing.T, sch string, mod func(*testing.T, *Config)) *Node {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		DataDir:  t.TempDir(),
-		Schema:   s,
-		Name:     "test-node",
-		HTTPAddr: "127.0.0.1:0",
-		NATS:     embedded.Config{Port: embedded.RandomPort},
-		Auth:     httpapi.BearerAuth(v),
+		DataDir: t.TempDir(),
+		Schema:  s,
+		Name:    "test-node",
+		HTTP:    HTTPConfig{Listen: "127.0.0.1:0"},
+		NATS:    embedded.Config{Port: embedded.RandomPort},
+		API:     httpapi.Config{Auth: httpapi.BearerAuth(v)},
 	}
 	if mod != nil {
 		mod(t, &cfg)
 	}
-	n, err := Start(context.Background(), cfg)
+	n, err := New(cfg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -212,7 +219,7 @@ func binary16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
 // TestHTTPEdges covers the transport rules: content type, auth, body
 // limits, compression both ways, and that bad input changes nothing.
 func TestHTTPEdges(t *testing.T) {
-	n := startNode(t, vectorSchema, func(_ *testing.T, c *Config) { c.MaxRequestBytes = 4096 })
+	n := startNode(t, vectorSchema, func(_ *testing.T, c *Config) { c.API.MaxRequestBytes = 4096 })
 	tok := token(t, "actor-1", "edges", map[string][]string{"project": {"*"}, "team": {"*"}})
 	req := pullMinimal(t)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,16 +17,14 @@ import (
 // authenticator and the whole-commit validator with them in place: the
 // token hook authenticates, the scopes hook replaces the identity's
 // resolver, and the validate hook runs after the host's own validator.
-func (n *Node) startHooks(cfg Config, reg *prometheus.Registry) (httpapi.Authenticator, engine.CommitValidator, error) {
+func (n *Node) startHooks(authn httpapi.Authenticator, cv engine.CommitValidator, reg prometheus.Registerer) (httpapi.Authenticator, engine.CommitValidator, error) {
 	m, err := hooks.NewMetrics(reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hook metrics: %w", err)
 	}
-	clock := msClock(cfg.Now)
-	if n.Hooks, err = hooks.New(n.NATS.Conn(), cfg.Hooks, m, clock); err != nil {
+	if n.Hooks, err = hooks.New(n.NATS.Conn(), n.cfg.Hooks, m, n.cfg.Clock); err != nil {
 		return nil, nil, err
 	}
-	authn := cfg.Auth
 	if n.Hooks.Tokens != nil {
 		authn = n.Hooks.Tokens
 	}
@@ -39,7 +36,6 @@ func (n *Node) startHooks(cfg Config, reg *prometheus.Registry) (httpapi.Authent
 			return id, err
 		})
 	}
-	cv := cfg.CommitValidator
 	if v := n.Hooks.Validator; v != nil {
 		cv = engine.ChainCommitValidators(cv, v.Validate)
 	}
@@ -47,30 +43,22 @@ func (n *Node) startHooks(cfg Config, reg *prometheus.Registry) (httpapi.Authent
 }
 
 // startAdmin serves the admin API on a connection of its own.
-func (n *Node) startAdmin(ctx context.Context, cfg Config) error {
+func (n *Node) startAdmin(ctx context.Context) error {
 	nc, err := n.NATS.Connect()
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
 	n.adminConn = nc
 	storage := "sqlite"
-	if cfg.PostgresURL != "" {
+	if n.cfg.Store.isPostgres() {
 		storage = "postgres"
 	}
 	if n.Admin, err = admin.New(admin.Config{
-		Conn: nc, Node: cfg.Name, Version: cfg.Version, Storage: storage, Hooks: n.Hooks.Names(),
-		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(),
-		Ready: n.ready, Clock: msClock(cfg.Now), Logger: cfg.Logger.With("component", "admin"),
+		Conn: nc, Node: n.cfg.Name, Version: n.cfg.Admin.Version, Storage: storage, Hooks: n.Hooks.Names(),
+		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(), Names: n.cfg.Names,
+		Ready: n.ready, Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
 	}); err != nil {
 		return err
 	}
-	if err := n.Admin.Start(ctx); err != nil {
-		return err
-	}
-	return nil
+	return n.Admin.Start(ctx)
 }
-
-// msClock adapts the node's millisecond clock.
-type msClock func() int64
-
-func (c msClock) Now() time.Time { return time.UnixMilli(c()) }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -32,12 +33,11 @@ func TestSegmentDownload(t *testing.T) {
 			name += "/streamed"
 		}
 		t.Run(name, func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(1_800_000_000_000)
+			now := clock.NewManual(time.UnixMilli(1_800_000_000_000))
 			n := startNode(t, taskSchema, func(t *testing.T, c *Config) {
 				b.cfg(t, c)
-				c.Now = now.Load
-				c.StreamSegmentsAbove = b.streamAbove
+				c.Clock = now
+				c.API.StreamSegmentsAbove = b.streamAbove
 			})
 			tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1", "p2"}})
 
@@ -115,7 +115,7 @@ func TestSegmentDownload(t *testing.T) {
 			jsonError(t, get(t, n.URL()+"/segments/"+id, revoked, header, ""), http.StatusForbidden, ssp2.CodeForbidden)
 			jsonError(t, get(t, n.URL()+"/segments/"+id, "", header, ""), http.StatusUnauthorized, ssp2.CodeAuthRequired)
 			// After the TTL the grant expires.
-			now.Add(25 * 3600 * 1000)
+			now.Advance(25 * time.Hour)
 			jsonError(t, get(t, n.URL()+"/segments/"+id, tok, header, ""), http.StatusNotFound, ssp2.CodeSegmentExpired)
 		})
 	}

@@ -231,7 +231,7 @@ func (e *env) events() *events {
 	e.t.Helper()
 	ev := &events{}
 	nc := e.conn()
-	if _, err := nc.Subscribe(bus.SubjectReactionEvents, func(m *nats.Msg) {
+	if _, err := nc.Subscribe(prod.ReactionEvents(), func(m *nats.Msg) {
 		var b EventBody
 		if err := json.Unmarshal(m.Data, &b); err != nil {
 			e.t.Errorf("event body %s: %v", m.Data, err)
@@ -254,9 +254,12 @@ func (ev *events) of(event string, k storage.ReactionKey) []recorded {
 	defer ev.mu.Unlock()
 	var out []recorded
 	for _, r := range ev.got {
-		if _, name, _, _ := bus.ParseReactionEventSubject(r.subject); name == event && r.body.IdempotencyKey == k.IdempotencyKey {
+		if _, name, _, _ := prod.ParseReactionEventSubject(r.subject); name == event && r.body.IdempotencyKey == k.IdempotencyKey {
 			out = append(out, r)
 		}
 	}
 	return out
 }
+
+// prod is the production bus namespace the tests run in.
+var prod bus.Names

@@ -46,7 +46,7 @@ func (r *Runner) runHandler(j *job, h Handler) {
 		if !errors.As(err, new(*Failure)) {
 			r.log.Warn("reactions: handler failed", "type", j.r.Type, "partition", j.r.Partition, "attempt", j.r.Attempts, "err", err)
 		}
-		r.fail(j, failureOf(err, r.cfg.Now()))
+		r.fail(j, failureOf(err, r.now()))
 	}
 }
 
@@ -65,16 +65,16 @@ func call(ctx context.Context, h Handler, rx storage.Reaction) (err error) {
 // recorded while the lease is still this runner's.
 func (r *Runner) dispatch(j *job) {
 	defer r.jobs.Done()
-	m, err := workMsg(j.r)
+	m, err := workMsg(r.cfg.Names, j.r)
 	if err != nil { // the store's type check makes this unreachable
-		r.fail(j, outcome{failure: storage.ReactionFailure{Code: CodeDispatchFailed, AtMs: r.cfg.Now().UnixMilli()}, permanent: true})
+		r.fail(j, outcome{failure: storage.ReactionFailure{Code: CodeDispatchFailed, AtMs: r.now().UnixMilli()}, permanent: true})
 		return
 	}
 	deadline := time.UnixMilli(j.r.LeaseExpiresAtMs).Add(-min(r.cfg.Lease/10, time.Second))
-	ctx, cancel := context.WithTimeout(r.jobCtx, deadline.Sub(r.cfg.Now()))
+	ctx, cancel := context.WithTimeout(r.jobCtx, deadline.Sub(r.now()))
 	defer cancel()
 	reply, err := r.cfg.Conn.RequestMsgWithContext(ctx, m)
-	now := r.cfg.Now()
+	now := r.now()
 	switch {
 	case err == nil:
 		if completed, o := parseReply(reply.Data, now); completed {
@@ -176,7 +176,7 @@ func (r *Runner) collect(batch []*job) []*job {
 
 func (r *Runner) complete(batch []*job) {
 	defer r.release(len(batch))
-	now := r.cfg.Now()
+	now := r.now()
 	leases := make([]storage.ReactionLease, len(batch))
 	for i, j := range batch {
 		leases[i] = j.lease
@@ -223,7 +223,7 @@ func (r *Runner) heartbeat() {
 			for i, j := range chunk {
 				leases[i] = j.lease
 			}
-			ok, err := r.cfg.Store.ReactionExtend(context.WithoutCancel(r.jobCtx), storage.ReactionExtendParams{Leases: leases, UntilMs: r.cfg.Now().Add(r.cfg.Lease).UnixMilli()})
+			ok, err := r.cfg.Store.ReactionExtend(context.WithoutCancel(r.jobCtx), storage.ReactionExtendParams{Leases: leases, UntilMs: r.now().Add(r.cfg.Lease).UnixMilli()})
 			if err != nil {
 				r.log.Warn("reactions: extending leases failed", "err", err)
 				break

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -45,6 +47,10 @@ type Config struct {
 	Conn *nats.Conn
 	// Node names the runner in lease-owner tokens and ce-source.
 	Node string
+	// Names is the bus namespace of the commit events the runner watches
+	// and of its work requests and lifecycle events (the zero Names is
+	// production).
+	Names bus.Names
 	// Handlers run reactions in process, by type; every other type goes
 	// to NATS workers on syncreact.work.<type>.
 	Handlers map[string]Handler
@@ -77,8 +83,10 @@ type Config struct {
 	PruneInterval       time.Duration
 	PruneBatch          int
 
-	// Now is the clock (default time.Now).
-	Now    func() time.Time
+	// Clock is the clock of leases, backoff and retention (default
+	// clock.System); the runner's timers pace themselves on the wall
+	// clock.
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -119,9 +127,7 @@ func (c Config) WithDefaults() Config {
 	if c.PruneBatch == 0 {
 		c.PruneBatch = DefaultPruneBatch
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,18 +137,12 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate refuses missing dependencies and values out of range, naming
-// the field.
+// Validate refuses values out of range, naming the field (call after
+// WithDefaults). New also requires the wiring: Store and Conn.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("reactions: %s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Store == nil {
-		bad("Store", "required")
-	}
-	if c.Conn == nil {
-		bad("Conn", "required")
 	}
 	for typ, h := range c.Handlers {
 		if err := storage.CheckReactionType(typ); err != nil {
@@ -230,20 +230,26 @@ type Runner struct {
 
 	watcher  *bus.Watcher
 	requeued *nats.Subscription
-	started  bool
-	stopOnce sync.Once
+	life     lifecycle.Once
 }
 
-// New validates cfg and returns a Runner.
+// New validates cfg and returns a Runner; Start starts it.
 func New(cfg Config) (*Runner, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("reactions: Store: required"))
+	}
+	if cfg.Conn == nil {
+		errs = append(errs, errors.New("reactions: Conn: required"))
+	}
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return nil, err
 	}
 	r := &Runner{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		pub:     publisher{nc: cfg.Conn, node: cfg.Node, log: cfg.Logger},
+		pub:     publisher{nc: cfg.Conn, names: cfg.Names, node: cfg.Node, log: cfg.Logger},
 		wake:    make(chan struct{}, 1),
 		dirty:   map[string]bool{},
 		leases:  map[storage.ReactionKey]*job{},
@@ -256,17 +262,21 @@ func New(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
+// now is the runner's clock.
+func (r *Runner) now() time.Time { return r.cfg.Clock.Now() }
+
 // Stats returns the runner's counters.
 func (r *Runner) Stats() *Stats { return &r.stats }
 
 // Start subscribes to commit and requeued events and starts claiming,
 // beginning with a sweep of every partition (work left by a previous run).
+// A runner starts once.
 func (r *Runner) Start(ctx context.Context) error {
-	if r.started {
-		return errors.New("reactions: runner already started")
-	}
-	r.started = true
-	w, err := bus.WatchPartitions(r.cfg.Conn, bus.WatchConfig{
+	return r.life.Start(func() error { return r.start(ctx) })
+}
+
+func (r *Runner) start(ctx context.Context) error {
+	w, err := bus.WatchPartitions(r.cfg.Conn, r.cfg.Names, bus.WatchConfig{
 		OnChange: func(ch bus.PartitionChange) { r.markPartition(ch.Partition.ID()) },
 		OnResync: r.markAll,
 		Logger:   r.log,
@@ -274,18 +284,22 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reactions: %w", err)
 	}
-	r.watcher = w
-	filter, _ := bus.ReactionEventFilter(bus.ReactionRequeued)
-	if r.requeued, err = r.cfg.Conn.Subscribe(filter, r.onRequeued); err != nil {
-		w.Stop()
+	fail := func(err error) error {
+		_ = w.Stop(context.WithoutCancel(ctx))
+		if r.requeued != nil {
+			_ = r.requeued.Unsubscribe()
+		}
 		return fmt.Errorf("reactions: %w", err)
+	}
+	r.watcher = w
+	filter, _ := r.cfg.Names.ReactionEventFilter(bus.ReactionRequeued)
+	if r.requeued, err = r.cfg.Conn.Subscribe(filter, r.onRequeued); err != nil {
+		return fail(err)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := r.cfg.Conn.FlushWithContext(fctx); err != nil {
-		w.Stop()
-		_ = r.requeued.Unsubscribe()
-		return fmt.Errorf("reactions: %w", err)
+		return fail(err)
 	}
 	r.markAll()
 	r.loops.Add(3)
@@ -300,7 +314,7 @@ func (r *Runner) Start(ctx context.Context) error {
 }
 
 func (r *Runner) onRequeued(m *nats.Msg) {
-	tok, _, _, ok := bus.ParseReactionEventSubject(m.Subject)
+	tok, _, _, ok := r.cfg.Names.ParseReactionEventSubject(m.Subject)
 	if !ok {
 		return
 	}
@@ -314,13 +328,11 @@ func (r *Runner) onRequeued(m *nats.Msg) {
 
 // Stop stops claiming, waits for running reactions until ctx ends (then
 // cancels them; their leases expire and another runner retries them),
-// records the outcomes that arrived, and unsubscribes. It is idempotent.
+// records the outcomes that arrived, and unsubscribes. It is idempotent
+// and does nothing before Start.
 func (r *Runner) Stop(ctx context.Context) error {
-	if !r.started {
-		return nil
-	}
-	r.stopOnce.Do(func() {
-		r.watcher.Stop()
+	return r.life.Stop(func() error {
+		werr := r.watcher.Stop(ctx)
 		_ = r.requeued.Unsubscribe()
 		close(r.stop)
 		done := make(chan struct{})
@@ -334,8 +346,8 @@ func (r *Runner) Stop(ctx context.Context) error {
 		close(r.ackStop)
 		r.loops.Wait()
 		r.cancel()
+		return werr
 	})
-	return nil
 }
 
 func (r *Runner) signal() {
@@ -392,7 +404,7 @@ func (r *Runner) schedule() {
 		}
 		r.mu.Lock()
 		if !r.nextRetry.IsZero() {
-			retry.Reset(max(r.nextRetry.Sub(r.cfg.Now()), 0))
+			retry.Reset(max(r.nextRetry.Sub(r.now()), 0))
 		}
 		r.mu.Unlock()
 		r.drain()
@@ -450,7 +462,7 @@ func (r *Runner) drain() {
 
 // claim leases up to n reactions and starts them.
 func (r *Runner) claim(partition string, all bool, n int) (int, error) {
-	now := r.cfg.Now()
+	now := r.now()
 	owner := r.cfg.Node + ":" + nuid.Next()
 	res, err := r.cfg.Store.ReactionClaim(context.WithoutCancel(r.jobCtx), storage.ReactionClaimParams{
 		Partition: partition, AllPartitions: all, Types: r.cfg.Types, Owner: owner,
@@ -520,7 +532,7 @@ func (r *Runner) prunePasses() {
 			return
 		default:
 		}
-		now := r.cfg.Now()
+		now := r.now()
 		res, err := r.cfg.Store.ReactionPrune(r.jobCtx, storage.ReactionPruneParams{
 			AllPartitions:      true,
 			CompletedBeforeMs:  now.Add(-r.cfg.CompletedRetention).UnixMilli(),

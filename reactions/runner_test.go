@@ -423,7 +423,7 @@ func TestRequeueWakesRunner(t *testing.T) {
 	if ok, err := e.store.ReactionRetry(e.ctx, k, time.Now().UnixMilli()); err != nil || !ok {
 		t.Fatalf("retry: %v, %v", ok, err)
 	}
-	if err := PublishRequeued(e.conn(), "ops", e.get(k), time.Now()); err != nil {
+	if err := PublishRequeued(e.conn(), bus.Names{}, "ops", e.get(k), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, wait, "completed after the requeue", func() bool { return e.status(k) == storage.ReactionCompleted })
@@ -449,7 +449,7 @@ func TestPublishEnqueued(t *testing.T) {
 	ev := e.events()
 	p := storage.ReactionEnqueueParams{SourceClientID: "c", SourceClientCommitID: "cc", SourceCommitSeq: 4, CreatedAtMs: 1000,
 		Reactions: []storage.ReactionNew{{IdempotencyKey: `["p","c","cc","k"]`, Type: "email.send", Version: 2, MaxAttempts: 5}}}
-	PublishEnqueued(e.srv.Conn(), "n1", nil, "p", p)
+	PublishEnqueued(e.srv.Conn(), bus.Names{}, "n1", nil, "p", p)
 	k := storage.ReactionKey{Partition: "p", IdempotencyKey: `["p","c","cc","k"]`}
 	poll.Until(t, wait, "enqueued event", func() bool { return len(ev.of(bus.ReactionEnqueued, k)) == 1 })
 	got := ev.of(bus.ReactionEnqueued, k)[0]

@@ -64,8 +64,8 @@ func workRequest(r storage.Reaction) ([]byte, error) {
 	})
 }
 
-func workMsg(r storage.Reaction) (*nats.Msg, error) {
-	subject, err := bus.ReactionWorkSubject(r.Type)
+func workMsg(names bus.Names, r storage.Reaction) (*nats.Msg, error) {
+	subject, err := names.ReactionWorkSubject(r.Type)
 	if err != nil {
 		return nil, err
 	}
@@ -145,13 +145,14 @@ type EventBody struct {
 // publisher publishes lifecycle events; failures are logged, never
 // returned: events are fire and forget.
 type publisher struct {
-	nc   *nats.Conn
-	node string
-	log  *slog.Logger
+	nc    *nats.Conn
+	names bus.Names
+	node  string
+	log   *slog.Logger
 }
 
 func (p publisher) publish(event string, r storage.Reaction, code string, retryAt int64, at time.Time) {
-	m, err := eventMsg(p.node, event, r, code, retryAt, at)
+	m, err := eventMsg(p.names, p.node, event, r, code, retryAt, at)
 	if err == nil {
 		err = p.nc.PublishMsg(m)
 	}
@@ -161,12 +162,12 @@ func (p publisher) publish(event string, r storage.Reaction, code string, retryA
 }
 
 // eventMsg is the lifecycle event of r.
-func eventMsg(node, event string, r storage.Reaction, code string, retryAt int64, at time.Time) (*nats.Msg, error) {
+func eventMsg(names bus.Names, node, event string, r storage.Reaction, code string, retryAt int64, at time.Time) (*nats.Msg, error) {
 	part, err := bus.NewPartition(r.Partition)
 	if err != nil {
 		return nil, err
 	}
-	return bus.NewReactionEventMsg(node, bus.ReactionEvent{Event: event, Partition: part, Type: r.Type, Time: at,
+	return bus.NewReactionEventMsg(names, node, bus.ReactionEvent{Event: event, Partition: part, Type: r.Type, Time: at,
 		Data: EventBody{
 			Partition: r.Partition, IdempotencyKey: r.IdempotencyKey, Type: r.Type, Version: r.Version,
 			Attempt: r.Attempts, MaxAttempts: r.MaxAttempts, SourceClientID: r.SourceClientID,
@@ -176,13 +177,13 @@ func eventMsg(node, event string, r storage.Reaction, code string, retryAt int64
 }
 
 // PublishEnqueued publishes the enqueued events of one durable commit's
-// reactions on nc (wire it to engine.Config.OnReactions). node names the
-// ce-source.
-func PublishEnqueued(nc *nats.Conn, node string, logger *slog.Logger, partition string, p storage.ReactionEnqueueParams) {
+// reactions on nc, in namespace names (wire it to
+// engine.Config.OnReactions). node names the ce-source.
+func PublishEnqueued(nc *nats.Conn, names bus.Names, node string, logger *slog.Logger, partition string, p storage.ReactionEnqueueParams) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	pub := publisher{nc: nc, node: node, log: logger}
+	pub := publisher{nc: nc, names: names, node: node, log: logger}
 	at := time.UnixMilli(p.CreatedAtMs)
 	for _, n := range p.Reactions {
 		pub.publish(bus.ReactionEnqueued, storage.Reaction{
@@ -193,11 +194,11 @@ func PublishEnqueued(nc *nats.Conn, node string, logger *slog.Logger, partition 
 	}
 }
 
-// PublishRequeued publishes the requeued event of an operator's retry
-// and flushes it; runners subscribed to requeued events claim in its
-// partition.
-func PublishRequeued(nc *nats.Conn, node string, r storage.Reaction, at time.Time) error {
-	m, err := eventMsg(node, bus.ReactionRequeued, r, "", 0, at)
+// PublishRequeued publishes the requeued event of an operator's retry in
+// namespace names and flushes it; runners subscribed to requeued events
+// claim in its partition.
+func PublishRequeued(nc *nats.Conn, names bus.Names, node string, r storage.Reaction, at time.Time) error {
+	m, err := eventMsg(names, node, bus.ReactionRequeued, r, "", 0, at)
 	if err == nil {
 		err = nc.PublishMsg(m)
 	}

@@ -53,7 +53,7 @@ func (a *ackWriter) flush(ctx context.Context) {
 	for s := range batch {
 		s.mu.Lock()
 		p := storage.ClientAckParams{Partition: s.ident.Partition, ClientID: s.clientID, ActorID: s.ident.ActorID,
-			LogEpoch: s.epoch, Cursor: s.cursor, NowMs: a.h.cfg.Now()}
+			LogEpoch: s.epoch, Cursor: s.cursor, NowMs: a.h.nowMs()}
 		due := s.cursor > s.persisted
 		s.mu.Unlock()
 		if !due {

@@ -267,7 +267,7 @@ func heapNow() uint64 {
 func BenchmarkIdleSockets(b *testing.B) {
 	const sockets = 10_000
 	raiseFileLimit(b, sockets+500)
-	n := startNode(b, func(c *node.Config) { c.Realtime.MaxConnections = sockets + 10 })
+	n := startNode(b, func(c *node.Config) { c.Realtime.Hub.MaxConnections = sockets + 10 })
 	before := heapNow()
 	rssBefore := rss()
 	b.ResetTimer()
@@ -324,7 +324,7 @@ func rss() int64 {
 // then a catch-up round (a bootstrap of the scope) and its ack.
 func BenchmarkReconnectStorm(b *testing.B) {
 	const clients, rows = 40, 2000
-	n := startNode(b, func(c *node.Config) { c.MaxOperations = rows })
+	n := startNode(b, func(c *node.Config) { c.Engine.MaxOperations = rows })
 	a := newPusher(b, n.URL(), "alice", "p1")
 	seed := make([][2]string, rows)
 	for i := range seed {

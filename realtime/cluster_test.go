@@ -108,10 +108,10 @@ func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deploymen
 		d.proxies = append(d.proxies, p)
 		d.nodes = append(d.nodes, startNode(t, append([]func(*node.Config){func(c *node.Config) {
 			c.Name = "node-" + string(rune('a'+i))
-			c.PostgresURL, c.PostgresSchema = pgURL, pgSchema
+			c.Store.Postgres.URL, c.Store.Postgres.Schema = pgURL, pgSchema
 			c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{p.url()}}
-			c.Realtime.FallbackPollInterval = 20 * time.Millisecond
-			c.Realtime.PresenceAliveInterval = 50 * time.Millisecond
+			c.Realtime.Hub.FallbackPollInterval = 20 * time.Millisecond
+			c.Realtime.Hub.PresenceAliveInterval = 50 * time.Millisecond
 		}}, mods...)...))
 	}
 	return d

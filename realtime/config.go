@@ -10,9 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -68,6 +70,9 @@ type Config struct {
 	// Node names this node in logs and presence messages (default
 	// "syncnode").
 	Node string
+	// Names is the bus namespace of the commit stream followed and of the
+	// presence subjects (the zero Names is production).
+	Names bus.Names
 
 	// HeartbeatInterval is how often every socket gets a heartbeat
 	// (default 30s).
@@ -115,8 +120,9 @@ type Config struct {
 	// with 1008, instead of answering HTTP with the JSON error.
 	InBandRefusals bool
 
-	// Now is the clock in Unix milliseconds (default wall clock).
-	Now    func() int64
+	// Clock stamps acks, hellos and presence (default clock.System); the
+	// hub's timers pace themselves on the wall clock.
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -150,25 +156,18 @@ func (c Config) WithDefaults() Config {
 	if c.Node == "" {
 		c.Node = "syncnode"
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// Validate reports every invalid field (call after WithDefaults).
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: Engine, Store, Auth, Conn and JetStream.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("realtime config: "+format, args...)) }
-	if c.Engine == nil || c.Store == nil || c.Auth == nil {
-		bad("Engine, Store and Auth are required")
-	}
-	if c.Conn == nil || c.JetStream == nil {
-		bad("Conn and JetStream are required")
-	}
 	if c.HeartbeatInterval < time.Millisecond {
 		bad("HeartbeatInterval %v is below 1ms", c.HeartbeatInterval)
 	}
@@ -192,6 +191,17 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > 256 {
 		bad("Workers %d outside 1..256", c.Workers)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) checkWiring() error {
+	var errs []error
+	if c.Engine == nil || c.Store == nil || c.Auth == nil {
+		errs = append(errs, errors.New("realtime config: Engine, Store and Auth are required"))
+	}
+	if c.Conn == nil || c.JetStream == nil {
+		errs = append(errs, errors.New("realtime config: Conn and JetStream are required"))
 	}
 	return errors.Join(errs...)
 }

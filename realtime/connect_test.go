@@ -37,7 +37,7 @@ func refusal(t *testing.T, base, tok, clientID string, status int, code ssp2.Cod
 }
 
 func TestConnectRefusals(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { c.Realtime.MaxConnectionsPerClient = 1; c.Realtime.MaxConnections = 2 })
+	n := startNode(t, func(c *node.Config) { c.Realtime.Hub.MaxConnectionsPerClient = 1; c.Realtime.Hub.MaxConnections = 2 })
 	bob := token(t, "bob", "p1")
 	refusal(t, n.URL(), "", "c1", http.StatusUnauthorized, ssp2.CodeAuthRequired)
 	refusal(t, n.URL(), "not-a-token", "c1", http.StatusUnauthorized, ssp2.CodeAuthRequired)
@@ -61,7 +61,7 @@ func TestConnectRefusals(t *testing.T) {
 }
 
 func TestInBandRefusalsInTestMode(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { c.Realtime.InBandRefusals = true })
+	n := startNode(t, func(c *node.Config) { c.Realtime.Hub.InBandRefusals = true })
 	for name, tc := range map[string]struct {
 		tok, client string
 		code        ssp2.Code
@@ -120,7 +120,7 @@ func TestBehindAtConnectIsWokenUntilItCatchesUp(t *testing.T) {
 }
 
 func TestOversizeDeltaBecomesAWake(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { c.Realtime.MaxDeltaBytes = 1 << 10; c.Realtime.SendQueueBytes = 1 << 20 })
+	n := startNode(t, func(c *node.Config) { c.Realtime.Hub.MaxDeltaBytes = 1 << 10; c.Realtime.Hub.SendQueueBytes = 1 << 20 })
 	a := newPusher(t, n.URL(), "alice", "p1")
 	c := mustDial(t, n.URL(), token(t, "bob", "p1"), "bob-1")
 	c.subscribe("tasks", "p1")
@@ -156,7 +156,7 @@ func TestOversizeDeltaBecomesAWake(t *testing.T) {
 }
 
 func TestHeartbeat(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { c.Realtime.HeartbeatInterval = 5 * time.Millisecond })
+	n := startNode(t, func(c *node.Config) { c.Realtime.Hub.HeartbeatInterval = 5 * time.Millisecond })
 	c := mustDial(t, n.URL(), token(t, "bob", "p1"), "bob-1")
 	c.hello()
 	h1 := event[*ssp2.Heartbeat](c, 0)
@@ -186,8 +186,8 @@ func TestShutdownClosesWithGoingAway(t *testing.T) {
 
 func TestSlowReaderIsDropped(t *testing.T) {
 	n := startNode(t, func(c *node.Config) {
-		c.Realtime.SendQueueMessages, c.Realtime.SendQueueBytes, c.Realtime.MaxDeltaBytes = 4, 64<<10, 64<<10
-		c.Realtime.WriteTimeout = 200 * time.Millisecond
+		c.Realtime.Hub.SendQueueMessages, c.Realtime.Hub.SendQueueBytes, c.Realtime.Hub.MaxDeltaBytes = 4, 64<<10, 64<<10
+		c.Realtime.Hub.WriteTimeout = 200 * time.Millisecond
 	})
 	tok := token(t, "bob", "p1")
 	registered(t, n, "bob", "slow-1", "p1").close()
@@ -222,7 +222,7 @@ func TestSlowReaderIsDropped(t *testing.T) {
 }
 
 func TestMissedEventIsNeverASilentGap(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { c.Realtime.ResyncInterval = 20 * time.Millisecond })
+	n := startNode(t, func(c *node.Config) { c.Realtime.Hub.ResyncInterval = 20 * time.Millisecond })
 	a := newPusher(t, n.URL(), "alice", "p1")
 	c := registered(t, n, "bob", "bob-1", "p1")
 	s := a.push([2]string{"r1", "p1"})

@@ -49,7 +49,7 @@ type backend struct {
 // backends runs a test on SQLite and, when configured, PostgreSQL.
 var backends = []backend{
 	{"sqlite", func(*testing.T, *node.Config) {}},
-	{"postgres", func(t *testing.T, c *node.Config) { c.PostgresURL, c.PostgresSchema = pgtest.Schema(t) }},
+	{"postgres", func(t *testing.T, c *node.Config) { c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(t) }},
 }
 
 // on returns the node option that selects the backend.
@@ -84,15 +84,18 @@ func startNode(t testing.TB, mods ...func(*node.Config)) *node.Node {
 		DataDir:  t.TempDir(),
 		Schema:   mustSchema(t),
 		Name:     "rt-node",
-		HTTPAddr: "127.0.0.1:0",
+		HTTP:     node.HTTPConfig{Listen: "127.0.0.1:0"},
 		NATS:     embedded.Config{Port: embedded.RandomPort, DontListen: true},
-		Auth:     httpapi.BearerAuth(v),
-		Realtime: realtime.Config{HeartbeatInterval: time.Hour},
+		API:      httpapi.Config{Auth: httpapi.BearerAuth(v)},
+		Realtime: node.RealtimeConfig{Hub: realtime.Config{HeartbeatInterval: time.Hour}},
 	}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	n, err := node.Start(context.Background(), cfg)
+	n, err := node.New(cfg)
+	if err == nil {
+		err = n.Start(context.Background())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

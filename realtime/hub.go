@@ -105,7 +105,7 @@ type work struct {
 // New validates cfg and returns a Hub; Start connects it to the bus.
 func New(cfg Config) (*Hub, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(cfg.checkWiring(), cfg.Validate()); err != nil {
 		return nil, err
 	}
 	var suffix [4]byte
@@ -122,6 +122,9 @@ func New(cfg Config) (*Hub, error) {
 	h.acks = newAckWriter(h)
 	return h, nil
 }
+
+// nowMs is the hub's clock in Unix milliseconds.
+func (h *Hub) nowMs() int64 { return h.cfg.Clock.Now().UnixMilli() }
 
 // Metrics returns the hub's counters.
 func (h *Hub) Metrics() *Metrics { return &h.metrics }
@@ -148,7 +151,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	h.busUp.Store(h.cfg.Conn.IsConnected())
 	// The status listener goes first, so a drop right after Follow is seen.
 	status := h.cfg.Conn.StatusChanged()
-	f, err := bus.Follow(ctx, h.cfg.JetStream, bus.FollowParams{Logger: h.log}, h.onEvent)
+	f, err := bus.Follow(ctx, h.cfg.JetStream, h.cfg.Names, bus.FollowParams{Logger: h.log}, h.onEvent)
 	if err != nil {
 		h.cfg.Conn.RemoveStatusListener(status)
 		h.presence.stop()
@@ -182,8 +185,9 @@ func (h *Hub) Stop(ctx context.Context) error {
 			all = append(all, s)
 		}
 		h.mu.Unlock()
+		var ferr error
 		if h.follower != nil {
-			h.follower.Stop()
+			ferr = h.follower.Stop(ctx)
 		}
 		for _, s := range all {
 			s.close(statusGoingAway, "server shutting down")
@@ -202,6 +206,7 @@ func (h *Hub) Stop(ctx context.Context) error {
 		h.presence.stop()
 		h.cancel()
 		h.bg.Wait()
+		h.stopErr = errors.Join(h.stopErr, ferr)
 	})
 	return h.stopErr
 }

@@ -68,9 +68,9 @@ func newPresence(h *Hub) *presence {
 func (p *presence) start() error {
 	nc := p.h.cfg.Conn
 	for subject, fn := range map[string]nats.MsgHandler{
-		bus.SubjectPresence:      p.onChange,
-		bus.SubjectPresenceAlive: p.onAlive,
-		bus.SubjectPresenceSync:  p.onSyncRequest,
+		p.h.cfg.Names.Presence():      p.onChange,
+		p.h.cfg.Names.PresenceAlive(): p.onAlive,
+		p.h.cfg.Names.PresenceSync():  p.onSyncRequest,
 	} {
 		sub, err := nc.Subscribe(subject, fn)
 		if err != nil {
@@ -114,14 +114,14 @@ func (p *presence) run() {
 			p.gen++
 			sweepGen = p.gen
 			p.mu.Unlock()
-			p.broadcast(bus.SubjectPresenceSync)
+			p.broadcast(p.h.cfg.Names.PresenceSync())
 			p.announceAll()
 			sweep = time.After(2 * p.h.cfg.PresenceAliveInterval)
 		case <-sweep:
 			sweep = nil
 			p.expire(func(d *presenceDoc) bool { return d.gen < sweepGen })
 		case <-alive.C:
-			p.broadcast(bus.SubjectPresenceAlive)
+			p.broadcast(p.h.cfg.Names.PresenceAlive())
 			cutoff := time.Now().Add(-3 * p.h.cfg.PresenceAliveInterval)
 			p.mu.Lock()
 			gone := map[string]bool{}
@@ -161,7 +161,7 @@ func (p *presence) publish(s *session, m *ssp2.PresencePublish) {
 }
 
 func (p *presence) reject(s *session, key string, code ssp2.PresenceErrorCode) {
-	b, err := ssp2.MarshalControl(&ssp2.PresenceError{ScopeKey: key, Code: code, Timestamp: p.h.cfg.Now()})
+	b, err := ssp2.MarshalControl(&ssp2.PresenceError{ScopeKey: key, Code: code, Timestamp: p.h.nowMs()})
 	if err == nil {
 		s.send(kindControl, b)
 	}
@@ -291,7 +291,7 @@ func (p *presence) fanout(k presenceKey, peer peerID, kind ssp2.PresenceKind, do
 }
 
 func (p *presence) deliver(s *session, key string, peer peerID, kind ssp2.PresenceKind, doc json.RawMessage) {
-	b, err := ssp2.MarshalControl(&ssp2.PresenceFanout{ScopeKey: key, Kind: kind, ActorID: peer.actor, ClientID: peer.client, Doc: doc, Timestamp: p.h.cfg.Now()})
+	b, err := ssp2.MarshalControl(&ssp2.PresenceFanout{ScopeKey: key, Kind: kind, ActorID: peer.actor, ClientID: peer.client, Doc: doc, Timestamp: p.h.nowMs()})
 	if err != nil {
 		p.h.log.Warn("realtime: encode presence", "err", err)
 		return
@@ -313,7 +313,7 @@ func (p *presence) announce(k presenceKey, peer peerID, sessionID string, doc js
 	if err != nil {
 		return
 	}
-	if err := p.h.cfg.Conn.Publish(bus.PresenceSubject(part), b); err != nil {
+	if err := p.h.cfg.Conn.Publish(p.h.cfg.Names.PresenceSubject(part), b); err != nil {
 		p.h.log.Debug("realtime: publish presence", "err", err)
 	}
 }

@@ -83,7 +83,7 @@ func (g *gatedAuth) holdNext() (release func()) {
 }
 
 func withAuth(a httpapi.Authenticator) func(*node.Config) {
-	return func(c *node.Config) { c.Auth = a }
+	return func(c *node.Config) { c.API.Auth = a }
 }
 
 func TestSocketRoundEqualsHTTPRound(t *testing.T) {

@@ -109,7 +109,7 @@ func (s *session) start(a engine.Attachment, latest int64) {
 	s.suppressed = !a.HasClient || s.cursor < latest
 	hello, _ := ssp2.MarshalControl(&ssp2.Hello{
 		ProtocolVersion: 1, SessionID: s.id, ActorID: s.ident.ActorID, ClientID: s.clientID,
-		Cursor: s.cursor, LatestCursor: latest, RequiresSync: s.suppressed, Timestamp: s.h.cfg.Now(),
+		Cursor: s.cursor, LatestCursor: latest, RequiresSync: s.suppressed, Timestamp: s.h.nowMs(),
 	})
 	s.enqueueLocked(outMsg{kind: kindControl, text: true, data: hello}, false)
 }
@@ -322,7 +322,7 @@ func (s *session) next() (outMsg, bool) {
 	if s.closed {
 		return outMsg{}, false
 	}
-	now := s.h.cfg.Now()
+	now := s.h.nowMs()
 	switch {
 	case len(s.queue) > 0:
 		m := s.queue[0]

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -101,7 +100,7 @@ func BenchmarkCommitToSubscriber(b *testing.B) {
 	}
 	defer nc.Close()
 	got := make(chan time.Time, 16)
-	sub, err := nc.Subscribe(bus.SubjectAll, func(*nats.Msg) { got <- time.Now() })
+	sub, err := nc.Subscribe(prod.AllCommits(), func(*nats.Msg) { got <- time.Now() })
 	if err != nil {
 		b.Fatal(err)
 	}

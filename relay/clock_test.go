@@ -4,64 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/syncnode/syncnode/internal/clock"
 )
 
-// manualClock only moves when the test advances it.
-type manualClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []clockWaiter
-}
-
-type clockWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, clockWaiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-func (c *manualClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiters)
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
+func newManualClock() *clock.Manual {
+	return clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // The periodic resync closes a gap nobody notified about (another node
@@ -69,13 +19,13 @@ func (c *manualClock) Advance(d time.Duration) {
 func TestRelayPeriodicResync(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	clock := newManualClock()
-	r := e.relay(Config{Clock: clock, ResyncInterval: time.Minute})
+	clk := newManualClock()
+	r := e.relay(Config{Clock: clk, ResyncInterval: time.Minute})
 	e.start(r)
 	e.flush(r)
 	e.commit("p", "todos") // committed, never notified
 	waitFor(t, 10*time.Second, "the sweeper waits on the clock", func() error {
-		if clock.pending() == 0 {
+		if clk.Waiters() == 0 {
 			return errors.New("no timer yet")
 		}
 		return nil
@@ -83,7 +33,7 @@ func TestRelayPeriodicResync(t *testing.T) {
 	if n := len(e.streamEvents()); n != 0 {
 		t.Fatalf("published %d events before the resync", n)
 	}
-	clock.Advance(time.Minute)
+	clk.Advance(time.Minute)
 	waitFor(t, 10*time.Second, "the resync publishes the commit", func() error {
 		if n := len(e.streamEvents()); n != 1 {
 			return fmt.Errorf("%d events", n)
@@ -98,8 +48,8 @@ func TestRelayPeriodicResync(t *testing.T) {
 func TestRelayBackoffOnClock(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	clock := newManualClock()
-	r := e.relay(Config{Clock: clock, ResyncInterval: -1, RetryMin: time.Second, RetryMax: 10 * time.Second})
+	clk := newManualClock()
+	r := e.relay(Config{Clock: clk, ResyncInterval: -1, RetryMin: time.Second, RetryMax: 10 * time.Second})
 	fail := make(chan bool, 1)
 	fail <- true
 	r.testHookAfterAck = func(context.Context) error {
@@ -114,7 +64,7 @@ func TestRelayBackoffOnClock(t *testing.T) {
 	e.commit("p", "todos")
 	r.Notify("p")
 	waitFor(t, 10*time.Second, "the failure is scheduled for retry", func() error {
-		if r.Stats().Failures != 1 || clock.pending() == 0 {
+		if r.Stats().Failures != 1 || clk.Waiters() == 0 {
 			return errors.New("not yet")
 		}
 		return nil
@@ -127,7 +77,7 @@ func TestRelayBackoffOnClock(t *testing.T) {
 		t.Fatalf("flush before the backoff = %v, want a timeout", err)
 	}
 	// … then the retry meets the stale compare-and-set and resyncs.
-	clock.Advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	e.flush(r)
 	e.checkLogInStream("p")
 	if st := r.Stats(); st.Conflicts == 0 {

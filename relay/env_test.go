@@ -25,6 +25,9 @@ import (
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
+// prod is the production bus namespace.
+var prod bus.Names
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
@@ -195,7 +198,7 @@ func (e *relayEnv) streamEvents() []bus.Event {
 
 func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) []bus.Event {
 	t.Helper()
-	s, err := js.Stream(ctx, bus.StreamCommits)
+	s, err := js.Stream(ctx, prod.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +216,7 @@ func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) [
 		// In a cluster a fresh consumer may not answer at once: retry
 		// from where the last attempt stopped.
 		cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}
-		cons, err := js.OrderedConsumer(ctx, bus.StreamCommits, cfg)
+		cons, err := js.OrderedConsumer(ctx, prod.CommitStream(), cfg)
 		for err == nil {
 			var m jetstream.Msg
 			m, err = cons.Next(jetstream.FetchMaxWait(2 * time.Second))
@@ -221,7 +224,7 @@ func streamEventsOf(t testing.TB, ctx context.Context, js jetstream.JetStream) [
 				break
 			}
 			md, _ := m.Metadata()
-			if meta, err := bus.ParseMeta(m.Subject(), m.Headers()); err == nil {
+			if meta, err := prod.ParseMeta(m.Subject(), m.Headers()); err == nil {
 				out = append(out, bus.Event{Meta: meta, StreamSeq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 			}
 			next = md.Sequence.Stream + 1
@@ -329,5 +332,15 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() error) {
 			t.Fatalf("timed out waiting until %s: %v", what, err)
 		}
 		<-tick.C
+	}
+}
+
+// mustStop stops a follower or watcher, failing t if it does not stop.
+func mustStop(t testing.TB, s interface{ Stop(context.Context) error }) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Error(err)
 	}
 }

@@ -66,17 +66,17 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 	for i, srv := range servers {
 		v := &nodeView{watch: newChangeLog(), follow: map[string][]int64{}}
 		views[i] = v
-		w, err := bus.WatchPartitions(srv.Conn(), bus.WatchConfig{OnChange: v.watch.onChange})
+		w, err := bus.WatchPartitions(srv.Conn(), prod, bus.WatchConfig{OnChange: v.watch.onChange})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer w.Stop()
+		defer mustStop(t, w)
 		nc, err := nats.Connect(srv.ClientURL())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		sub, err := nc.Subscribe(bus.SubjectAll, func(*nats.Msg) { v.mu.Lock(); v.core++; v.mu.Unlock() })
+		sub, err := nc.Subscribe(prod.AllCommits(), func(*nats.Msg) { v.mu.Lock(); v.core++; v.mu.Unlock() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		f, err := bus.Follow(e.ctx, srv.JetStream(), bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
+		f, err := bus.Follow(e.ctx, srv.JetStream(), prod, bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
 			v.mu.Lock()
 			v.follow[ev.Partition.ID()] = append(v.follow[ev.Partition.ID()], ev.CommitSeq)
 			v.mu.Unlock()
@@ -92,7 +92,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Stop()
+		defer mustStop(t, f)
 	}
 	// Route interest propagates asynchronously: wait until a probe
 	// published on node 0 reaches a subscriber on node 1.
@@ -146,7 +146,7 @@ func TestClusterBothNodesSeeEveryEvent(t *testing.T) {
 			}
 		}
 	}
-	info, err := servers[1].JetStream().Stream(e.ctx, bus.StreamCommits)
+	info, err := servers[1].JetStream().Stream(e.ctx, prod.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	var first sync.Once
 	log := newChangeLog()
 	resynced := atomic.Int32{}
-	w, err := bus.WatchPartitions(e.srv.Conn(), bus.WatchConfig{
+	w, err := bus.WatchPartitions(e.srv.Conn(), prod, bus.WatchConfig{
 		OnChange: func(ch bus.PartitionChange) {
 			first.Do(func() { <-block }) // a slow consumer
 			log.onChange(ch)
@@ -199,7 +199,7 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer mustStop(t, w)
 	r := e.relay(Config{BatchMessages: 1})
 	e.start(r)
 	for range 50 {
@@ -225,7 +225,7 @@ func TestWatchPartitionsCoalesces(t *testing.T) {
 	if log.overlap.Load() {
 		t.Errorf("callbacks overlapped or went backwards")
 	}
-	if _, err := bus.WatchPartitions(e.srv.Conn(), bus.WatchConfig{}); err == nil {
+	if _, err := bus.WatchPartitions(e.srv.Conn(), prod, bus.WatchConfig{}); err == nil {
 		t.Errorf("WatchPartitions without OnChange accepted")
 	}
 }
@@ -250,11 +250,11 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 		t.Helper()
 		var mu sync.Mutex
 		var got []bus.Event
-		f, err := bus.Follow(e.ctx, e.js, fp, func(ev bus.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
+		f, err := bus.Follow(e.ctx, e.js, prod, fp, func(ev bus.Event) { mu.Lock(); got = append(got, ev); mu.Unlock() })
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Stop()
+		defer mustStop(t, f)
 		waitFor(t, 10*time.Second, fmt.Sprintf("%d events for %+v", want, fp), func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -263,7 +263,7 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 			}
 			return nil
 		})
-		f.Stop()
+		mustStop(t, f)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(got) != want {
@@ -288,17 +288,17 @@ func TestFollowCatchUpAndFilters(t *testing.T) {
 		}
 	}
 	collect(bus.FollowParams{StartSeq: 1, Partition: p, Table: "todos"}, 10)
-	if _, err := bus.Follow(e.ctx, e.js, bus.FollowParams{Table: "bad.table"}, func(bus.Event) {}); !errors.Is(err, bus.ErrInvalidTable) {
+	if _, err := bus.Follow(e.ctx, e.js, prod, bus.FollowParams{Table: "bad.table"}, func(bus.Event) {}); !errors.Is(err, bus.ErrInvalidTable) {
 		t.Errorf("bad table: %v", err)
 	}
 
 	// New-only delivery starts after bus.Follow returns.
 	var n atomic.Int32
-	f, err := bus.Follow(e.ctx, e.js, bus.FollowParams{}, func(bus.Event) { n.Add(1) })
+	f, err := bus.Follow(e.ctx, e.js, prod, bus.FollowParams{}, func(bus.Event) { n.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Stop()
+	defer mustStop(t, f)
 	e.commit("q", "todos")
 	r.Notify("q")
 	e.flush(r)

@@ -18,6 +18,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -33,17 +34,6 @@ type LogReader interface {
 }
 
 var _ LogReader = storage.Store(nil)
-
-// Clock is the relay's time source; tests may replace it.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Relay defaults.
 const (
@@ -68,6 +58,9 @@ type Config struct {
 	// Schema renders rows as {column: value}. Rows of tables it does not
 	// know (or that do not decode) are carried as rowPayload instead.
 	Schema *schema.Schema
+	// Names is the bus namespace to publish in (the zero Names is
+	// production).
+	Names bus.Names
 	// Streams configures the streams the relay creates or reconciles at
 	// Start and recreates if they disappear.
 	Streams bus.StreamsConfig
@@ -90,7 +83,9 @@ type Config struct {
 	// checks once).
 	ResyncInterval time.Duration
 	Logger         *slog.Logger
-	Clock          Clock
+	// Clock paces retries and the periodic resync (default
+	// clock.System).
+	Clock clock.Clock
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -120,9 +115,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Clock == nil {
-		c.Clock = realClock{}
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -179,7 +172,7 @@ type Relay struct {
 	nc        *nats.Conn
 	log       LogReader
 	logger    *slog.Logger
-	clock     Clock
+	clock     clock.Clock
 	apiPrefix string
 
 	mu         sync.Mutex
@@ -254,7 +247,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.state = 1
 	r.mu.Unlock()
 
-	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams); err != nil {
 		return fmt.Errorf("relay start: %w", err)
 	}
 	r.maxPayload = int(r.nc.MaxPayload())
@@ -471,8 +464,8 @@ func (r *Relay) dispatch(ctx context.Context) {
 	for range r.cfg.Workers {
 		workers.Go(func() {
 			w := &worker{encs: [2]*bus.Encoder{
-				bus.NewEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
-				bus.NewEncoder(r.cfg.Node, r.cfg.Schema, r.maxPayload),
+				bus.NewEncoder(r.cfg.Names, r.cfg.Node, r.cfg.Schema, r.maxPayload),
+				bus.NewEncoder(r.cfg.Names, r.cfg.Node, r.cfg.Schema, r.maxPayload),
 			}}
 			for j := range jobs {
 				pos, err := r.relayPartition(ctx, w, j.st.id, j.pos)
@@ -703,7 +696,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 	if err != nil {
 		return pos, fmt.Errorf("%w: %w", errPermanent, err)
 	}
-	filter := bus.PartitionCommits(p)
+	filter := r.cfg.Names.PartitionCommits(p)
 	conflicts := 0
 	// cursor is the last commit this run has fully published (or read
 	// and found without events); -1 until then.
@@ -985,7 +978,7 @@ func classify(err error) error {
 
 func (r *Relay) recreateStreams(ctx context.Context, cause error) error {
 	r.logger.Warn("relay: stream missing; recreating", "err", cause)
-	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Streams); err != nil {
+	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams); err != nil {
 		return fmt.Errorf("relay: recreate streams: %w", err)
 	}
 	// Retry soon through the normal backoff; the next run reads the
@@ -999,7 +992,7 @@ func (r *Relay) readLast(ctx context.Context, filter string) (position, error) {
 	rctx, cancel := context.WithTimeout(ctx, defaultReadLastTimeout)
 	defer cancel()
 	req := []byte(`{"last_by_subj":"` + filter + `"}`)
-	msg, err := r.nc.RequestWithContext(rctx, r.apiPrefix+"STREAM.MSG.GET."+bus.StreamCommits, req)
+	msg, err := r.nc.RequestWithContext(rctx, r.apiPrefix+"STREAM.MSG.GET."+r.cfg.Names.CommitStream(), req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return position{}, fmt.Errorf("read last event: %w: %w", errStreamMissing, err)

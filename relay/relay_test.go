@@ -143,7 +143,7 @@ func TestRelayExactlyOnceInOrder(t *testing.T) {
 
 	var mu sync.Mutex
 	got := map[string][]eventKey{}
-	f, err := bus.Follow(e.ctx, e.js, bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
+	f, err := bus.Follow(e.ctx, e.js, prod, bus.FollowParams{StartSeq: 1}, func(ev bus.Event) {
 		mu.Lock()
 		got[ev.Partition.ID()] = append(got[ev.Partition.ID()], eventKey{ev.CommitSeq, ev.Table})
 		mu.Unlock()
@@ -151,7 +151,7 @@ func TestRelayExactlyOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Stop()
+	defer mustStop(t, f)
 
 	parts := []string{"p1", "p.2", "", strings.Repeat("long/", 20)}
 	var wg sync.WaitGroup
@@ -296,7 +296,7 @@ func TestRelayRestartAfterDuplicateWindow(t *testing.T) {
 func TestRelayAbandonedBatch(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	if err := bus.EnsureStreams(e.ctx, e.js, bus.StreamsConfig{}); err != nil {
+	if err := bus.EnsureStreams(e.ctx, e.js, prod, bus.StreamsConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
@@ -305,7 +305,7 @@ func TestRelayAbandonedBatch(t *testing.T) {
 	// Encode the log as the relay would and publish half a batch.
 	part, _ := e.store.PartitionGet(e.ctx, "p")
 	commits, _ := e.store.CommitRange(e.ctx, "p", 0, 100)
-	enc := bus.NewEncoder("node-1", e.schema, 0)
+	enc := bus.NewEncoder(prod, "node-1", e.schema, 0)
 	var evs []bus.CommitMsg
 	for _, c := range commits {
 		evs = enc.AppendCommit(evs, mustPartition(t, "p"), part.LogEpoch, c)
@@ -432,7 +432,7 @@ func TestRelayStreamWipedOrLost(t *testing.T) {
 	r.Notify("p")
 	e.flush(r)
 
-	s, err := e.js.Stream(e.ctx, bus.StreamCommits)
+	s, err := e.js.Stream(e.ctx, prod.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestRelayStreamWipedOrLost(t *testing.T) {
 	e.flush(r)
 	e.checkLogInStream("p")
 
-	if err := e.js.DeleteStream(e.ctx, bus.StreamCommits); err != nil {
+	if err := e.js.DeleteStream(e.ctx, prod.CommitStream()); err != nil {
 		t.Fatal(err)
 	}
 	e.commit("p", "todos")
@@ -496,7 +496,7 @@ func TestRelaySurvivesNATSOutage(t *testing.T) {
 	r.Notify("p")
 	e.flush(r)
 
-	if err := srv.Close(e.ctx); err != nil {
+	if err := srv.Stop(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
@@ -510,7 +510,7 @@ func TestRelaySurvivesNATSOutage(t *testing.T) {
 		return nil
 	})
 	srv = startServer()
-	defer srv.Close(context.Background())
+	defer srv.Stop(context.Background())
 	e.flush(r)
 	streamEvs := streamEventsOf(t, e.ctx, srv.JetStream())
 	if len(streamEvs) != 6 {

@@ -392,7 +392,7 @@ func fuzzNode(t testing.TB) *target {
 			fuzzTarget.err = err
 			return
 		}
-		n, err := node.Start(context.Background(), cfg)
+		n, err := runNode(context.Background(), cfg)
 		if err != nil {
 			fuzzTarget.err = err
 			return

@@ -24,7 +24,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
-	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -66,7 +65,7 @@ func runChild(raw string) int {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	n, err := node.Start(ctx, cfg)
+	n, err := runNode(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start:", err)
 		return 1
@@ -390,7 +389,7 @@ func checkBus(t *testing.T, js jetstream.JetStream, partition string, commits []
 			want[eventKey{c.CommitSeq, ch.Table}] = true
 		}
 	}
-	stream, err := js.Stream(ctx, bus.StreamCommits)
+	stream, err := js.Stream(ctx, bus.Names{}.CommitStream())
 	if err != nil {
 		t.Fatal(err)
 	}

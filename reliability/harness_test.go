@@ -17,6 +17,7 @@ import (
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
@@ -99,11 +100,23 @@ func nodeConfig(st store) (node.Config, error) {
 		return node.Config{}, err
 	}
 	return node.Config{
-		DataDir: st.dataDir, Schema: s, Name: "reliability", HTTPAddr: "127.0.0.1:0",
-		NATS:        embedded.Config{Port: embedded.RandomPort},
-		PostgresURL: st.pgURL, PostgresSchema: st.pgSchema,
-		Auth: httpapi.BearerAuth(v),
+		DataDir: st.dataDir, Schema: s, Name: "reliability", HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"},
+		NATS:  embedded.Config{Port: embedded.RandomPort},
+		Store: node.StoreConfig{Postgres: pgstore.Config{URL: st.pgURL, Schema: st.pgSchema}},
+		API:   httpapi.Config{Auth: httpapi.BearerAuth(v)},
 	}, nil
+}
+
+// runNode is node.New then Start.
+func runNode(ctx context.Context, cfg node.Config) (*node.Node, error) {
+	n, err := node.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // startNode starts a node on st in this process, stopped at cleanup.
@@ -116,7 +129,7 @@ func startNode(t *testing.T, st store, mod func(*node.Config)) *node.Node {
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := node.Start(context.Background(), cfg)
+	n, err := runNode(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,11 +51,14 @@ func (s *storm) checkStopped(st store, trial int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ns, err := embedded.Start(ctx, embedded.Config{DataDir: st.dataDir, Port: embedded.RandomPort})
+	ns, err := embedded.New(embedded.Config{DataDir: st.dataDir, Port: embedded.RandomPort})
+	if err == nil {
+		err = ns.Start(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close(ctx)
+	defer ns.Stop(ctx)
 	commits := s.checkLog(db)
 	t.Logf("trial %d: %d commits in the log after a clean stop", trial, len(commits))
 	checkBus(t, ns.JetStream(), "storm", commits, true)

@@ -146,7 +146,7 @@ func BenchmarkFind(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			key, now := testKey("p500", "e1", "d1"), e.now.Load()
+			key, now := testKey("p500", "e1", "d1"), e.nowMs()
 			for b.Loop() {
 				if _, ok, err := s.Find(e.ctx, key, now); err != nil || !ok {
 					b.Fatalf("Find = %v, %v", ok, err)
@@ -172,7 +172,7 @@ func BenchmarkStorm(b *testing.B) {
 		var wg sync.WaitGroup
 		for range clients {
 			wg.Go(func() {
-				if _, _, err := s.GetOrBuild(context.Background(), key, e.now.Load(), build); err != nil {
+				if _, _, err := s.GetOrBuild(context.Background(), key, e.nowMs(), build); err != nil {
 					b.Error(err)
 				}
 			})

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -23,12 +24,10 @@ type Config struct {
 	// Store is the SQL index of addresses and publications.
 	Store Index
 
-	// Instance selects the bucket sync_segments_<Instance> instead of
-	// sync_segments, for isolated instances sharing one NATS server.
-	Instance string
-	// LeaseBucket is the History=1 KV bucket holding upload claims
-	// (default bus.BucketLeases). It is created if absent.
-	LeaseBucket string
+	// Names is the bus namespace of the segment bucket and of the lease
+	// bucket holding upload claims (the zero Names is production). Both
+	// are created if absent.
+	Names bus.Names
 	// Replicas of the bucket and the lease bucket when they are created
 	// (default 1).
 	Replicas int
@@ -74,8 +73,8 @@ type Config struct {
 	// 10 min; -1 disables it, then the owner calls them).
 	MaintenanceInterval time.Duration
 
-	// Now is the clock in Unix milliseconds (default: wall clock).
-	Now    func() int64
+	// Clock decides publication expiry (default clock.System).
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -97,9 +96,6 @@ const (
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.LeaseBucket == "" {
-		c.LeaseBucket = bus.BucketLeases
-	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -139,28 +135,18 @@ func (c Config) WithDefaults() Config {
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = DefaultMaintenanceInterval
 	}
-	if c.Now == nil {
-		c.Now = func() int64 { return time.Now().UnixMilli() }
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// Validate reports invalid fields (call after WithDefaults).
+// Validate reports invalid settings (call after WithDefaults). New also
+// requires the wiring: JetStream and Store.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("segments config: "+format, args...)) }
-	if c.JetStream == nil {
-		bad("JetStream is required")
-	}
-	if c.Store == nil {
-		bad("Store is required")
-	}
-	if _, err := bus.SegmentsBucket(c.Instance); err != nil {
-		bad("Instance: %v", err)
-	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		bad("Replicas %d outside 1..5", c.Replicas)
 	}

@@ -14,14 +14,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
+
+// names is the bus namespace of prefix.
+func names(t testing.TB, prefix string) bus.Names {
+	t.Helper()
+	n, err := bus.NewNames(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
@@ -91,7 +103,7 @@ type env struct {
 	srv   *embedded.Server
 	js    jetstream.JetStream
 	index storage.Store
-	now   atomic.Int64
+	clock *clock.Manual
 	// t0 is the clock's start: the wall clock when the env was made, so
 	// that the server's message times compare with it as GC needs.
 	t0 int64
@@ -101,13 +113,13 @@ func newEnv(t testing.TB, open func(tb testing.TB) storage.Store) *env {
 	t.Helper()
 	e := &env{t: t, ctx: testCtx(t), index: open(t)}
 	e.t0 = time.Now().UnixMilli()
-	e.now.Store(e.t0)
+	e.clock = clock.NewManual(time.UnixMilli(e.t0))
 	e.srv = embeddedtest.Start(t)
 	e.js = e.srv.JetStream()
 	return e
 }
 
-// node opens a segment store; cfg's zero fields get test defaults
+// node starts a segment store; cfg's zero fields get test defaults
 // (injected clock, no background maintenance).
 func (e *env) node(cfg Config) *Store {
 	e.t.Helper()
@@ -117,8 +129,8 @@ func (e *env) node(cfg Config) *Store {
 	if cfg.Store == nil {
 		cfg.Store = e.index
 	}
-	if cfg.Now == nil {
-		cfg.Now = e.now.Load
+	if cfg.Clock == nil {
+		cfg.Clock = e.clock
 	}
 	if cfg.MaintenanceInterval == 0 {
 		cfg.MaintenanceInterval = -1
@@ -129,16 +141,26 @@ func (e *env) node(cfg Config) *Store {
 	if cfg.TempDir == "" {
 		cfg.TempDir = e.t.TempDir()
 	}
-	s, err := Open(e.ctx, cfg)
+	s, err := New(cfg)
 	if err != nil {
-		e.t.Fatalf("Open: %v", err)
+		e.t.Fatalf("New: %v", err)
 	}
-	e.t.Cleanup(func() { s.Close() })
+	if err := s.Start(e.ctx); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+	e.t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			e.t.Errorf("Stop: %v", err)
+		}
+	})
 	return s
 }
 
 // advance moves the clock.
-func (e *env) advance(d time.Duration) int64 { return e.now.Add(d.Milliseconds()) }
+func (e *env) advance(d time.Duration) int64 { return e.clock.Advance(d).UnixMilli() }
+
+// nowMs is the clock in Unix milliseconds.
+func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
 
 // chunkSubjects counts the bucket's chunk subjects and their messages
 // (stream info with a subject filter).

@@ -64,7 +64,7 @@ func TestLargeSegmentBoundedMemory(t *testing.T) {
 	key := testKey("pa", "e1", "d1")
 
 	stop := heapPeak()
-	pub, built, err := s.GetOrBuild(e.ctx, key, e.now.Load(), rowsBuild(t, rows, body, nil))
+	pub, built, err := s.GetOrBuild(e.ctx, key, e.nowMs(), rowsBuild(t, rows, body, nil))
 	buildPeak := stop()
 	if err != nil || !built || pub.RowCount != rows {
 		t.Fatalf("GetOrBuild = %+v, %v, %v", pub, built, err)

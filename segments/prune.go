@@ -184,24 +184,24 @@ func (s *Store) deleteUnindexed(ctx context.Context, id, hexDigest string) (bool
 	return true, s.deleteObject(ctx, hexDigest)
 }
 
-// maintain runs Prune and GC every MaintenanceInterval until Close.
+// maintain runs Prune and GC every MaintenanceInterval until Stop.
 func (s *Store) maintain() {
 	defer close(s.loopDone)
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.life.Done():
 			return
 		case <-t.C:
 		}
 		now := s.now()
-		if res, err := s.Prune(s.ctx, now); err != nil {
+		if res, err := s.Prune(s.life, now); err != nil {
 			s.log.Warn("segment prune failed", "err", err)
 		} else if res.Publications > 0 || res.Objects > 0 {
 			s.log.Info("segments pruned", "publications", res.Publications, "objects", res.Objects, "busy", res.Busy)
 		}
-		if res, err := s.GC(s.ctx, now); err != nil {
+		if res, err := s.GC(s.life, now); err != nil {
 			s.log.Warn("segment gc failed", "err", err)
 		} else if res.ChunkSubjects > 0 || res.Objects > 0 {
 			s.log.Info("segment garbage collected", "chunkSubjects", res.ChunkSubjects, "objects", res.Objects)

@@ -36,10 +36,14 @@ type Store struct {
 	keys   *lru[storage.SegmentKey, storage.SegmentPublication] // GetOrBuild's reuse cache
 	data   *lru[string, []byte]                                 // segment bytes by id
 
-	ctx       context.Context // cancelled by Close
-	cancel    context.CancelFunc
-	loopDone  chan struct{}
-	closeOnce sync.Once
+	// life is cancelled by Stop: the builds and reads that requests share
+	// run under it, not under the request that started them.
+	life     context.Context
+	cancel   context.CancelFunc
+	loopDone chan struct{}
+	started  atomic.Bool
+	stopOnce sync.Once
+	stopErr  error
 
 	counters counters
 }
@@ -67,14 +71,16 @@ type Stats struct {
 	CachedBytes    int64 // bytes held by the cache now
 }
 
-// Open binds the segment bucket (creating it without a TTL if absent) and
-// the lease bucket, and starts background maintenance unless disabled.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// New validates cfg and returns a Store; Start binds its buckets.
+func New(cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	bucket, _ := bus.SegmentsBucket(cfg.Instance)
+	if cfg.JetStream == nil || cfg.Store == nil {
+		return nil, errors.New("segments config: JetStream and Store are required")
+	}
+	bucket := cfg.Names.SegmentsBucket()
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, index: cfg.Store, bucket: bucket, owner: nuid.Next(),
 		chunkSize: cfg.ChunkSize,
@@ -85,15 +91,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if mp := cfg.JetStream.Conn().MaxPayload(); mp > 0 && int64(s.chunkSize) > mp {
 		s.chunkSize = int(mp)
 	}
-	if err := s.bind(ctx); err != nil {
-		return nil, err
+	s.life, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Start binds the segment bucket (creating it without a TTL if absent)
+// and the lease bucket, and starts background maintenance unless
+// disabled. A Store starts once.
+func (s *Store) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("segments: a store starts once")
 	}
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if cfg.MaintenanceInterval > 0 {
+	if err := s.bind(ctx); err != nil {
+		return err
+	}
+	if s.cfg.MaintenanceInterval > 0 {
 		s.loopDone = make(chan struct{})
 		go s.maintain()
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Store) bind(ctx context.Context) error {
@@ -123,10 +139,10 @@ func (s *Store) bind(ctx context.Context) error {
 		return fmt.Errorf("open segment bucket %s: %w", s.bucket, err)
 	}
 
-	kv, err := js.KeyValue(ctx, s.cfg.LeaseBucket)
+	kv, err := js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         s.cfg.LeaseBucket,
+			Bucket:         s.cfg.Names.LeaseBucket(),
 			Description:    "syncnode leases (History 1, per-key TTL)",
 			History:        1,
 			LimitMarkerTTL: time.Minute,
@@ -134,42 +150,51 @@ func (s *Store) bind(ctx context.Context) error {
 			Replicas:       s.cfg.Replicas,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, s.cfg.LeaseBucket)
+			kv, err = js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("open lease bucket %s: %w", s.cfg.LeaseBucket, err)
+		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
 	}
 	ks, err := kv.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("open lease bucket %s: %w", s.cfg.LeaseBucket, err)
+		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
 	}
 	if ks.History() != 1 || ks.LimitMarkerTTL() <= 0 {
 		// Per-key TTLs need marker TTLs, and with History > 1 they are
 		// clamped up to LimitMarkerTTL (NATS-NOTES pitfall 4).
 		return fmt.Errorf("open lease bucket %s: History %d and LimitMarkerTTL %v; claims need History 1 and a LimitMarkerTTL",
-			s.cfg.LeaseBucket, ks.History(), ks.LimitMarkerTTL())
+			s.cfg.Names.LeaseBucket(), ks.History(), ks.LimitMarkerTTL())
 	}
 	s.leases = kv
 	return nil
 }
 
-// Close stops background maintenance and waits for builds and reads in
-// flight. It does not close the NATS connection or the SQL store. It is
-// idempotent.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
+// Stop stops background maintenance, aborts builds and waits for the
+// builds and reads in flight, at most until ctx ends. It does not close
+// the NATS connection or the SQL store. It is idempotent.
+func (s *Store) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
 		s.cancel()
-		if s.loopDone != nil {
-			<-s.loopDone
+		done := make(chan struct{})
+		go func() {
+			if s.loopDone != nil {
+				<-s.loopDone
+			}
+			s.builds.wait()
+			s.reads.wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.stopErr = fmt.Errorf("segments stop: %w", ctx.Err())
 		}
-		s.builds.wait()
-		s.reads.wait()
 	})
-	return nil
+	return s.stopErr
 }
 
-func (s *Store) now() int64 { return s.cfg.Now() }
+func (s *Store) now() int64 { return s.cfg.Clock.Now().UnixMilli() }
 
 // Bucket is the Object Store bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
@@ -305,7 +330,7 @@ func (s *Store) Bytes(ctx context.Context, segmentID string) ([]byte, error) {
 			return b, nil
 		}
 		s.counters.cacheMisses.Add(1)
-		rctx, cancel := context.WithTimeout(s.ctx, s.cfg.UploadTimeout)
+		rctx, cancel := context.WithTimeout(s.life, s.cfg.UploadTimeout)
 		defer cancel()
 		r, err := s.open(rctx, segmentID)
 		if err != nil {
@@ -339,7 +364,7 @@ func (s *Store) GetOrBuild(ctx context.Context, key storage.SegmentKey, nowMs in
 	r, leader, err := s.builds.do(ctx, key, func() (buildResult, error) {
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BuildTimeout)
 		defer cancel()
-		stop := context.AfterFunc(s.ctx, cancel) // Close aborts builds
+		stop := context.AfterFunc(s.life, cancel) // Stop aborts builds
 		defer stop()
 		if sp, ok, err := s.index.SegmentFind(bctx, key, horizon); err != nil {
 			return buildResult{}, err

@@ -26,21 +26,23 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	def := Config{}.WithDefaults()
 	if def.TTL != DefaultTTL || def.ReuseMargin != 15*time.Minute || def.ChunkSize != DefaultChunkSize ||
-		def.LeaseBucket != bus.BucketLeases || def.CacheMaxSegment != DefaultCacheMaxSegment {
+		def.CacheMaxSegment != DefaultCacheMaxSegment {
 		t.Fatalf("defaults = %+v", def)
 	}
 	if short := (Config{TTL: time.Minute}).WithDefaults(); short.ReuseMargin != 15*time.Second {
 		t.Fatalf("ReuseMargin for a 1-minute TTL = %v", short.ReuseMargin)
 	}
 	base := Config{JetStream: jetstream.JetStream(nil), Store: nil}
-	if err := base.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "Store") {
-		t.Fatalf("Validate(empty) = %v", err)
+	if err := base.WithDefaults().Validate(); err != nil {
+		t.Fatalf("Validate(defaults) = %v", err)
+	}
+	if _, err := New(base); err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "Store") {
+		t.Fatalf("New(no wiring) = %v", err)
 	}
 	for _, tc := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{Instance: "a.b"}, "Instance"},
 		{Config{TTL: time.Hour, ReuseMargin: time.Hour}, "ReuseMargin"},
 		{Config{ChunkSize: 100}, "ChunkSize"},
 		{Config{ClaimTTL: 1500 * time.Millisecond}, "ClaimTTL"},
@@ -351,7 +353,7 @@ func TestConcurrentPutsLeaveNoOrphans(t *testing.T) {
 		if subjects, _ := e.chunkSubjects(s); subjects != 3 {
 			t.Fatalf("%d chunk subjects with leftovers, want 3", subjects)
 		}
-		res, err := s.GC(e.ctx, e.now.Load())
+		res, err := s.GC(e.ctx, e.nowMs())
 		if err != nil || res != (GCResult{}) {
 			t.Fatalf("GC within the grace period = %+v, %v; want nothing collected", res, err)
 		}
@@ -478,7 +480,7 @@ func TestGetOrBuildStorm(t *testing.T) {
 		for i := range 2 * n {
 			wg.Go(func() {
 				node := i % 2
-				p, built, err := nodes[node].GetOrBuild(e.ctx, key, e.now.Load(), build)
+				p, built, err := nodes[node].GetOrBuild(e.ctx, key, e.nowMs(), build)
 				if err != nil {
 					t.Error(err)
 				}
@@ -545,7 +547,7 @@ func TestReuse(t *testing.T) {
 	key := testKey("pa", "e1", "d1")
 	var calls atomic.Int64
 	build := rowsBuild(t, 100, 10, &calls)
-	first, built, err := s.GetOrBuild(e.ctx, key, e.now.Load(), build)
+	first, built, err := s.GetOrBuild(e.ctx, key, e.nowMs(), build)
 	if err != nil || !built {
 		t.Fatalf("first GetOrBuild = %v, %v", built, err)
 	}
@@ -561,7 +563,7 @@ func TestReuse(t *testing.T) {
 	if w := ix.writes.Load(); w != writes || calls.Load() != 1 {
 		t.Fatalf("reuses wrote %d times and built %d times", w-writes, calls.Load()-1)
 	}
-	if p, ok, err := cold.Find(e.ctx, key, e.now.Load()); err != nil || !ok || p != first {
+	if p, ok, err := cold.Find(e.ctx, key, e.nowMs()); err != nil || !ok || p != first {
 		t.Fatalf("Find = %+v, %v, %v", p, ok, err)
 	}
 	// Within the margin of its expiry the page is rebuilt; the same
@@ -633,29 +635,33 @@ func TestMaintenanceLoop(t *testing.T) {
 		st, err := s.Stats(e.ctx)
 		return err == nil && st.Objects == 0 && st.Publications == 0
 	})
-	if err := s.Close(); err != nil {
+	if err := s.Stop(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close = %v", err)
+	if err := s.Stop(e.ctx); err != nil {
+		t.Fatalf("second Stop = %v", err)
 	}
 }
 
-// TestOpenRefusesBucketWithTTL: a segment bucket with a TTL would expire
+// TestStartRefusesBucketWithTTL: a segment bucket with a TTL would expire
 // chunks under live objects.
-func TestOpenRefusesBucketWithTTL(t *testing.T) {
+func TestStartRefusesBucketWithTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, openSQLite)
-	if _, err := e.js.CreateObjectStore(e.ctx, jetstream.ObjectStoreConfig{Bucket: bus.BucketSegments + "_ttl", TTL: time.Hour}); err != nil {
+	ttl := names(t, "ttl")
+	if _, err := e.js.CreateObjectStore(e.ctx, jetstream.ObjectStoreConfig{Bucket: ttl.SegmentsBucket(), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(e.ctx, Config{JetStream: e.js, Store: e.index, Instance: "ttl", MaintenanceInterval: -1})
-	if err == nil || !strings.Contains(err.Error(), "TTL") {
-		t.Fatalf("Open on a bucket with a TTL = %v", err)
+	s, err := New(Config{JetStream: e.js, Store: e.index, Names: ttl, MaintenanceInterval: -1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Isolated instances use their own buckets.
-	a, b := e.node(Config{Instance: "a"}), e.node(Config{Instance: "b"})
-	if a.Bucket() == b.Bucket() || a.Bucket() != "sync_segments_a" {
+	if err := s.Start(e.ctx); err == nil || !strings.Contains(err.Error(), "TTL") {
+		t.Fatalf("Start on a bucket with a TTL = %v", err)
+	}
+	// Isolated namespaces use their own buckets.
+	a, b := e.node(Config{Names: names(t, "a")}), e.node(Config{Names: names(t, "b")})
+	if a.Bucket() == b.Bucket() || a.Bucket() != "a_sync_segments" {
 		t.Fatalf("buckets %s, %s", a.Bucket(), b.Bucket())
 	}
 }

@@ -14,30 +14,39 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
 // Capabilities are the optional features of the conformance driver seam
-// this build implements. Realtime, leases, blobs, signed URLs and the
-// fault hooks join when they exist.
-var Capabilities = []string{"validators", "commit-validators"}
+// this build implements. Leases, blobs, signed URLs and the fault hooks
+// join when they exist.
+var Capabilities = []string{"validators", "commit-validators", "realtime"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
 
 // Config configures a Control.
 type Config struct {
-	// JetStream hosts each instance's segment bucket.
-	JetStream jetstream.JetStream
+	// Bus is the running NATS every instance's node shares, each in its
+	// own bus namespace (i-<id>).
+	Bus *embedded.Server
 	// Dir holds one directory per instance with its SQLite file. It
-	// belongs to the Control: New empties it.
+	// belongs to the Control: Start empties it.
 	Dir string
 	// MaxRequestBytes bounds a /sync body (default: httpapi's).
 	MaxRequestBytes int64
-	Logger          *slog.Logger
+	// Realtime and Reactions are the serving node's settings, which every
+	// instance takes: its realtime hub (with in-band refusals, and the
+	// instance's maxDeltaBytes and maxPresenceBytes) and its reaction
+	// runner. An instance plans no reactions: the driver seam has no way
+	// to declare them.
+	Realtime  node.RealtimeConfig
+	Reactions node.ReactionsConfig
+	Logger    *slog.Logger
 }
 
 // Control serves the control API and the instances' protocol routes.
@@ -50,24 +59,16 @@ type Control struct {
 	closed    bool
 }
 
-// New returns a Control with no instances.
+// New returns a Control with no instances; Start readies it.
 func New(cfg Config) (*Control, error) {
-	if cfg.JetStream == nil {
-		return nil, errors.New("testctl: JetStream is required")
+	if cfg.Bus == nil {
+		return nil, errors.New("testctl: Bus is required")
 	}
 	if cfg.Dir == "" {
 		return nil, errors.New("testctl: Dir is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	// Instances do not survive a restart: clear what a previous process
-	// left behind.
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		return nil, fmt.Errorf("testctl: %w", err)
-	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("testctl: %w", err)
 	}
 	c := &Control{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), instances: map[string]*instance{}}
 	c.mux.HandleFunc("GET /__test/capabilities", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Capabilities) })
@@ -134,7 +135,7 @@ func (c *Control) serveProtocol(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	http.StripPrefix("/i/"+id, in.handler).ServeHTTP(w, r)
+	http.StripPrefix("/i/"+id, in.handler()).ServeHTTP(w, r)
 }
 
 // createRequest is POST /__test/instances.
@@ -147,15 +148,14 @@ type createRequest struct {
 	Leases     json.RawMessage `json:"leases"`
 }
 
-// limits are an instance's limits; the ones for features this build lacks
-// are accepted and ignored.
+// limits are an instance's limits (0 or absent: the default).
 type limits struct {
 	MaxOperationsPerRequest int    `json:"maxOperationsPerRequest"`
-	InlineSegmentMaxBytes   int    `json:"inlineSegmentMaxBytes"`
+	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"` // absent: the default; 0: never inline
 	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
-	MaxDeltaBytes           int64  `json:"maxDeltaBytes"`
-	MaxPresenceBytes        int64  `json:"maxPresenceBytes"`
-	MaxCascadeOperations    int64  `json:"maxCascadeOperationsPerCommit"`
+	MaxDeltaBytes           int    `json:"maxDeltaBytes"`
+	MaxPresenceBytes        int    `json:"maxPresenceBytes"`
+	MaxCascadeOperations    int    `json:"maxCascadeOperationsPerCommit"`
 }
 
 func present(raw json.RawMessage) bool {
@@ -228,9 +228,44 @@ func (c *Control) serveDelete(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct{}{})
 }
 
-// Close closes every instance; later creations are refused. It is
+// Start clears what a previous process left behind — instance
+// directories in Dir and instance namespaces on the bus: instances do not
+// survive a restart.
+func (c *Control) Start(ctx context.Context) error {
+	if err := os.RemoveAll(c.cfg.Dir); err != nil {
+		return fmt.Errorf("testctl: %w", err)
+	}
+	if err := os.MkdirAll(c.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("testctl: %w", err)
+	}
+	js := c.cfg.Bus.JetStream()
+	left := map[string]bool{}
+	names := js.StreamNames(ctx)
+	for s := range names.Name() {
+		// i-<id>_SYNC_COMMITS, KV_i-<id>_sync_gate, OBJ_i-<id>_sync_segments, …
+		s = strings.TrimPrefix(strings.TrimPrefix(s, "KV_"), "OBJ_")
+		if prefix, _, ok := strings.Cut(s, "_"); ok && strings.HasPrefix(prefix, "i-") {
+			left[strings.TrimPrefix(prefix, "i-")] = true
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("testctl: list streams: %w", err)
+	}
+	for id := range left {
+		ns, err := namespace(id)
+		if err != nil {
+			continue // not one of ours
+		}
+		if err := bus.DeleteNamespace(ctx, js, ns); err != nil {
+			return fmt.Errorf("testctl: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stop closes every instance; later creations are refused. It is
 // idempotent.
-func (c *Control) Close(ctx context.Context) error {
+func (c *Control) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	all := c.instances

@@ -6,16 +6,20 @@
 //
 // # Instances
 //
-// Each instance is a fully isolated server sharing only the process and
-// the embedded NATS server: its own SQLite file (in a directory of its
-// own, removed on DELETE), its own partition (fixed at creation), its own
-// virtual clock (engine, segment TTLs and retention all read it; it moves
-// only by clock/advance), its own limits, its own segment bucket
-// (sync_segments_<id>, deleted with the instance) and its own engine, so
-// two instances with the same partition name share nothing. Its protocol
-// routes are mounted at /i/{id}: POST /i/{id}/sync and GET
-// /i/{id}/segments/{segmentId}, served by the production handler
-// (package httpapi), so errors keep the SSP2 JSON shape.
+// Each instance is a real node (package node, the code `syncnode serve`
+// runs) sharing only the process and the embedded NATS server: its own
+// SQLite file (in a directory of its own, removed on DELETE), its own
+// partition (fixed at creation), its own virtual clock (engine, segment
+// TTLs, checkpoints and retention all read it; it moves only by
+// clock/advance), its own limits, and its own serve gate, commit relay and
+// segment store in the bus namespace i-<id> (streams i-<id>_SYNC_COMMITS
+// and i-<id>_SYNC_CONTROL, buckets i-<id>_sync_gate, i-<id>_sync_leases
+// and i-<id>_sync_segments, subjects i-<id>.sync.…, all deleted with the
+// instance), so two instances with the same partition name share nothing.
+// Its protocol routes are mounted at /i/{id}: POST /i/{id}/sync and GET
+// /i/{id}/segments/{segmentId}, served by the node's handler (package
+// httpapi), so errors keep the SSP2 JSON shape; the node has no listener
+// of its own.
 //
 // Authentication is replaced, in this mode only, by the header
 // X-Syncular-Test-Actor: <actorId> (or the query parameter actor=, for a
@@ -40,8 +44,9 @@
 //	POST   /__test/i/{id}/validators {"specs":[{"table","rule"}]}  → {}   ([] clears)
 //	POST   /__test/i/{id}/commit-validator {"spec"?}   → {}   (absent clears)
 //
-// limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes and
-// segmentTtlMs (at least 1000); maxDeltaBytes and maxPresenceBytes are
+// limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes (absent:
+// the default; 0: never inline a page the client accepts by reference)
+// and segmentTtlMs (at least 1000); maxDeltaBytes and maxPresenceBytes are
 // accepted and ignored until realtime and presence exist. signedUrls and
 // leases are refused: this build has neither. In rows, version is the
 // stored server_version, scopes the stored scope values, and values the

@@ -11,13 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -26,17 +26,18 @@ import (
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
-// instance is one isolated server.
+// instance is one isolated server: a real node (store, serve gate,
+// relay, segment store, engine, protocol handler) in its own bus
+// namespace on the shared NATS server, with a virtual clock and a test
+// authenticator.
 type instance struct {
 	id        string
 	dir       string
 	partition string
 	schema    *schema.Schema
-	now       atomic.Int64
-	store     storage.Store
-	segments  *segments.Store
-	engine    *engine.Engine
-	handler   http.Handler
+	names     bus.Names
+	clock     *clock.Manual
+	node      *node.Node
 	cfg       Config
 	inflight  sync.WaitGroup
 
@@ -50,7 +51,11 @@ type instance struct {
 	closed   bool
 }
 
-// openInstance builds an instance, closing what it opened on failure.
+// namespace is the bus namespace of instance id: i-<id>.
+func namespace(id string) (bus.Names, error) { return bus.NewNames("i-" + id) }
+
+// openInstance starts an instance's node, stopping what it started on
+// failure.
 func openInstance(ctx context.Context, cfg Config, id string, req createRequest) (in *instance, err error) {
 	sc, err := schema.Parse(req.Schema)
 	if err != nil {
@@ -60,68 +65,91 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	if req.Limits != nil {
 		lim = *req.Limits
 	}
-	ttl := segments.DefaultTTL
+	var ttl time.Duration // the default
 	if lim.SegmentTTLMs != nil {
 		if *lim.SegmentTTLMs < 1000 {
 			return nil, badf("limits.segmentTtlMs %d is below 1000", *lim.SegmentTTLMs)
 		}
 		ttl = time.Duration(*lim.SegmentTTLMs) * time.Millisecond
 	}
-	if lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes < 0 {
+	if lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes != nil && *lim.InlineSegmentMaxBytes < 0 ||
+		lim.MaxDeltaBytes < 0 || lim.MaxPresenceBytes < 0 || lim.MaxCascadeOperations < 0 {
 		return nil, badf("limits must not be negative")
 	}
-
-	in = &instance{
-		id: id, dir: filepath.Join(cfg.Dir, id), partition: req.Partition, schema: sc, cfg: cfg,
-		grants: map[string]engine.Allowed{},
+	names, err := namespace(id)
+	if err != nil {
+		return nil, err
 	}
-	in.now.Store(*req.NowMs)
+	in = &instance{
+		id: id, dir: filepath.Join(cfg.Dir, id), partition: req.Partition, schema: sc, names: names, cfg: cfg,
+		clock: clock.NewManual(time.UnixMilli(*req.NowMs)), grants: map[string]engine.Allowed{},
+	}
 	defer func() {
 		if err != nil {
 			_ = in.close(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := os.MkdirAll(in.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("instance dir: %w", err)
+	// The serving node's realtime settings, refusing in band (the
+	// test-control convention), with the instance's limits.
+	rt := cfg.Realtime
+	rt.Hub.InBandRefusals = true
+	if lim.MaxDeltaBytes > 0 {
+		rt.Hub.MaxDeltaBytes = lim.MaxDeltaBytes
+		rt.Hub.SendQueueBytes = max(rt.Hub.SendQueueBytes, lim.MaxDeltaBytes)
 	}
-	// NORMAL: an instance lives for one scenario; a power loss may take
-	// its last commits, which no test can observe.
-	if in.store, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(in.dir, "sync.db"), Synchronous: sqlitestore.SynchronousNormal}); err != nil {
-		return nil, fmt.Errorf("open instance store: %w", err)
+	if lim.MaxPresenceBytes > 0 {
+		rt.Hub.MaxPresenceBytes = lim.MaxPresenceBytes
 	}
-	if err := in.store.EnsureSchema(ctx, sc); err != nil {
-		return nil, badRequest{fmt.Errorf("install schema: %w", err)}
-	}
-	log := cfg.Logger.With("instance", id)
-	if in.segments, err = segments.Open(ctx, segments.Config{
-		JetStream: cfg.JetStream, Store: in.store, Instance: id, TTL: ttl,
-		Now: in.clock, MaintenanceInterval: -1, Logger: log.With("component", "segments"),
-	}); err != nil {
-		return nil, fmt.Errorf("open instance segments: %w", err)
-	}
-	if in.engine, err = engine.New(engine.Config{
-		Schema: sc, Store: in.store, Segments: in.segments, Now: in.clock,
-		MaxOperations: lim.MaxOperationsPerRequest, InlineSegmentMaxBytes: lim.InlineSegmentMaxBytes,
-		Logger: log.With("component", "engine"),
-	}); err != nil {
-		return nil, badRequest{err}
-	}
-	h, err := httpapi.New(httpapi.Config{
-		Engine: in.engine, Auth: httpapi.AuthenticatorFunc(in.authenticate), Segments: in.segments,
-		MaxRequestBytes: cfg.MaxRequestBytes, Logger: log.With("component", "http"),
+	rc := cfg.Reactions
+	rc.Planner = nil
+	n, err := node.New(node.Config{
+		Name: "testctl-" + id, DataDir: in.dir, Schema: sc, Names: names, Clock: in.clock,
+		Logger: cfg.Logger.With("instance", id),
+		Bus:    cfg.Bus,
+		// NORMAL: an instance lives for one scenario; a power loss may
+		// take its last commits, which no test can observe.
+		Store: node.StoreConfig{SQLite: sqlitestore.Config{Path: filepath.Join(in.dir, "sync.db"), Synchronous: sqlitestore.SynchronousNormal}},
+		API:   httpapi.Config{Auth: httpapi.AuthenticatorFunc(in.authenticate), MaxRequestBytes: cfg.MaxRequestBytes},
+		Engine: engine.Config{
+			MaxOperations: lim.MaxOperationsPerRequest, InlineSegmentMaxBytes: lim.InlineSegmentMaxBytes,
+			CascadeLimit: lim.MaxCascadeOperations,
+		},
+		// The owner of the virtual clock prunes (POST prune), not a
+		// background loop on the wall clock.
+		Segments:  segments.Config{TTL: ttl, MaintenanceInterval: -1},
+		Realtime:  rt,
+		Reactions: rc,
+		// The admin API and host hooks answer on production subjects,
+		// which an instance's namespace does not own.
+		Admin: node.AdminConfig{Disabled: true},
 	})
 	if err != nil {
-		return nil, err
+		return nil, badRequest{err}
 	}
-	in.handler = h
+	if err := n.Start(ctx); err != nil {
+		if errors.Is(err, node.ErrSchemaInstall) {
+			return nil, badRequest{err}
+		}
+		return nil, fmt.Errorf("start instance: %w", err)
+	}
+	in.node = n
 	return in, nil
 }
 
-func (in *instance) clock() int64 { return in.now.Load() }
+// handler is the instance's protocol handler.
+func (in *instance) handler() http.Handler { return in.node.Handler }
 
-// close waits for requests in flight, then frees everything: segment
-// store, SQLite file, bucket. It is idempotent.
+func (in *instance) nowMs() int64 { return in.clock.Now().UnixMilli() }
+
+// close closes the instance's realtime sockets (requests in flight that
+// last), waits for the other requests in flight, then frees everything:
+// the node, its streams and buckets, its directory. It is idempotent.
 func (in *instance) close(ctx context.Context) error {
+	if in.node != nil && in.node.Realtime != nil {
+		if err := in.node.Realtime.Stop(ctx); err != nil {
+			in.cfg.Logger.Warn("close test instance: realtime", "id", in.id, "err", err)
+		}
+	}
 	in.inflight.Wait()
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -130,14 +158,11 @@ func (in *instance) close(ctx context.Context) error {
 	}
 	in.closed = true
 	var errs []error
-	if in.segments != nil {
-		errs = append(errs, in.segments.Close())
-		if err := in.cfg.JetStream.DeleteObjectStore(ctx, in.segments.Bucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			errs = append(errs, fmt.Errorf("delete segment bucket: %w", err))
-		}
+	if in.node != nil {
+		errs = append(errs, in.node.Stop(ctx))
 	}
-	if in.store != nil {
-		errs = append(errs, in.store.Close())
+	if err := bus.DeleteNamespace(ctx, in.cfg.Bus.JetStream(), in.names); err != nil {
+		errs = append(errs, fmt.Errorf("delete instance namespace: %w", err))
 	}
 	errs = append(errs, os.RemoveAll(in.dir))
 	in.closeErr = errors.Join(errs...)
@@ -228,7 +253,7 @@ func (in *instance) serveRows(w http.ResponseWriter, r *http.Request) {
 	after := ""
 	var vals []ssp2.Value
 	for {
-		rows, err := in.store.RowList(r.Context(), storage.RowListParams{Partition: in.partition, Table: t.Name, AfterRowID: after, Limit: rowsPage})
+		rows, err := in.node.Store.RowList(r.Context(), storage.RowListParams{Partition: in.partition, Table: t.Name, AfterRowID: after, Limit: rowsPage})
 		if err != nil {
 			writeControlError(w, http.StatusInternalServerError, err)
 			return
@@ -285,7 +310,7 @@ func driverValues(t *schema.Table, vals []ssp2.Value) map[string]any {
 
 // partitionState reads the partition; an unregistered one is empty.
 func (in *instance) partitionState(ctx context.Context) (storage.Partition, bool, error) {
-	p, err := in.store.PartitionGet(ctx, in.partition)
+	p, err := in.node.Store.PartitionGet(ctx, in.partition)
 	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
 		return storage.Partition{}, false, nil
 	}
@@ -311,8 +336,12 @@ func (in *instance) serveHorizonSeq(w http.ResponseWriter, r *http.Request) {
 }
 
 func (in *instance) serveClock(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, map[string]int64{"nowMs": in.clock()})
+	writeJSON(w, map[string]int64{"nowMs": in.nowMs()})
 }
+
+// maxAdvanceMs bounds one clock advance: the longest time.Duration,
+// about 292 years.
+const maxAdvanceMs = math.MaxInt64 / int64(time.Millisecond)
 
 func (in *instance) serveClockAdvance(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -321,11 +350,11 @@ func (in *instance) serveClockAdvance(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	if req.Ms == nil || *req.Ms < 0 {
-		writeControlError(w, http.StatusBadRequest, errors.New("ms must be a non-negative integer"))
+	if req.Ms == nil || *req.Ms < 0 || *req.Ms > maxAdvanceMs {
+		writeControlError(w, http.StatusBadRequest, fmt.Errorf("ms must be an integer in 0..%d", maxAdvanceMs))
 		return
 	}
-	writeJSON(w, map[string]int64{"nowMs": in.now.Add(*req.Ms)})
+	writeJSON(w, map[string]int64{"nowMs": in.clock.Advance(time.Duration(*req.Ms) * time.Millisecond).UnixMilli()})
 }
 
 func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
@@ -351,7 +380,7 @@ func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
 	// Fields left out take the protocol defaults; the given ones are
 	// literal, zero included (a host stating its whole policy).
 	pp := storage.PruneParams{
-		Partition: in.partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: in.clock(), Literal: true,
+		Partition: in.partition, LogEpoch: p.LogEpoch, ThroughSeq: p.MaxCommitSeq, NowMs: in.nowMs(), Literal: true,
 		ActiveWindowMs: storage.DefaultActiveWindowMs, AgeForceMs: storage.DefaultAgeForceMs, MinRetainedCommits: storage.DefaultMinRetainedCommits,
 	}
 	if rt := req.Retention; rt != nil {
@@ -365,7 +394,7 @@ func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
 			pp.MinRetainedCommits = *rt.MinRetainedCommits
 		}
 	}
-	res, err := in.store.Prune(r.Context(), pp)
+	res, err := in.node.Store.Prune(r.Context(), pp)
 	if err != nil {
 		status := http.StatusInternalServerError
 		if ssp2.CodeOf(err) == ssp2.CodeStorageInvalidLimit {
@@ -448,7 +477,7 @@ func (in *instance) serveValidators(w http.ResponseWriter, r *http.Request) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if err := in.engine.SetValidators(compiled, in.commit); err != nil {
+	if err := in.node.Engine.SetValidators(compiled, in.commit); err != nil {
 		writeControlError(w, http.StatusBadRequest, err)
 		return
 	}
@@ -478,7 +507,7 @@ func (in *instance) serveCommitValidator(w http.ResponseWriter, r *http.Request)
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if err := in.engine.SetValidators(in.rows, commit); err != nil {
+	if err := in.node.Engine.SetValidators(in.rows, commit); err != nil {
 		writeControlError(w, http.StatusBadRequest, err)
 		return
 	}

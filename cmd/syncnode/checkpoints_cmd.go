@@ -9,23 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/admin"
-	"github.com/syncnode/syncnode/embedded"
-	"github.com/syncnode/syncnode/gate"
-	"github.com/syncnode/syncnode/schema"
-	"github.com/syncnode/syncnode/storage"
-	"github.com/syncnode/syncnode/storage/pgstore"
-	"github.com/syncnode/syncnode/storage/sqlitestore"
+	"github.com/syncnode/syncnode/node"
 )
 
 const checkpointsUsage = `Usage:
@@ -312,169 +304,77 @@ func (o *opsFlags) natsOptions() ([]nats.Option, error) {
 }
 
 // api returns the admin API the command runs against: a running node's
-// over NATS, or with --offline one over the store the flags name.
+// over NATS, or with --offline one over the store the flags name, opened
+// through the node (node.OpenOffline).
 func (o *opsFlags) api(ctx context.Context, stderr io.Writer) (admin.API, func(), error) {
-	c, err := o.loadConfig()
+	nc, err := o.nodeConfig(stderr)
 	if err != nil {
 		return nil, nil, err
 	}
 	o.url = *o.natsURL
 	if o.url == "" {
-		o.url = defaultNATSURL(c)
+		o.url = node.NATSURL(nc.NATS)
 	}
 	if *o.offline || *o.noNATS {
-		env, err := o.open(ctx, c, stderr)
+		off, err := o.openOffline(ctx, nc, stderr)
 		if err != nil {
 			return nil, nil, err
 		}
-		a, err := admin.New(admin.Config{Store: env.store, Gate: env.gate})
+		a, err := admin.New(admin.Config{Store: off.Store, Gate: off.Gate, Names: nc.Names})
 		if err != nil {
-			env.close()
+			_ = off.Close()
 			return nil, nil, err
 		}
-		return a, env.close, nil
+		return a, func() { _ = off.Close() }, nil
 	}
 	opts, err := o.natsOptions()
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := nats.Connect(o.url, opts...)
+	conn, err := nats.Connect(o.url, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("no node reachable: NATS at %s: %w\nstart the node, or pass --offline to change the store directly", o.url, err)
 	}
-	return admin.NewClient(nc, *o.timeout), nc.Close, nil
+	return admin.NewClient(conn, *o.timeout), conn.Close, nil
 }
 
-// loadConfig reads the node's configuration: defaults, file, environment.
-func (o *opsFlags) loadConfig() (config, error) {
-	c := defaultConfig()
-	path := *o.config
-	if path == "" {
-		path = os.Getenv("SYNCNODE_CONFIG")
-	}
-	if path != "" {
-		if _, err := toml.DecodeFile(path, &c); err != nil {
-			return config{}, fmt.Errorf("config file %s: %w", path, err)
-		}
-	}
-	for _, ev := range envVars {
-		if v := os.Getenv(ev.name); v != "" {
-			if err := ev.set(&c, v); err != nil {
-				return config{}, &fieldError{Field: ev.name, Reason: err.Error()}
-			}
-		}
-	}
-	return c, nil
-}
-
-// opsEnv is an open store and a gate on it, bound to KV when reachable.
-type opsEnv struct {
-	store   storage.Store
-	gate    *gate.Gate
-	version int32
-	nc      *nats.Conn
-}
-
-func (e *opsEnv) close() {
-	if e.nc != nil {
-		_ = e.nc.Drain()
-	}
-	_ = e.store.Close()
-}
-
-// open opens the store of the node's configuration c (with these flags
-// applied) and a gate for the stored schema version. A NATS that cannot
-// be reached leaves the command on SQL alone, with a warning.
-func (o *opsFlags) open(ctx context.Context, c config, stderr io.Writer) (*opsEnv, error) {
-	st, m, err := o.openStore(ctx, c)
+// nodeConfig reads the node's configuration (defaults, file, environment,
+// then these flags) as the node takes it.
+func (o *opsFlags) nodeConfig(stderr io.Writer) (node.Config, error) {
+	c, err := loadConfig(*o.config, os.Getenv)
 	if err != nil {
-		return nil, err
+		return node.Config{}, err
 	}
-	env := &opsEnv{store: st, version: m.Version}
-	o.noBus = *o.noNATS
-	gc := gate.Config{Store: st, Schema: &schema.Schema{Version: m.Version}, Node: "syncnode-cli",
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if !o.noBus {
-		opts, err := o.natsOptions()
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		nc, err := nats.Connect(o.url, opts...)
-		var js jetstream.JetStream
-		if err == nil {
-			js, err = jetstream.New(nc)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "warning: NATS at %s unreachable (%v): changing SQL only; run \"syncnode checkpoints republish\" once it is back\n", o.url, err)
-			if nc != nil {
-				nc.Close()
-			}
-			o.noBus = true
-		} else {
-			env.nc, gc.Conn, gc.JetStream = nc, nc, js
-		}
-	}
-	if env.gate, err = gate.New(gc); err != nil {
-		env.close()
-		return nil, err
-	}
-	if !o.noBus {
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := env.gate.Bind(bctx); err != nil {
-			fmt.Fprintf(stderr, "warning: serve-gate bucket unavailable (%v): changing SQL only\n", err)
-			o.noBus = true
-		}
-	}
-	return env, nil
-}
-
-// openStore opens the store of the node's configuration c (with these
-// flags applied), which must hold a schema.
-func (o *opsFlags) openStore(ctx context.Context, c config) (storage.Store, storage.SchemaMarker, error) {
 	if *o.data != "" {
 		c.DataDir = *o.data
 	}
 	if *o.postgres != "" {
 		c.Storage.PostgresURL = *o.postgres
 	}
-	var (
-		st  storage.Store
-		err error
-	)
-	if c.Storage.PostgresURL != "" {
-		st, err = pgstore.Open(ctx, pgstore.Config{URL: c.Storage.PostgresURL})
-	} else {
-		dbPath := filepath.Join(c.DataDir, "syncnode.db")
-		if _, serr := os.Stat(dbPath); serr != nil {
-			return nil, storage.SchemaMarker{}, fmt.Errorf("no database at %s (set --data or --postgres): %w", dbPath, serr)
-		}
-		st, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: dbPath})
-	}
+	nc, err := c.node()
 	if err != nil {
-		return nil, storage.SchemaMarker{}, err
+		return node.Config{}, err
 	}
-	m, ok, err := st.SchemaMarker(ctx)
-	if err != nil || !ok {
-		st.Close()
-		if err == nil {
-			err = errors.New("no schema is installed: start a node first")
-		}
-		return nil, m, err
-	}
-	return st, m, nil
+	nc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return nc, nil
 }
 
-// defaultNATSURL is where the node's NATS listens: the first external
-// URL, or the embedded server's client port on loopback.
-func defaultNATSURL(c config) string {
-	if c.NATS.Mode == "external" && len(c.NATS.URLs) > 0 {
-		return c.NATS.URLs[0]
+// openOffline opens the node's store and a serve gate for the stored
+// schema version, bound to the node's NATS unless --no-nats; a NATS that
+// cannot be reached leaves the command on SQL alone (a warning says so).
+func (o *opsFlags) openOffline(ctx context.Context, nc node.Config, stderr io.Writer) (*node.Offline, error) {
+	password := *o.natsPassword
+	if password == "" {
+		password = os.Getenv("SYNCNODE_NATS_PASSWORD")
 	}
-	port := embedded.DefaultPort
-	if c.NATS.Port != nil && *c.NATS.Port > 0 {
-		port = *c.NATS.Port
+	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NATSURL: o.url, NoNATS: *o.noNATS,
+		User: *o.natsUser, Password: password, CredentialsFile: *o.natsCred})
+	if err != nil {
+		return nil, err
 	}
-	return fmt.Sprintf("nats://%s:%d", embedded.DefaultHost, port)
+	for _, w := range off.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	o.noBus = off.NATSURL == ""
+	return off, nil
 }

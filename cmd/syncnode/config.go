@@ -5,17 +5,23 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/rules"
+	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 // config is the whole node configuration: defaults, then the config file,
@@ -46,13 +52,18 @@ type httpConfig struct {
 	Listen          string   `toml:"listen"`
 	MaxRequestBytes int64    `toml:"max_request_bytes"`
 	ShutdownTimeout duration `toml:"shutdown_timeout"`
-	// Timeouts and connection bounds: see node.Config.
+	// Timeouts and connection bounds: see node.HTTPConfig.
 	ReadHeaderTimeout    duration `toml:"read_header_timeout"`
 	ReadTimeout          duration `toml:"read_timeout"`
 	WriteTimeout         duration `toml:"write_timeout"`
 	IdleTimeout          duration `toml:"idle_timeout"`
 	MaxConnections       int      `toml:"max_connections"`
 	MaxInflightBodyBytes int64    `toml:"max_inflight_body_bytes"`
+	// StreamSegmentsAboveBytes: larger segment downloads are streamed from
+	// the Object Store and compressed on the fly instead of cached.
+	StreamSegmentsAboveBytes int64 `toml:"stream_segments_above_bytes"`
+	// SegmentCacheBytes bounds the cache of compressed segment bodies.
+	SegmentCacheBytes int64 `toml:"segment_cache_bytes"`
 }
 
 type natsConfig struct {
@@ -69,6 +80,10 @@ type natsConfig struct {
 	// nats.conf has users (docs/bus.md, "Permissions").
 	User     string `toml:"user"`
 	Password string `toml:"password"`
+	// Namespace prefixes every stream, bucket and subject (package bus):
+	// "" keeps the standard names. The admin API and the host hooks
+	// answer on production subjects only: a namespaced node runs neither.
+	Namespace string `toml:"namespace"`
 }
 
 type adminConfig struct {
@@ -181,7 +196,7 @@ func defaultConfig() config {
 		DataDir: "data",
 		HTTP: httpConfig{
 			Listen:          "127.0.0.1:8080",
-			MaxRequestBytes: 32 << 20,
+			MaxRequestBytes: httpapi.DefaultMaxRequestBytes,
 			ShutdownTimeout: duration{15 * time.Second},
 
 			ReadHeaderTimeout:    duration{node.DefaultReadHeaderTimeout},
@@ -190,14 +205,17 @@ func defaultConfig() config {
 			IdleTimeout:          duration{node.DefaultIdleTimeout},
 			MaxConnections:       node.DefaultMaxConnections,
 			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
+
+			StreamSegmentsAboveBytes: httpapi.DefaultStreamSegmentsAbove,
+			SegmentCacheBytes:        httpapi.DefaultSegmentCacheBytes,
 		},
 		NATS:    natsConfig{Mode: "embedded", ConfigFile: "nats.conf"},
 		Storage: storageConfig{SQLiteSynchronous: "FULL"},
 		Limits: limitsConfig{
-			MaxOperationsPerRequest:    500,
-			MaxSubscriptionsPerRequest: 500,
-			InlineSegmentMaxBytes:      256 << 10,
-			SegmentTTL:                 duration{24 * time.Hour},
+			MaxOperationsPerRequest:    engine.DefaultMaxOperations,
+			MaxSubscriptionsPerRequest: engine.DefaultMaxSubscriptions,
+			InlineSegmentMaxBytes:      engine.DefaultInlineSegmentMaxBytes,
+			SegmentTTL:                 duration{segments.DefaultTTL},
 		},
 		Realtime: realtimeConfig{
 			Enabled:                 true,
@@ -276,6 +294,17 @@ func (c *config) validate() error {
 	}
 	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
 		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
+	}
+	if c.HTTP.StreamSegmentsAboveBytes < 1 {
+		bad("http.stream_segments_above_bytes", "%d must be positive", c.HTTP.StreamSegmentsAboveBytes)
+	}
+	if c.HTTP.SegmentCacheBytes < 1 {
+		bad("http.segment_cache_bytes", "%d must be positive", c.HTTP.SegmentCacheBytes)
+	}
+	if _, err := bus.NewNames(c.NATS.Namespace); err != nil {
+		bad("nats.namespace", "%v", err)
+	} else if c.NATS.Namespace != "" && (c.Admin.Enabled || c.Hooks.Scopes.Enabled || c.Hooks.Validate.Enabled || c.Hooks.Token.Enabled) {
+		bad("nats.namespace", "the admin API and the host hooks answer on production subjects only: set admin.enabled = false and disable [hooks] in a namespace")
 	}
 	switch c.NATS.Mode {
 	case "embedded":
@@ -416,28 +445,10 @@ var envVars = []struct {
 	{"SYNCNODE_LOG_LEVEL", func(c *config, v string) error { c.Log.Level = v; return nil }},
 }
 
-// parseServeFlags defines the serve flags on fs, bound to c after the file
-// and environment were applied.
-func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (config, error) {
-	configPath := fs.String("config", "", "config file (TOML); default: none, or $SYNCNODE_CONFIG")
-	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 127.0.0.1:0 for a free port")
-	dataDir := fs.String("data", "", "data directory (SQLite file, JetStream store)")
-	natsPort := fs.Int("nats-port", 0, "embedded NATS client port (-1 picks a free one)")
-	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
-	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
-	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
-	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
-	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
-	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-
+// loadConfig reads the defaults, then the config file (path, else
+// $SYNCNODE_CONFIG; none when both are empty), then the environment.
+func loadConfig(path string, getenv func(string) string) (config, error) {
 	c := defaultConfig()
-	path := *configPath
 	if path == "" {
 		path = getenv("SYNCNODE_CONFIG")
 	}
@@ -460,6 +471,33 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 				return config{}, &fieldError{Field: ev.name, Reason: err.Error()}
 			}
 		}
+	}
+	return c, nil
+}
+
+// parseServeFlags defines the serve flags on fs, bound to c after the file
+// and environment were applied.
+func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (config, error) {
+	configPath := fs.String("config", "", "config file (TOML); default: none, or $SYNCNODE_CONFIG")
+	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 127.0.0.1:0 for a free port")
+	dataDir := fs.String("data", "", "data directory (SQLite file, JetStream store)")
+	natsPort := fs.Int("nats-port", 0, "embedded NATS client port (-1 picks a free one)")
+	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
+	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
+	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
+	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
+	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
+	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	c, err := loadConfig(*configPath, getenv)
+	if err != nil {
+		return config{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -507,4 +545,75 @@ func (h hooksConfig) hooks() hooks.Config {
 		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Token.CacheTTL), Size: h.Token.CacheSize}}
 	}
 	return out
+}
+
+// node turns the configuration into the node's: store, NATS, bus
+// namespace, HTTP, the component limits, the realtime hub, the reaction
+// runner, the hooks and the admin API. The caller adds what is not in the
+// file or depends on the schema (schema, authentication, validators,
+// reaction rules, logger, routes).
+func (c config) node() (node.Config, error) {
+	names, err := bus.NewNames(c.NATS.Namespace)
+	if err != nil {
+		return node.Config{}, &fieldError{Field: "nats.namespace", Reason: err.Error()}
+	}
+	nc := node.Config{
+		Name:    c.NodeName,
+		DataDir: c.DataDir,
+		Names:   names,
+		NATS:    c.natsConfig(),
+		HTTP: node.HTTPConfig{
+			Listen:            c.HTTP.Listen,
+			ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout.Duration,
+			ReadTimeout:       c.HTTP.ReadTimeout.Duration,
+			WriteTimeout:      c.HTTP.WriteTimeout.Duration,
+			IdleTimeout:       c.HTTP.IdleTimeout.Duration,
+			MaxConnections:    c.HTTP.MaxConnections,
+		},
+		API: httpapi.Config{
+			MaxRequestBytes:      c.HTTP.MaxRequestBytes,
+			StreamSegmentsAbove:  c.HTTP.StreamSegmentsAboveBytes,
+			SegmentCacheBytes:    c.HTTP.SegmentCacheBytes,
+			MaxInflightBodyBytes: c.HTTP.MaxInflightBodyBytes,
+		},
+		Engine: engine.Config{
+			MaxOperations:         c.Limits.MaxOperationsPerRequest,
+			MaxSubscriptions:      c.Limits.MaxSubscriptionsPerRequest,
+			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
+		},
+		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+		Realtime: node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
+		Hooks:    c.Hooks.hooks(),
+		Admin:    node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
+	}
+	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
+		return node.Config{}, err
+	}
+	if c.Storage.PostgresURL != "" {
+		nc.Store.Postgres.URL = c.Storage.PostgresURL
+	} else {
+		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
+	}
+	return nc, nil
+}
+
+// natsConfig is the node's NATS: embedded per nats.conf, or external.
+func (c config) natsConfig() embedded.Config {
+	if c.NATS.Mode == "external" {
+		return embedded.Config{Mode: embedded.ModeExternal, URLs: c.NATS.URLs, CredentialsFile: c.NATS.Credentials, Domain: c.NATS.Domain,
+			User: c.NATS.User, Password: c.NATS.Password}
+	}
+	nc := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: c.NATS.ConfigFile, ServerName: c.NodeName, Domain: c.NATS.Domain,
+		User: c.NATS.User, Password: c.NATS.Password}
+	if c.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
+		// The default nats.conf is optional: without it the built-in
+		// defaults (the same as the file in the repository) apply.
+		if _, err := os.Stat(c.NATS.ConfigFile); errors.Is(err, os.ErrNotExist) {
+			nc.ConfigFile = ""
+		}
+	}
+	if c.NATS.Port != nil {
+		nc.Port = *c.NATS.Port
+	}
+	return nc
 }

@@ -9,7 +9,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
+
+func mustExampleSchema(t *testing.T) *schema.Schema {
+	t.Helper()
+	s, err := loadSchema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 func parseConfigFile(t *testing.T, body string) (config, error) {
 	t.Helper()
@@ -156,6 +170,107 @@ max_inflight_body_bytes = 67108864
 		var fe *fieldError
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: error %v, want one naming the field", field, err)
+		}
+	}
+}
+
+// The config file reaches the node's nested configs, zero values that
+// mean something included.
+func TestConfigFileToNode(t *testing.T) {
+	c, err := parseConfigFile(t, `
+data_dir = "d"
+[http]
+stream_segments_above_bytes = 4096
+segment_cache_bytes = 1048576
+read_header_timeout = "2s"
+read_timeout = "3s"
+write_timeout = "4s"
+idle_timeout = "5s"
+max_connections = 77
+max_inflight_body_bytes = 67108864
+[nats]
+namespace = "blue"
+user = "u"
+password = "p"
+[admin]
+enabled = false
+[storage]
+sqlite_synchronous = "normal"
+[limits]
+inline_segment_max_bytes = 0
+segment_ttl = "2h"
+max_subscriptions_per_request = 9
+[realtime]
+enabled = false
+max_delta_bytes = 4096
+[reactions]
+enabled = false
+concurrency = 3
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := c.node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.API.StreamSegmentsAbove != 4096 || nc.API.SegmentCacheBytes != 1<<20 {
+		t.Errorf("API = %+v", nc.API)
+	}
+	if nc.Engine.InlineSegmentMaxBytes == nil || *nc.Engine.InlineSegmentMaxBytes != 0 {
+		t.Errorf("InlineSegmentMaxBytes = %v, want 0", nc.Engine.InlineSegmentMaxBytes)
+	}
+	if nc.Names.Prefix() != "blue" || nc.Segments.TTL != 2*time.Hour || nc.DataDir != "d" {
+		t.Errorf("Names %v, Segments.TTL %v, DataDir %q", nc.Names, nc.Segments.TTL, nc.DataDir)
+	}
+	if nc.Store.SQLite.Synchronous != sqlitestore.SynchronousNormal || nc.Store.Postgres.URL != "" {
+		t.Errorf("Store = %+v", nc.Store)
+	}
+	if h := nc.HTTP; h.ReadHeaderTimeout != 2*time.Second || h.ReadTimeout != 3*time.Second || h.WriteTimeout != 4*time.Second ||
+		h.IdleTimeout != 5*time.Second || h.MaxConnections != 77 || nc.API.MaxInflightBodyBytes != 64<<20 {
+		t.Errorf("HTTP = %+v, inflight %d", h, nc.API.MaxInflightBodyBytes)
+	}
+	if nc.Engine.MaxSubscriptions != 9 || nc.NATS.User != "u" || nc.NATS.Password != "p" {
+		t.Errorf("MaxSubscriptions %d, NATS user %q", nc.Engine.MaxSubscriptions, nc.NATS.User)
+	}
+	if !nc.Realtime.Disabled || nc.Realtime.Hub.MaxDeltaBytes != 4096 || !nc.Reactions.Disabled || nc.Reactions.Runner.Concurrency != 3 || !nc.Admin.Disabled {
+		t.Errorf("Realtime %+v, Reactions %+v, Admin %+v", nc.Realtime, nc.Reactions, nc.Admin)
+	}
+	// The defaults keep today's behaviour.
+	d, err := parseConfigFile(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn, err := d.node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
+		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
+	}
+	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 4096 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
+		t.Errorf("defaults: HTTP %+v, realtime off %v, reactions off %v, admin off %v", dn.HTTP, dn.Realtime.Disabled, dn.Reactions.Disabled, dn.Admin.Disabled)
+	}
+	// The node accepts the file's defaults, with what serve adds.
+	dn.Schema, dn.API.Auth, dn.DataDir = mustExampleSchema(t), httpapi.AuthenticatorFunc(nil), t.TempDir()
+	if _, err := node.New(dn); err != nil {
+		t.Errorf("node.New(defaults) = %v", err)
+	}
+}
+
+// Bad values are refused with the file's field named.
+func TestConfigFileRefusals(t *testing.T) {
+	for _, tc := range []struct{ field, toml string }{
+		{"http.stream_segments_above_bytes", "[http]\nstream_segments_above_bytes = -1"},
+		{"http.segment_cache_bytes", "[http]\nsegment_cache_bytes = 0"},
+		{"nats.namespace", "[nats]\nnamespace = \"sync\""},
+		// The admin API (on by default) answers on production subjects.
+		{"nats.namespace", "[nats]\nnamespace = \"blue\""},
+		{"nats.namespace", "[nats]\nnamespace = \"blue\"\n[admin]\nenabled = false\n[hooks.token]\nenabled = true"},
+		{"limits.inline_segment_max_bytes", "[limits]\ninline_segment_max_bytes = -1"},
+	} {
+		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
 		}
 	}
 }

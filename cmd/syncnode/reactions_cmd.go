@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/rules"
@@ -94,15 +95,16 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		*limit = storage.MaxReactionBatch
 	}
 
-	c, err := o.loadConfig()
+	nc, err := o.nodeConfig(stderr)
 	if err != nil {
 		return err
 	}
-	st, _, err := o.openStore(ctx, c)
+	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NoNATS: true})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer off.Close()
+	st := off.Store
 	k := storage.ReactionKey{Partition: *partition, IdempotencyKey: *key}
 
 	switch sub {
@@ -146,12 +148,16 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		url := *o.natsURL
 		if url == "" {
-			url = defaultNATSURL(c)
+			url = node.NATSURL(nc.NATS)
 		}
-		nc, err := nats.Connect(url, nats.Name("syncnode-cli"), nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+		opts, err := o.natsOptions()
+		if err != nil {
+			return err
+		}
+		conn, err := nats.Connect(url, opts...)
 		if err == nil {
-			defer nc.Close()
-			err = reactions.PublishRequeued(nc, "syncnode-cli", r, time.Now())
+			defer conn.Close()
+			err = reactions.PublishRequeued(conn, nc.Names, "syncnode-cli", r, time.Now())
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "warning: could not wake the runners through NATS at %s (%v): they pick the reaction up at their next sweep\n", url, err)
@@ -271,11 +277,14 @@ func showReaction(w io.Writer, r storage.Reaction) error {
 }
 
 // node turns the [reactions] section into the node's configuration,
-// compiling the rules against the served schema.
+// compiling the rules against the served schema (none without one).
 func (c reactionsConfig) node(sch *schema.Schema) (node.ReactionsConfig, error) {
-	planner, err := rules.CompileReactions(sch, c.Rules)
-	if err != nil {
-		return node.ReactionsConfig{}, fmt.Errorf("reactions.rules: %w", err)
+	var planner engine.ReactionPlanner
+	if sch != nil {
+		var err error
+		if planner, err = rules.CompileReactions(sch, c.Rules); err != nil {
+			return node.ReactionsConfig{}, fmt.Errorf("reactions.rules: %w", err)
+		}
 	}
 	return node.ReactionsConfig{
 		Planner:  planner,

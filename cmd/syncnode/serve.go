@@ -3,19 +3,16 @@ package main
 import (
 	"context"
 	"crypto"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/syncnode/syncnode/auth"
-	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/loadfix"
@@ -59,10 +56,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	reactionsCfg, err := cfg.Reactions.node(sch)
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
@@ -79,61 +72,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
-	natsCfg := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: cfg.NATS.ConfigFile, ServerName: cfg.NodeName}
-	if cfg.NATS.Mode == "external" {
-		natsCfg = embedded.Config{Mode: embedded.ModeExternal, URLs: cfg.NATS.URLs, CredentialsFile: cfg.NATS.Credentials, Domain: cfg.NATS.Domain}
-	} else {
-		if cfg.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
-			// The default nats.conf is optional: without it the built-in
-			// defaults (the same as the file in the repository) apply.
-			if _, err := os.Stat(cfg.NATS.ConfigFile); errors.Is(err, os.ErrNotExist) {
-				natsCfg.ConfigFile = ""
-			}
-		}
-		if cfg.NATS.Port != nil {
-			natsCfg.Port = *cfg.NATS.Port
-		}
-		natsCfg.Domain = cfg.NATS.Domain
-	}
-
-	natsCfg.User, natsCfg.Password = cfg.NATS.User, cfg.NATS.Password
-
-	var routes func(context.Context, *node.Node, http.Handler) (http.Handler, func(context.Context) error, error)
-	if testMode {
-		routes = testModeRoutes(cfg.TestMode, cfg.DataDir, cfg.HTTP.MaxRequestBytes, log)
-	}
-	n, err := node.Start(ctx, node.Config{
-		DataDir:               cfg.DataDir,
-		Schema:                sch,
-		Name:                  cfg.NodeName,
-		HTTPAddr:              cfg.HTTP.Listen,
-		MaxRequestBytes:       cfg.HTTP.MaxRequestBytes,
-		ReadHeaderTimeout:     cfg.HTTP.ReadHeaderTimeout.Duration,
-		ReadTimeout:           cfg.HTTP.ReadTimeout.Duration,
-		WriteTimeout:          cfg.HTTP.WriteTimeout.Duration,
-		IdleTimeout:           cfg.HTTP.IdleTimeout.Duration,
-		MaxConnections:        cfg.HTTP.MaxConnections,
-		MaxInflightBodyBytes:  cfg.HTTP.MaxInflightBodyBytes,
-		NATS:                  natsCfg,
-		PostgresURL:           cfg.Storage.PostgresURL,
-		SQLiteSynchronous:     cfg.Storage.SQLiteSynchronous,
-		Auth:                  authn,
-		Hooks:                 cfg.Hooks.hooks(),
-		NoAdmin:               !cfg.Admin.Enabled,
-		Version:               buildVersion(),
-		MaxOperations:         cfg.Limits.MaxOperationsPerRequest,
-		MaxSubscriptions:      cfg.Limits.MaxSubscriptionsPerRequest,
-		InlineSegmentMaxBytes: cfg.Limits.InlineSegmentMaxBytes,
-		SegmentTTL:            cfg.Limits.SegmentTTL.Duration,
-		Validators:            validators,
-		CommitValidator:       commitValidator,
-		Reactions:             reactionsCfg,
-		Realtime:              cfg.Realtime.hubConfig(),
-		RealtimeOff:           !cfg.Realtime.Enabled,
-		Logger:                log,
-		Routes:                routes,
-	})
+	ncfg, err := cfg.node()
 	if err != nil {
+		return err
+	}
+	ncfg.Schema, ncfg.Logger, ncfg.API.Auth = sch, log, authn
+	ncfg.Engine.Validators, ncfg.Engine.CommitValidator = validators, commitValidator
+	if ncfg.Reactions, err = cfg.Reactions.node(sch); err != nil {
+		return err
+	}
+	if testMode {
+		ncfg.Routes = testModeRoutes(cfg.TestMode, ncfg, log)
+	}
+	n, err := node.New(ncfg)
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	storeDesc := "SQLite " + filepath.Join(cfg.DataDir, "syncnode.db")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,8 +46,9 @@ func warnTestModes(stderr io.Writer, log *slog.Logger, tm testModeConfig) {
 }
 
 // testModeRoutes mounts the enabled modes' routes around the node's
-// protocol handler.
-func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, log *slog.Logger) func(ctx context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
+// protocol handler. Test-control instances take the node's realtime and
+// reaction settings.
+func testModeRoutes(tm testModeConfig, nc node.Config, log *slog.Logger) func(ctx context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
 	return func(ctx context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
 		stop := func(context.Context) error { return nil }
 		if tm.LoadFixture {
@@ -63,14 +63,15 @@ func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, lo
 			h = f.Wrap(h)
 		}
 		if tm.TestControl {
-			if n.NATS == nil {
-				return nil, nil, errors.New("--test-control needs NATS for the instances' segment buckets")
-			}
 			ctl, err := testctl.New(testctl.Config{
-				JetStream: n.NATS.JetStream(), Dir: filepath.Join(dataDir, "test-instances"),
-				MaxRequestBytes: maxRequestBytes, Logger: log.With("component", "testctl"),
+				Bus: n.NATS, Dir: filepath.Join(nc.DataDir, "test-instances"),
+				MaxRequestBytes: nc.API.MaxRequestBytes, Realtime: nc.Realtime, Reactions: nc.Reactions,
+				Logger: log.With("component", "testctl"),
 			})
 			if err != nil {
+				return nil, nil, err
+			}
+			if err := ctl.Start(ctx); err != nil {
 				return nil, nil, err
 			}
 			inner := h
@@ -81,7 +82,7 @@ func testModeRoutes(tm testModeConfig, dataDir string, maxRequestBytes int64, lo
 				}
 				inner.ServeHTTP(w, r)
 			})
-			stop = ctl.Close
+			stop = ctl.Stop
 		}
 		return h, stop, nil
 	}

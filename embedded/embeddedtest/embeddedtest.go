@@ -135,16 +135,19 @@ func start(t testing.TB, opts ...Option) (*embedded.Server, error) {
 			}
 		}
 	}
-	s, err := embedded.Start(context.Background(), o.cfg)
+	s, err := embedded.New(o.cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(context.Background()); err != nil {
 		return nil, err
 	}
 	if !o.noClean {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := s.Close(ctx); err != nil {
-				t.Errorf("embeddedtest: close: %v", err)
+			if err := s.Stop(ctx); err != nil {
+				t.Errorf("embeddedtest: stop: %v", err)
 			}
 		})
 	}

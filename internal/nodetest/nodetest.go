@@ -49,20 +49,23 @@ func Start(t testing.TB, mod func(*node.Config)) *node.Node {
 		t.Fatal(err)
 	}
 	cfg := node.Config{
-		DataDir:  t.TempDir(),
-		Schema:   Schema(t),
-		Name:     "test-node",
-		Version:  "1.2.3",
-		HTTPAddr: "127.0.0.1:0",
-		NATS:     embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1"},
-		Auth:     httpapi.BearerAuth(v),
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DataDir: t.TempDir(),
+		Schema:  Schema(t),
+		Name:    "test-node",
+		Admin:   node.AdminConfig{Version: "1.2.3"},
+		HTTP:    node.HTTPConfig{Listen: "127.0.0.1:0"},
+		NATS:    embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1"},
+		API:     httpapi.Config{Auth: httpapi.BearerAuth(v)},
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := node.Start(context.Background(), cfg)
+	n, err := node.New(cfg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
