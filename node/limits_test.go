@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/poll"
@@ -157,4 +160,41 @@ func TestMaxConnections(t *testing.T) {
 		resp, err := healthz(c)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
+}
+
+// A realtime socket outlives the HTTP server's read and write timeouts,
+// which bound one request: the server keeps writing heartbeats and reading
+// acks well past both.
+func TestRealtimeSocketOutlivesHTTPTimeouts(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) {
+		c.HTTP.ReadTimeout, c.HTTP.WriteTimeout, c.HTTP.IdleTimeout = timeout, timeout, timeout
+		c.Realtime.Hub.HeartbeatInterval = timeout / 4
+	})
+	tok := token(t, "alice", "acme", map[string][]string{"project_id": {"p1"}})
+	ctx := t.Context()
+	ws, _, err := websocket.Dial(ctx, "ws://"+n.Addr()+"/realtime?clientId=c1",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	start, heartbeats := time.Now(), 0
+	for time.Since(start) < 5*timeout {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, b, err := ws.Read(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("socket ended after %v: %v", time.Since(start), err)
+		}
+		if bytes.Contains(b, []byte(`"heartbeat"`)) {
+			heartbeats++
+		}
+		if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"ack","cursor":0}`)); err != nil {
+			t.Fatalf("ack after %v: %v", time.Since(start), err)
+		}
+	}
+	if heartbeats < 2 {
+		t.Fatalf("%d heartbeats in %v", heartbeats, time.Since(start))
+	}
 }

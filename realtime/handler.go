@@ -37,7 +37,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	conn, err := h.accept(w, r)
+	conn, err := websocket.Accept(w, r, h.acceptOptions())
 	if err != nil {
 		h.log.Debug("realtime: upgrade", "err", err)
 		return
@@ -63,19 +63,11 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.readLoop()
 }
 
-// accept upgrades the connection. The HTTP server's read and write
-// deadlines (bounds for one request, [http] in the config) stay on a hijacked
-// connection and would cut a long-lived socket, so they are cleared
-// first: a session bounds each write (WriteTimeout), and its heartbeats
-// find a dead peer.
-func (h *Hub) accept(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	return websocket.Accept(w, r, &websocket.AcceptOptions{
+func (h *Hub) acceptOptions() *websocket.AcceptOptions {
+	return &websocket.AcceptOptions{
 		OriginPatterns:     h.cfg.OriginPatterns,
 		InsecureSkipVerify: len(h.cfg.OriginPatterns) == 0,
-	})
+	}
 }
 
 // refuse answers a refused connect: HTTP with the SSP2 JSON error, or, in
@@ -86,7 +78,7 @@ func (h *Hub) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	conn, aerr := h.accept(w, r)
+	conn, aerr := websocket.Accept(w, r, h.acceptOptions())
 	if aerr != nil {
 		return
 	}

@@ -10,16 +10,23 @@
 // runs) sharing only the process and the embedded NATS server: its own
 // SQLite file (in a directory of its own, removed on DELETE), its own
 // partition (fixed at creation), its own virtual clock (engine, segment
-// TTLs, checkpoints and retention all read it; it moves only by
-// clock/advance), its own limits, and its own serve gate, commit relay and
-// segment store in the bus namespace i-<id> (streams i-<id>_SYNC_COMMITS
-// and i-<id>_SYNC_CONTROL, buckets i-<id>_sync_gate, i-<id>_sync_leases
-// and i-<id>_sync_segments, subjects i-<id>.sync.…, all deleted with the
-// instance), so two instances with the same partition name share nothing.
-// Its protocol routes are mounted at /i/{id}: POST /i/{id}/sync and GET
-// /i/{id}/segments/{segmentId}, served by the node's handler (package
-// httpapi), so errors keep the SSP2 JSON shape; the node has no listener
-// of its own.
+// TTLs, checkpoints, retention and realtime timestamps all read it; it
+// moves only by clock/advance), its own limits, and its own serve gate,
+// commit relay, segment store, realtime hub and reaction runner in the bus
+// namespace i-<id> (streams i-<id>_SYNC_COMMITS and i-<id>_SYNC_CONTROL,
+// buckets i-<id>_sync_gate, i-<id>_sync_leases and i-<id>_sync_segments,
+// subjects i-<id>.sync.…, i-<id>.syncrt.… and i-<id>.syncreact.…, all
+// deleted with the instance), so two instances with the same partition
+// name share nothing. The hub and the runner take the serving node's
+// settings (Config.Realtime, Config.Reactions); an instance plans no
+// reactions, and runs neither the admin API nor host hooks, which answer
+// on production subjects. Its protocol routes are mounted at /i/{id}:
+// POST /i/{id}/sync, GET /i/{id}/segments/{segmentId} and GET
+// /i/{id}/realtime, served by the node's handler (package httpapi), so
+// errors keep the SSP2 JSON shape; a refused realtime connect is answered
+// in band (the upgrade completes, an {"event":"error"} message carries the
+// error, the socket closes with 1008). The node has no listener of its
+// own.
 //
 // Authentication is replaced, in this mode only, by the header
 // X-Syncular-Test-Actor: <actorId> (or the query parameter actor=, for a
@@ -30,7 +37,7 @@
 //
 // # Control API (JSON)
 //
-//	GET    /__test/capabilities                       → ["validators","commit-validators"]
+//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime"]
 //	POST   /__test/instances {schema, partition, nowMs, limits?} → {"id"}
 //	DELETE /__test/i/{id}                             → {}
 //	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}
@@ -45,9 +52,10 @@
 //	POST   /__test/i/{id}/commit-validator {"spec"?}   → {}   (absent clears)
 //
 // limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes (absent:
-// the default; 0: never inline a page the client accepts by reference)
-// and segmentTtlMs (at least 1000); maxDeltaBytes and maxPresenceBytes are
-// accepted and ignored until realtime and presence exist. signedUrls and
+// the default; 0: never inline a page the client accepts by reference),
+// segmentTtlMs (at least 1000), maxDeltaBytes (at least 1024),
+// maxPresenceBytes and maxCascadeOperationsPerCommit (absent or 0: the
+// node's setting). signedUrls and
 // leases are refused: this build has neither. In rows, version is the
 // stored server_version, scopes the stored scope values, and values the
 // decoded row: strings, numbers, booleans, null, json columns as their

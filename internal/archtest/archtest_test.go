@@ -19,11 +19,12 @@ const module = "github.com/syncnode/syncnode/"
 // belongs to the entry of its closest listed parent directory; the
 // packages under one internal entry may import each other.
 var layers = [][]string{
-	{"cmd"},
-	{"testctl"},
+	{"cmd", "reliability"},
+	{"testctl", "loadgen"},
 	{"node"},
 	{"loadfix"},
-	{"relay", "segments", "gate", "httpapi", "backfill", "rules"},
+	{"realtime", "admin"},
+	{"relay", "segments", "gate", "httpapi", "backfill", "rules", "reactions", "hooks"},
 	{"engine", "bus", "storage/sqlitestore", "storage/pgstore"},
 	{"storage/internal"},
 	{"storage", "auth", "client"},
@@ -33,7 +34,8 @@ var layers = [][]string{
 }
 
 // testHelpers are imported by tests only, so they may reach anywhere.
-var testHelpers = []string{"storage/storagetest", "storage/pgstore/pgtest", "embedded/embeddedtest", "bus/bustest", "internal/poll", "internal/testvectors"}
+var testHelpers = []string{"storage/storagetest", "storage/pgstore/pgtest", "embedded/embeddedtest", "bus/bustest",
+	"internal/poll", "internal/testvectors", "internal/nodetest"}
 
 // layerOf is the layer index and entry of a package path relative to
 // the module.
