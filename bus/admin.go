@@ -14,6 +14,10 @@ package bus
 // A hook subject carries the partition token so that a hook process can
 // serve some tenants only (syncnode.hook.scopes.acme) and NATS permissions
 // can be granted per tenant; syncnode.hook.> answers everything.
+//
+// These names belong to the deployment, not to a namespace (Names): an
+// operator and a host reach one deployment through them, and a node in
+// another namespace runs neither the admin API nor hooks.
 const (
 	// AdminService is the micro service name of the admin API.
 	AdminService = "syncnode"

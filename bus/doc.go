@@ -11,16 +11,19 @@
 // NewNames(prefix) builds an isolated namespace on the same server:
 // streams and buckets become <prefix>_<name>, subjects <prefix>.<subject>
 // (<prefix>_SYNC_COMMITS on <prefix>.sync.*.commit.*, <prefix>_sync_gate,
-// …). Each test-control instance is a node in the namespace i-<id>.
-// Components take the namespace in their Config (Names); the functions
-// here that build or read names of a namespace take it as an argument.
+// …), reaction and presence subjects included. Each test-control instance
+// is a node in the namespace i-<id>. Components take the namespace in
+// their Config (Names); the functions here that build or read names of a
+// namespace take it as an argument. The admin and hook subjects are per
+// deployment and have no namespace (admin.go).
 //
 // # Subject grammar
 //
-//	subject        = commit-subject | control-subject | reaction-subject | admin-subject | hook-subject
+//	subject        = commit-subject | control-subject | reaction-subject | presence-subject | admin-subject | hook-subject
 //	commit-subject = "sync." partition ".commit." table       (stream SYNC_COMMITS, sync.*.commit.*)
 //	control-subject= "syncctl." ( partition | "=global" ) "." event  (stream SYNC_CONTROL, syncctl.>)
 //	reaction-subject = "syncreact.work." type | "syncreact.event." partition "." event "." type  (core NATS, reactions.go)
+//	presence-subject = "syncrt." ( partition ".presence" | "=node.alive" | "=node.sync" )     (core NATS, realtime.go)
 //	admin-subject  = "syncnode.admin." group "." op            (micro service syncnode, admin.go)
 //	hook-subject   = "syncnode.hook." ( ( "scopes" | "validate" ) "." partition | "token" )
 //	partition      = escaped | hashed

@@ -55,7 +55,7 @@ func BenchmarkBootstrap100k(b *testing.B) {
 }
 
 // BenchmarkBootstrap100kNode bootstraps 100 000 rows through a whole node
-// (node.Start: segment store, embedded NATS): 10 000-row pages travel as
+// (node.New and Start: segment store, embedded NATS): 10 000-row pages travel as
 // SEGMENT_REFs and are fetched from GET /segments/{id}. The first
 // iteration builds the segments; later ones reuse them, as every client
 // after the first does in production.
