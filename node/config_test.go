@@ -4,9 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
@@ -56,6 +58,14 @@ func TestConfigValidate(t *testing.T) {
 		{"relay", func(c *Config) { c.Relay.Workers = -1 }, []string{"Workers"}},
 		{"gate", func(c *Config) { c.Gate.Replicas = 9 }, []string{"Replicas"}},
 		{"segments", func(c *Config) { c.Segments = segments.Config{TTL: -1} }, []string{"TTL"}},
+		{"http", func(c *Config) { c.HTTP.WriteTimeout, c.HTTP.MaxConnections = -1, -1 }, []string{"HTTP.WriteTimeout", "HTTP.MaxConnections"}},
+		{"inflight below a request", func(c *Config) { c.API.MaxRequestBytes, c.API.MaxInflightBodyBytes = 2<<20, 1<<20 }, []string{"MaxInflightBodyBytes"}},
+		{"realtime", func(c *Config) { c.Realtime.Hub.MaxDeltaBytes = 10 }, []string{"MaxDeltaBytes"}},
+		{"reactions", func(c *Config) { c.Reactions.Runner.Concurrency = -1 }, []string{"Concurrency"}},
+		{"admin and hooks in a namespace", func(c *Config) {
+			c.Names, _ = bus.NewNames("blue")
+			c.Hooks.Token = &hooks.TokenConfig{}
+		}, []string{"Admin", "Hooks"}},
 	} {
 		cfg := base()
 		tc.mod(&cfg)
