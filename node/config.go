@@ -157,7 +157,9 @@ type HTTPConfig struct {
 	// IdleTimeout closes idle keep-alive connections.
 	IdleTimeout time.Duration
 	// MaxConnections caps open connections, realtime sockets included;
-	// past it a new one is answered 503 and closed.
+	// past it a new one is answered 503 and closed. It must exceed the
+	// realtime hub's MaxConnections, or that limit never applies and
+	// sockets starve plain requests.
 	MaxConnections int
 }
 
@@ -167,7 +169,9 @@ const (
 	DefaultReadTimeout       = 60 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
-	DefaultMaxConnections    = 4096
+	// DefaultMaxConnections leaves room for realtime's default 10,000
+	// sockets and as many plain requests as the body budget admits.
+	DefaultMaxConnections = 16384
 )
 
 func (c HTTPConfig) withDefaults() HTTPConfig {
@@ -292,6 +296,10 @@ func (c Config) Validate() error {
 	}
 	if !c.Realtime.Disabled {
 		errs = append(errs, c.Realtime.Hub.Validate())
+		if c.HTTP.Listen != "" && c.Realtime.Hub.MaxConnections >= c.HTTP.MaxConnections {
+			bad("Realtime.Hub.MaxConnections %d must be below HTTP.MaxConnections %d: every socket is a connection of the listener",
+				c.Realtime.Hub.MaxConnections, c.HTTP.MaxConnections)
+		}
 	}
 	return errors.Join(errs...)
 }

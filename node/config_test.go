@@ -61,6 +61,7 @@ func TestConfigValidate(t *testing.T) {
 		{"http", func(c *Config) { c.HTTP.WriteTimeout, c.HTTP.MaxConnections = -1, -1 }, []string{"HTTP.WriteTimeout", "HTTP.MaxConnections"}},
 		{"inflight below a request", func(c *Config) { c.API.MaxRequestBytes, c.API.MaxInflightBodyBytes = 2<<20, 1<<20 }, []string{"MaxInflightBodyBytes"}},
 		{"realtime", func(c *Config) { c.Realtime.Hub.MaxDeltaBytes = 10 }, []string{"MaxDeltaBytes"}},
+		{"more sockets than connections", func(c *Config) { c.HTTP.Listen, c.HTTP.MaxConnections = "127.0.0.1:0", 100 }, []string{"Realtime.Hub.MaxConnections"}},
 		{"reactions", func(c *Config) { c.Reactions.Runner.Concurrency = -1 }, []string{"Concurrency"}},
 		{"admin and hooks in a namespace", func(c *Config) {
 			c.Names, _ = bus.NewNames("blue")

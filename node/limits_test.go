@@ -124,7 +124,7 @@ func TestInflightBodyBudget(t *testing.T) {
 // Past max connections a new connection is answered 503 and closed;
 // once one closes, new connections are served again.
 func TestMaxConnections(t *testing.T) {
-	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.MaxConnections = 2 })
+	n := startNode(t, taskSchema, func(_ *testing.T, c *Config) { c.HTTP.MaxConnections, c.Realtime.Hub.MaxConnections = 2, 1 })
 	healthz := func(c net.Conn) (*http.Response, error) {
 		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		return http.ReadResponse(bufio.NewReader(c), nil)

@@ -292,6 +292,9 @@ func (c *config) validate() error {
 	if n := c.HTTP.MaxConnections; n < 1 || n > 1_000_000 {
 		bad("http.max_connections", "%d is outside 1..1000000", n)
 	}
+	if c.Realtime.Enabled && c.Realtime.MaxConnections >= c.HTTP.MaxConnections {
+		bad("realtime.max_connections", "%d must be below http.max_connections (%d): every socket is an HTTP connection", c.Realtime.MaxConnections, c.HTTP.MaxConnections)
+	}
 	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
 		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
 	}

@@ -148,6 +148,8 @@ write_timeout           = "15s"
 idle_timeout            = "90s"
 max_connections         = 100
 max_inflight_body_bytes = 67108864
+[realtime]
+max_connections         = 50
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +250,7 @@ concurrency = 3
 	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
 		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
 	}
-	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 4096 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
+	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 16384 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
 		t.Errorf("defaults: HTTP %+v, realtime off %v, reactions off %v, admin off %v", dn.HTTP, dn.Realtime.Disabled, dn.Reactions.Disabled, dn.Admin.Disabled)
 	}
 	// The node accepts the file's defaults, with what serve adds.
@@ -268,6 +270,7 @@ func TestConfigFileRefusals(t *testing.T) {
 		{"nats.namespace", "[nats]\nnamespace = \"blue\""},
 		{"nats.namespace", "[nats]\nnamespace = \"blue\"\n[admin]\nenabled = false\n[hooks.token]\nenabled = true"},
 		{"limits.inline_segment_max_bytes", "[limits]\ninline_segment_max_bytes = -1"},
+		{"realtime.max_connections", "[http]\nmax_connections = 100\n[realtime]\nmax_connections = 100"},
 	} {
 		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
