@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/syncnode/syncnode/internal/poll"
 )
 
 // BenchmarkBootstrap100k bootstraps a 100 000-row subscription over
@@ -203,7 +201,7 @@ func BenchmarkRealtimePropagation(b *testing.B) {
 				}
 			})
 			rt := goLive(b, bob, nil)
-			poll.Until(b, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
+			firstRound(b, rt)
 			acksSeen(b, n, 1)
 			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

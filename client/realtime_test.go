@@ -70,6 +70,12 @@ func (l *applyLog) has(seq int64) bool {
 	return slices.Contains(l.seqs, seq)
 }
 
+// await waits until the client applied seq.
+func (l *applyLog) await(t testing.TB, seq int64) {
+	t.Helper()
+	poll.Until(t, wait, fmt.Sprintf("commit %d to be applied", seq), func() bool { return l.has(seq) })
+}
+
 // exactlyOnce fails t unless the client applied want, each once, in
 // order.
 func (l *applyLog) exactlyOnce(t testing.TB, want []int64) {
@@ -96,6 +102,24 @@ func pushTask(t testing.TB, c *Client, id, project, title string) int64 {
 	return res.Pushed[0].CommitSeq
 }
 
+// listener connects bob, subscribed to p1 and recording what he applies,
+// and waits until his first round is done and its ack reached the hub.
+func listener(t testing.TB, srv *server, n *node.Node) (*Client, *Realtime, *applyLog) {
+	t.Helper()
+	log := &applyLog{}
+	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
+	rt := goLive(t, b, nil)
+	firstRound(t, rt)
+	acksSeen(t, n, 1)
+	return b, rt, log
+}
+
+// firstRound waits until a session's first round ended with its ack.
+func firstRound(t testing.TB, rt *Realtime) {
+	t.Helper()
+	poll.Until(t, wait, "the first round", func() bool { return rt.Stats().Acks >= 1 })
+}
+
 // acksSeen waits until the node's hub processed n acks in all: from then
 // on a session whose last ack reached what it observed gets deltas.
 func acksSeen(t testing.TB, n *node.Node, want int64) {
@@ -114,13 +138,9 @@ func testRealtimeDeltas(t *testing.T) {
 	srv, n := startNode(t, 0)
 	a := srv.client("alice", []string{"p1", "p2"}, nil)
 	mustSync(t, a)
-	var log applyLog
-	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
-	rt := goLive(t, b, nil)
 	// A new client is told to sync: its first round rides the socket and
 	// ends with an ack.
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
-	acksSeen(t, n, 1)
+	b, rt, log := listener(t, srv, n)
 
 	var want []int64
 	for i := range 12 {
@@ -129,7 +149,7 @@ func testRealtimeDeltas(t *testing.T) {
 		}
 		seq := pushTask(t, a, fmt.Sprintf("t%d", i%5), "p1", fmt.Sprintf("edit %d", i))
 		want = append(want, seq)
-		poll.Until(t, wait, fmt.Sprintf("bob to apply commit %d", seq), func() bool { return log.has(seq) })
+		log.await(t, seq)
 	}
 	st := rt.Stats()
 	if st.Deltas != 12 || st.Rounds != 1 || st.DeltasDropped != 0 || st.Wakes != 0 {
@@ -171,7 +191,7 @@ func testRealtimeCatchUpAtConnect(t *testing.T) {
 	for i := range 3 {
 		seq := pushTask(t, a, fmt.Sprintf("t%d", i), "p1", "live")
 		want = append(want, seq)
-		poll.Until(t, wait, "a delta", func() bool { return log.has(seq) })
+		log.await(t, seq)
 	}
 	if st := rt.Stats(); st.Deltas != 3 {
 		t.Fatalf("stats %+v: want 3 deltas after the catch-up", st)
@@ -187,20 +207,16 @@ func TestRealtimeWakeRunsRound(t *testing.T) {
 	srv, n := startNode(t, 0, func(c *node.Config) { c.Realtime.MaxDeltaBytes = 1 << 10 })
 	a := srv.client("alice", []string{"p1"}, nil)
 	mustSync(t, a)
-	var log applyLog
-	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
-	rt := goLive(t, b, nil)
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
-	acksSeen(t, n, 1)
+	b, rt, log := listener(t, srv, n)
 
 	big := pushTask(t, a, "big", "p1", strings.Repeat("x", 4<<10))
-	poll.Until(t, wait, "the large commit", func() bool { return log.has(big) })
+	log.await(t, big)
 	if st := rt.Stats(); st.Wakes != 1 || st.Rounds != 2 || st.Deltas != 0 {
 		t.Fatalf("stats %+v: want one wake-up answered by a round", st)
 	}
 	acksSeen(t, n, 2)
 	small := pushTask(t, a, "small", "p1", "fits")
-	poll.Until(t, wait, "the small commit", func() bool { return log.has(small) })
+	log.await(t, small)
 	if st := rt.Stats(); st.Deltas != 1 {
 		t.Fatalf("stats %+v: want the small commit as a delta", st)
 	}
@@ -216,13 +232,9 @@ func TestRealtimeDropTriggersRound(t *testing.T) {
 	srv, n := startNode(t, 0)
 	a := srv.client("alice", []string{"p1"}, nil)
 	mustSync(t, a)
-	var log applyLog
-	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
-	rt := goLive(t, b, nil)
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
-	acksSeen(t, n, 1)
+	b, rt, log := listener(t, srv, n)
 	first := pushTask(t, a, "t1", "p1", "one")
-	poll.Until(t, wait, "the first delta", func() bool { return log.has(first) })
+	log.await(t, first)
 
 	// Drop as a queue overflow would, while the round lock is held: the
 	// recovery round waits for it, and the next delta waits in the queue.
@@ -243,14 +255,14 @@ func TestRealtimeDropTriggersRound(t *testing.T) {
 		second = pushTask(t, a, "t2", "p1", "two")
 		poll.Until(t, wait, "the second delta to wait in the queue", func() bool { return queued() == 1 })
 	}()
-	poll.Until(t, wait, "the second commit through the round", func() bool { return log.has(second) })
+	log.await(t, second)
 	poll.Until(t, wait, "the overtaken delta to be skipped", func() bool { return rt.Stats().DeltasSkipped == 1 })
 	if st := rt.Stats(); st.DeltasDropped != 1 || st.Rounds != 2 || st.Deltas != 1 {
 		t.Fatalf("stats %+v: want the drop repaired by one round", st)
 	}
 	acksSeen(t, n, 3)
 	third := pushTask(t, a, "t3", "p1", "three")
-	poll.Until(t, wait, "the third commit", func() bool { return log.has(third) })
+	log.await(t, third)
 	if st := rt.Stats(); st.Deltas != 2 {
 		t.Fatalf("stats %+v: want deltas to resume", st)
 	}
@@ -424,21 +436,17 @@ func testRealtimeNATSOutage(t *testing.T) {
 	})
 	a := srv.client("alice", []string{"p1"}, nil)
 	mustSync(t, a)
-	var log applyLog
-	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
-	rt := goLive(t, b, nil)
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
-	acksSeen(t, n, 1)
+	b, rt, log := listener(t, srv, n)
 	var want []int64
 	want = append(want, pushTask(t, a, "t0", "p1", "before"))
-	poll.Until(t, wait, "the first delta", func() bool { return log.has(want[0]) })
+	log.await(t, want[0])
 
 	nats.stop()
 	poll.Until(t, wait, "the node to see NATS down", func() bool { return !n.NATS.Conn().IsConnected() })
 	for i := range 3 {
 		seq := pushTask(t, a, fmt.Sprintf("t%d", i), "p1", "during the outage")
 		want = append(want, seq)
-		poll.Until(t, wait, "a commit during the outage", func() bool { return log.has(seq) })
+		log.await(t, seq)
 	}
 	if st := rt.Stats(); st.Wakes < 1 || st.Rounds < 2 {
 		t.Fatalf("stats %+v: want the outage answered with wake-ups and rounds", st)
@@ -451,7 +459,7 @@ func testRealtimeNATSOutage(t *testing.T) {
 	for i := range 3 {
 		seq := pushTask(t, a, fmt.Sprintf("t%d", i), "p1", "after the outage")
 		want = append(want, seq)
-		poll.Until(t, wait, "a commit after the outage", func() bool { return log.has(seq) })
+		log.await(t, seq)
 	}
 	poll.Until(t, wait, "deltas to resume", func() bool { return rt.Stats().Deltas > deltas })
 	log.exactlyOnce(t, want)
@@ -480,13 +488,9 @@ func testRealtimeNodeRestart(t *testing.T) {
 	srv, n := startNode(t, 0, same("127.0.0.1:0"))
 	a := srv.client("alice", []string{"p1"}, nil)
 	mustSync(t, a)
-	var log applyLog
-	b := srv.client("bob", []string{"p1"}, func(cfg *Config) { cfg.AppliedFunc = log.record })
-	rt := goLive(t, b, nil)
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
-	acksSeen(t, n, 1)
+	b, rt, log := listener(t, srv, n)
 	want := []int64{pushTask(t, a, "t0", "p1", "before")}
-	poll.Until(t, wait, "the first delta", func() bool { return log.has(want[0]) })
+	log.await(t, want[0])
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -500,7 +504,7 @@ func testRealtimeNodeRestart(t *testing.T) {
 	for i := range 3 {
 		seq := pushTask(t, a, fmt.Sprintf("t%d", i), "p1", "after the restart")
 		want = append(want, seq)
-		poll.Until(t, wait, "a commit after the restart", func() bool { return log.has(seq) })
+		log.await(t, seq)
 	}
 	log.exactlyOnce(t, want)
 	sameRows(t, "bob", replicaRows(b), srv2.serverRows("p1"))
@@ -557,7 +561,7 @@ func TestRealtimeStop(t *testing.T) {
 	srv, n := startNode(t, 0)
 	b := srv.client("bob", []string{"p1"}, nil)
 	rt := goLive(t, b, nil)
-	poll.Until(t, wait, "bob's first round", func() bool { return rt.Stats().Acks >= 1 })
+	firstRound(t, rt)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if err := rt.Stop(ctx); err != nil {

@@ -329,20 +329,19 @@ func pushOp(table, rowJSON, del string, base int64, patch bool) (client.Op, erro
 func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("pull", stderr)
 	conn := addConnFlags(fs)
-	table := fs.String("table", "", "table to pull")
-	scopes := scopeFlag{}
-	fs.Var(scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	sub := addSubFlags(fs, "pull")
 	if err := parseFlags(fs, args); err != nil {
 		return clientFlagErr(err)
 	}
-	if *table == "" || len(scopes) == 0 {
-		return errors.New("client pull: --table and at least one --scope are required")
+	if err := sub.check(); err != nil {
+		return fmt.Errorf("client pull: %w", err)
 	}
+	table, scopes := *sub.table, sub.scopes
 	c, s, err := conn.open()
 	if err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
-	t, err := subscribeCLI(c, s, *table, scopes)
+	t, err := sub.subscribe(c, s)
 	if err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
@@ -350,7 +349,7 @@ func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("client pull: %w", err)
 	}
 	enc := json.NewEncoder(stdout)
-	for _, r := range c.Rows(*table) {
+	for _, r := range c.Rows(table) {
 		if rowInScopes(t, r, scopes) {
 			if err := enc.Encode(r); err != nil {
 				return fmt.Errorf("client pull: %w", err)
@@ -360,10 +359,31 @@ func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
-// subscribeCLI subscribes c to table within scopes: one subscription per
-// (table, scopes), named after them, so a state file resumes the same
-// subscription on the next run.
-func subscribeCLI(c *client.Client, s *schema.Schema, table string, scopes map[string][]string) (*schema.Table, error) {
+// subFlags are the --table and --scope flags of a command that
+// subscribes.
+type subFlags struct {
+	table  *string
+	scopes scopeFlag
+}
+
+func addSubFlags(fs *flag.FlagSet, verb string) subFlags {
+	f := subFlags{table: fs.String("table", "", "table to "+verb), scopes: scopeFlag{}}
+	fs.Var(f.scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	return f
+}
+
+func (f subFlags) check() error {
+	if *f.table == "" || len(f.scopes) == 0 {
+		return errors.New("--table and at least one --scope are required")
+	}
+	return nil
+}
+
+// subscribe subscribes c to the table within the scopes: one
+// subscription per (table, scopes), named after them, so a state file
+// resumes the same subscription on the next run.
+func (f subFlags) subscribe(c *client.Client, s *schema.Schema) (*schema.Table, error) {
+	table, scopes := *f.table, f.scopes
 	t, ok := s.Table(table)
 	if !ok {
 		return nil, fmt.Errorf("unknown table %q", table)
@@ -381,16 +401,15 @@ func subscribeCLI(c *client.Client, s *schema.Schema, table string, scopes map[s
 func runClientWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("watch", stderr)
 	conn := addConnFlags(fs)
-	table := fs.String("table", "", "table to watch")
-	scopes := scopeFlag{}
-	fs.Var(scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	sub := addSubFlags(fs, "watch")
 	asJSON := fs.Bool("json", false, `print JSON lines {"op","rowId","version","values"}`)
 	if err := parseFlags(fs, args); err != nil {
 		return clientFlagErr(err)
 	}
-	if *table == "" || len(scopes) == 0 {
-		return errors.New("client watch: --table and at least one --scope are required")
+	if err := sub.check(); err != nil {
+		return fmt.Errorf("client watch: %w", err)
 	}
+	table := *sub.table
 	changed := make(chan struct{}, 1)
 	c, s, err := conn.open(func(cfg *client.Config) {
 		cfg.AppliedFunc = func(client.Result) {
@@ -403,7 +422,7 @@ func runClientWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("client watch: %w", err)
 	}
-	t, err := subscribeCLI(c, s, *table, scopes)
+	t, err := sub.subscribe(c, s)
 	if err != nil {
 		return fmt.Errorf("client watch: %w", err)
 	}
@@ -428,8 +447,8 @@ func runClientWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		return fmt.Errorf("client watch: %w", err)
 	}
-	w := &watchPrinter{out: stdout, t: t, scopes: scopes, json: *asJSON, seen: map[string]int64{}}
-	if err := w.print(c.Rows(*table), true); err != nil {
+	w := &watchPrinter{out: stdout, t: t, scopes: sub.scopes, json: *asJSON, seen: map[string]int64{}}
+	if err := w.print(c.Rows(table), true); err != nil {
 		return fmt.Errorf("client watch: %w", err)
 	}
 	for {
@@ -437,7 +456,7 @@ func runClientWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-			if err := w.print(c.Rows(*table), false); err != nil {
+			if err := w.print(c.Rows(table), false); err != nil {
 				return fmt.Errorf("client watch: %w", err)
 			}
 		}
