@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -151,17 +152,76 @@ func benchPushPull(b *testing.B, srv *server, clients int, acceptEncoding string
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
 	all := slices.Concat(lat...)
-	slices.Sort(all)
 	if len(all) == 0 {
 		return
 	}
-	pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(float64(len(all))/b.Elapsed().Seconds(), "rounds/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.95), "p95-ms")
+	reportLatency(b, all)
 	// Process CPU (clients and server together) per round: steadier than
 	// wall-clock rates on a shared machine.
 	b.ReportMetric(float64(cpu.Microseconds())/float64(len(all)), "cpu-µs/round")
+}
+
+// reportLatency reports the p50 and p95 of ds in milliseconds.
+func reportLatency(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+}
+
+// BenchmarkRealtimePropagation measures one node, real WebSockets: client
+// A pushes one commit (over POST /sync, or over its own socket), client B
+// — connected, subscribed — receives it as a delta and applies it; one op
+// is one commit, timed from A's write until B's replica holds it.
+// deltas/op is the share that arrived as deltas (the rest through a
+// wake-up and a round).
+func BenchmarkRealtimePropagation(b *testing.B) {
+	for _, socket := range []bool{false, true} {
+		name := "push=http"
+		if socket {
+			name = "push=socket"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv, n := startNode(b, 0)
+			a := srv.client("alice", nil, func(cfg *Config) { cfg.Token = srv.token("alice", "p1") })
+			mustSync(b, a)
+			if socket {
+				goLive(b, a, nil)
+			}
+			applied := make(chan int64, 64)
+			bob := srv.client("bob", []string{"p1"}, func(cfg *Config) {
+				cfg.AppliedFunc = func(res Result) {
+					for _, s := range res.CommitSeqs {
+						applied <- s
+					}
+				}
+			})
+			rt := goLive(b, bob, nil)
+			firstRound(b, rt)
+			acksSeen(b, n, 1)
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				seq := pushTask(b, a, "t"+strconv.Itoa(i%100), "p1", "edit "+strconv.Itoa(i))
+				for got := int64(0); got != seq; {
+					select {
+					case got = <-applied:
+					case <-time.After(wait):
+						b.Fatalf("commit %d never reached bob", seq)
+					}
+				}
+				ds = append(ds, time.Since(start))
+			}
+			b.StopTimer()
+			reportLatency(b, ds)
+			b.ReportMetric(float64(rt.Stats().Deltas)/float64(b.N), "deltas/op")
+		})
+	}
 }
 
 // cpuTime is the process's user+system CPU time so far.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -56,6 +57,11 @@ type Config struct {
 	// sparse rows of the columns a write changes and reports conflicts per
 	// column; 2 pushes full rows, for servers that do not speak 3.
 	WireVersion uint16
+	// AppliedFunc, when set, is called after every round and every
+	// realtime delta that changed the replica (commits, segments, a log
+	// reset, a revocation), from the goroutine that applied it and after
+	// the client is free for the next round. It must not block for long.
+	AppliedFunc func(Result)
 }
 
 // PullOptions are the PULL_HEADER fields (SPEC.md §4.2). Zero limits ask
@@ -148,8 +154,11 @@ type Client struct {
 	schema  *schema.Schema
 	rep     *replica
 
-	syncMu sync.Mutex // one round at a time
+	syncMu sync.Mutex // one round (or delta apply) at a time
 	saveMu sync.Mutex // orders saves
+	// live is the connected realtime socket rounds ride, nil when there
+	// is none (SPEC.md §8.7).
+	live atomic.Pointer[socket]
 
 	mu       sync.Mutex // guards the fields below
 	clientID string
@@ -158,6 +167,7 @@ type Client struct {
 	subs     []*SubscriptionState
 	outbox   []*PendingCommit
 	stopped  error // a stop state (schema floor): returned by every Sync
+	rt       *Realtime
 }
 
 // New validates cfg, loads the stored state and returns the client.
@@ -326,6 +336,18 @@ func (c *Client) Subscribe(id, table string, scopes map[string][]string) error {
 	}
 	c.subs = append(c.subs, &SubscriptionState{ID: id, Table: table, Scopes: cp, Cursor: -1})
 	return nil
+}
+
+// hasSubscriptions reports whether a subscription still pulls.
+func (c *Client) hasSubscriptions() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.subs {
+		if s.Status != statusRevoked {
+			return true
+		}
+	}
+	return false
 }
 
 // Unsubscribe drops a registration: the next pull omits it, which

@@ -41,6 +41,37 @@
 // SyncUntilIdle repeats rounds until one delivers no commits while the
 // outbox is empty and no subscription is bootstrapping.
 //
+// # Realtime
+//
+// NewRealtime returns the client's realtime session (SPEC.md §8); Start
+// keeps a WebSocket to GET {BaseURL}/realtime open. While it is
+// connected every round — Sync, SyncUntilIdle, the session's own — rides
+// the socket as 0x01 chunks (§8.7): the request bytes of POST /sync, the
+// response read by the same streaming apply. Otherwise rounds go to
+// POST /sync. After every round the socket acknowledges the lowest
+// cursor of the active, synced subscriptions (§8.2).
+//
+// A delta (tag 0x00) is applied like a pull response, under the round
+// lock, in arrival order, and acknowledged at its highest
+// SUB_END.nextCursor. Contiguity is judged per connection, as the server
+// guarantees it: deltas apply only while none was dropped since a round
+// that completed on the connection; a section applies only to a
+// subscription that is active, synced and not bootstrapping, and a
+// section whose commit the cursor already covers is a duplicate, skipped.
+// Anything else that does not apply — a delta under another log epoch,
+// one that fails to decode, one the queue had no room for, a section for
+// a subscription not synced — is not applied over the gap: it sets the
+// sync-needed signal, like hello.requiresSync and every wake-up, and the
+// session runs a round (until idle) after up to WakeJitter.
+//
+// The session reconnects with exponential backoff and jitter, and when
+// it hears nothing for HeartbeatTimeout (twice the server's heartbeat).
+// Publish sets this client's presence on a scope key (sent again after
+// every reconnect); Peers and PresenceFunc report the others'. Stop
+// closes the socket with a normal closure. Status and Stats tell what the
+// session is doing; AppliedFunc in the client's Config reports every
+// round and delta that changed the replica.
+//
 // # Writes
 //
 // Upsert writes a full row, Patch some of its columns, Delete a row. At

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,12 +14,15 @@ import (
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
-// startNode starts a whole node (SQLite, embedded NATS, relay, segment
-// store, engine, HTTP) whose bootstrap pages above inlineMax bytes travel
-// as SEGMENT_REFs. It returns a server handle over the node's store.
-func startNode(t testing.TB, inlineMax int) (*server, *node.Node) {
+// startNode starts a whole node (SQLite, or PostgreSQL in a "postgres"
+// subtest of bothStores; embedded NATS, relay, segment store, engine,
+// realtime hub, HTTP) whose bootstrap pages above inlineMax bytes travel
+// as SEGMENT_REFs; mods edit the configuration last. It returns a server
+// handle over the node's store.
+func startNode(t testing.TB, inlineMax int, mods ...func(*node.Config)) (*server, *node.Node) {
 	t.Helper()
 	s := mustSchema(t, tasksSchema)
 	secret := []byte("0123456789abcdef0123456789abcdef")
@@ -27,7 +31,7 @@ func startNode(t testing.TB, inlineMax int) (*server, *node.Node) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	n, err := node.New(node.Config{
+	cfg := node.Config{
 		DataDir: t.TempDir(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"}, NATS: embedded.Config{Port: -1}, Schema: s,
 		Engine: engine.Config{MaxOperations: seedOps, InlineSegmentMaxBytes: &inlineMax},
 		API: httpapi.Config{Auth: httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
@@ -37,7 +41,14 @@ func startNode(t testing.TB, inlineMax int) (*server, *node.Node) {
 			}
 			return engine.Identity{Partition: p.Partition, ActorID: p.ActorID, Scopes: engine.StaticScopes(p.Scopes)}, nil
 		})},
-	})
+	}
+	if strings.Contains(t.Name(), "/postgres") {
+		cfg.Store.Postgres.URL, cfg.Store.Postgres.Schema = pgtest.Schema(t)
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,12 @@ type Result struct {
 	Segments    int
 	Downloads   int
 	SegmentRows int64
+	// CommitSeqs are the commitSeqs of the applied COMMIT frames, in the
+	// order they were applied.
+	CommitSeqs []int64
+	// SocketRounds counts the rounds that ran over the realtime socket
+	// (SPEC.md §8.7); the others went to POST /sync.
+	SocketRounds int
 	// EpochReset is set when a round ran the log reset of SPEC.md §2.1
 	// (first contact included).
 	EpochReset bool
@@ -58,6 +64,8 @@ func (r *Result) add(o Result) {
 	r.Segments += o.Segments
 	r.Downloads += o.Downloads
 	r.SegmentRows += o.SegmentRows
+	r.CommitSeqs = append(r.CommitSeqs, o.CommitSeqs...)
+	r.SocketRounds += o.SocketRounds
 	r.EpochReset = r.EpochReset || o.EpochReset
 	r.Revoked = append(r.Revoked, o.Revoked...)
 	r.Reset = append(r.Reset, o.Reset...)
@@ -73,9 +81,24 @@ func (r *Result) add(o Result) {
 // commits without an answer stay queued and are retried under the same
 // clientCommitId. A failed subscription section is a *SubscriptionError,
 // returned after the rest of the response was applied.
+//
+// While a realtime session is connected (Client.NewRealtime) the round
+// runs over its socket, else over POST /sync: the same request bytes,
+// the same apply. After a round the socket acknowledges the cursor floor
+// (SPEC.md §8.2).
 func (c *Client) Sync(ctx context.Context) (Result, error) {
+	res, err := c.sync(ctx)
+	c.notifyApplied(res)
+	return res, err
+}
+
+func (c *Client) sync(ctx context.Context) (Result, error) {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
+	// The socket live as the round begins: deltas it dropped before this
+	// point are covered by the round, later ones are not.
+	s := c.live.Load()
+	mark := s.dropMark()
 	var res Result
 	for range 3 {
 		c.mu.Lock()
@@ -85,11 +108,52 @@ func (c *Client) Sync(ctx context.Context) (Result, error) {
 			return res, stopped
 		}
 		again, err := c.round(ctx, &res)
-		if err != nil || !again {
-			return res, err
+		if err == nil && again {
+			continue
 		}
+		var se *SubscriptionError
+		if err == nil || errors.As(err, &se) {
+			c.roundDone(s, mark)
+		}
+		return res, err
 	}
 	return res, errors.New("sync: the server keeps answering with a log reset")
+}
+
+// roundDone tells the socket that was live for a whole round that the
+// round completed, with the cursor floor to acknowledge.
+func (c *Client) roundDone(s *socket, mark int64) {
+	if s == nil || c.live.Load() != s {
+		return
+	}
+	floor, _, ok := c.cursorFloor()
+	s.roundDone(mark, floor, ok)
+}
+
+// cursorFloor is the minimum and maximum cursor of the subscriptions that
+// are active, not bootstrapping and synced at least once — the ack point
+// after a round (SPEC.md §8.2). ok is false when there is none.
+func (c *Client) cursorFloor() (floor, top int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.subs {
+		if s.Status != statusActive || s.BootstrapState != nil || s.Cursor < 0 {
+			continue
+		}
+		if !ok {
+			floor, top, ok = s.Cursor, s.Cursor, true
+			continue
+		}
+		floor, top = min(floor, s.Cursor), max(top, s.Cursor)
+	}
+	return floor, top, ok
+}
+
+// notifyApplied calls Config.AppliedFunc when res changed the replica.
+func (c *Client) notifyApplied(res Result) {
+	if c.cfg.AppliedFunc != nil && (res.Commits > 0 || res.Segments > 0 || res.EpochReset || len(res.Revoked) > 0) {
+		c.cfg.AppliedFunc(res)
+	}
 }
 
 // SyncUntilIdle runs rounds until one delivers no commits while the outbox
@@ -196,9 +260,12 @@ func (c *Client) round(ctx context.Context, res *Result) (again bool, err error)
 		return false, fmt.Errorf("sync: encode request: %w", err)
 	}
 	res.Rounds++
-	rc, err := c.post(ctx, body)
+	rc, overSocket, err := c.exchange(ctx, body)
 	if err != nil {
 		return false, err
+	}
+	if overSocket {
+		res.SocketRounds++
 	}
 	defer rc.Close()
 	r := &roundState{c: c, ctx: ctx, res: res, pushed: pushed, sent: sent}
@@ -209,6 +276,20 @@ func (c *Client) round(ctx context.Context, res *Result) (again bool, err error)
 		}
 	}
 	return again, err
+}
+
+// exchange sends one request over the realtime socket when one is
+// connected, else to POST /sync, and returns the response stream. A
+// request the socket could not send goes to POST /sync: a push it may
+// have delivered replays under the same clientCommitIds, answered cached.
+func (c *Client) exchange(ctx context.Context, body []byte) (rc io.ReadCloser, overSocket bool, err error) {
+	if s := c.live.Load(); s != nil {
+		if rc, err := s.roundTrip(ctx, body); err == nil {
+			return rc, true, nil
+		}
+	}
+	rc, err = c.post(ctx, body)
+	return rc, false, err
 }
 
 func (c *Client) pushFrame(pc *PendingCommit) *ssp2.PushCommit {
@@ -233,6 +314,14 @@ type roundState struct {
 	sec    *section
 	dirty  bool // state changed since the last save
 	fails  []error
+	// delta marks a realtime delta (SPEC.md §8.2) applied through the
+	// same path: sections name subscriptions by id, not request order;
+	// duplicates and sections this client cannot apply are skipped.
+	delta bool
+	// needRound reports a delta section skipped that a round must repair;
+	// acked is the highest SUB_END.nextCursor a delta applied.
+	needRound bool
+	acked     int64
 	// scratch reused across frames and blocks
 	batch   []pendingRow
 	segRows []segRow
@@ -253,6 +342,7 @@ type section struct {
 	fresh    bool // a fresh bootstrap: the first page clears (SPEC.md §5.6)
 	segments int
 	err      error // the section failed: skip to SUB_END, persist nothing
+	skip     bool  // a delta section not to apply: skip to SUB_END, persist nothing
 }
 
 type pendingRow struct {
@@ -283,7 +373,17 @@ func (r *roundState) run(body io.Reader) (again bool, err error) {
 		}
 		switch f := f.(type) {
 		case *ssp2.RespHeader:
-			if reset, err := r.header(f); err != nil || reset {
+			reset, err := r.header(f)
+			if errors.Is(err, errEpochWithoutReset) {
+				// A request-level failure answered in band names the
+				// server's epoch: report the ERROR that follows it.
+				if next, nerr := mr.Next(); nerr == nil {
+					if ef, ok := next.(*ssp2.ErrorFrame); ok {
+						return false, frameError(ef)
+					}
+				}
+			}
+			if err != nil || reset {
 				return reset, err
 			}
 		case *ssp2.PushResult:
@@ -325,6 +425,15 @@ func (r *roundState) run(body io.Reader) (again bool, err error) {
 // runs the log reset (SPEC.md §1.6, §2.1).
 func (r *roundState) header(h *ssp2.RespHeader) (reset bool, err error) {
 	c := r.c
+	if r.delta {
+		c.mu.Lock()
+		same := h.LogEpoch == c.epoch
+		c.mu.Unlock()
+		if h.ResetRequired || h.RequiredSchemaVersion != nil || !same {
+			return false, errDeltaDiscontinuous
+		}
+		return false, nil
+	}
 	if h.RequiredSchemaVersion != nil {
 		e := &SchemaUnsupportedError{ClientVersion: c.schema.Version, RequiredVersion: *h.RequiredSchemaVersion}
 		if h.LatestSchemaVersion != nil {
@@ -342,13 +451,17 @@ func (r *roundState) header(h *ssp2.RespHeader) (reset bool, err error) {
 		return false, nil
 	}
 	if !h.ResetRequired {
-		return false, fmt.Errorf("sync: the server answered log epoch %q without resetRequired", h.LogEpoch)
+		return false, fmt.Errorf("%w: %q", errEpochWithoutReset, h.LogEpoch)
 	}
 	c.resetLog(h.LogEpoch)
 	r.res.EpochReset = true
 	r.dirty = true
 	return true, nil
 }
+
+// errEpochWithoutReset: a response under another log epoch that does not
+// ask for the reset.
+var errEpochWithoutReset = errors.New("sync: the server answered another log epoch without resetRequired")
 
 // resetLog runs the log reset of SPEC.md §2.1: adopt the epoch, discard
 // the synced rows, cursors, resume tokens and effective scopes, and start
@@ -438,6 +551,9 @@ func (r *roundState) details(f *ssp2.PushResultDetails) {
 
 func (r *roundState) subStart(f *ssp2.SubStart) error {
 	r.last = nil
+	if r.delta {
+		return r.deltaSection(f)
+	}
 	if r.subIdx >= len(r.sent) || r.sent[r.subIdx].id != f.ID {
 		return fmt.Errorf("sync: SUB_START for %q out of request order", f.ID)
 	}
@@ -450,10 +566,46 @@ func (r *roundState) subStart(f *ssp2.SubStart) error {
 	return nil
 }
 
+// deltaSection opens a delta's section. Only a subscription that is
+// active, synced and not bootstrapping applies it; for another one the
+// section is skipped and a round repairs it (SPEC.md §8.2). A section of
+// a subscription dropped here is skipped: the next pull unregisters it.
+func (r *roundState) deltaSection(f *ssp2.SubStart) error {
+	if f.Status != ssp2.SubActive || f.Bootstrap {
+		return fmt.Errorf("sync: delta section for %q is not an active incremental section", f.ID)
+	}
+	c := r.c
+	var ss sentSub
+	applicable, known := false, false
+	c.mu.Lock()
+	for _, s := range c.subs {
+		if s.ID == f.ID {
+			t, _ := c.schema.Table(s.Table)
+			ss = sentSub{s: s, id: s.ID, table: t, scopes: s.Scopes, cursor: s.Cursor, token: s.BootstrapState}
+			known = true
+			applicable = s.Status == statusActive && s.BootstrapState == nil && s.Cursor >= 0
+			r.needRound = r.needRound || (!applicable && s.Status != statusRevoked)
+			break
+		}
+	}
+	c.mu.Unlock()
+	r.sent = append(r.sent, ss)
+	r.subIdx++
+	r.sec = &section{sub: &r.sent[len(r.sent)-1], start: f, skip: !applicable}
+	if known && len(f.EffectiveScopes) == 0 {
+		r.sec.err = errors.New("an active section without effective scopes")
+	}
+	return nil
+}
+
+// errDeltaDiscontinuous: a delta under another log epoch than the
+// client's, or one asking for a reset: a round decides.
+var errDeltaDiscontinuous = errors.New("sync: delta does not continue the client's log epoch")
+
 // apply runs one data frame of the open section unless it already failed.
 func (r *roundState) apply(fn func() error) {
 	s := r.sec
-	if s == nil || s.err != nil {
+	if s == nil || s.err != nil || s.skip {
 		return
 	}
 	if s.start.Status != ssp2.SubActive {
@@ -469,6 +621,12 @@ func (r *roundState) apply(fn func() error) {
 func (r *roundState) commit(f *ssp2.Commit) error {
 	if r.sec.start.Bootstrap {
 		return errors.New("COMMIT in a bootstrap section")
+	}
+	if r.delta && f.CommitSeq <= r.sec.sub.cursor {
+		// Applied already (by a round that overtook the delta): a
+		// duplicate advances nothing and is not a drop (SPEC.md §8.2).
+		r.sec.skip = true
+		return nil
 	}
 	batch := r.batch[:0]
 	tables := make([]*tableRows, len(f.Tables))
@@ -506,6 +664,7 @@ func (r *roundState) commit(f *ssp2.Commit) error {
 	}
 	rep.mu.Unlock()
 	r.batch = batch[:0]
+	r.res.CommitSeqs = append(r.res.CommitSeqs, f.CommitSeq)
 	r.res.Commits++
 	r.res.Changes += len(f.Changes)
 	return nil
@@ -618,7 +777,13 @@ func (r *roundState) subEnd(f *ssp2.SubEnd) error {
 		r.fails = append(r.fails, &SubscriptionError{ID: s.sub.id, Err: s.err})
 		return nil
 	}
+	if s.skip {
+		return nil
+	}
 	c, st := r.c, s.sub.s
+	if r.delta {
+		r.acked = max(r.acked, f.NextCursor)
+	}
 	switch s.start.Status {
 	case ssp2.SubRevoked:
 		c.mu.Lock()
@@ -647,8 +812,12 @@ func (r *roundState) subEnd(f *ssp2.SubEnd) error {
 		if f.BootstrapState != nil {
 			tok = bytes.Clone(f.BootstrapState)
 		}
+		next := f.NextCursor
+		if r.delta {
+			next = max(next, s.sub.cursor) // a delta never moves a cursor back
+		}
 		c.mu.Lock()
-		st.Cursor, st.BootstrapState, st.Effective = f.NextCursor, tok, s.start.EffectiveScopes
+		st.Cursor, st.BootstrapState, st.Effective = next, tok, s.start.EffectiveScopes
 		st.Status, st.Reason = statusActive, ""
 		c.mu.Unlock()
 	}

@@ -64,7 +64,9 @@ func (s *session) runRound(body []byte, done chan struct{}) {
 	defer close(done)
 	s.h.metrics.Rounds.Add(1)
 	w := &roundWriter{s: s, tr: frameTracker{skip: 8}}
-	req, err := ssp2.DecodeRequest(body)
+	// Every version the codec reads: the engine refuses the ones its
+	// window does not serve, as POST /sync does.
+	req, err := ssp2.DecodeRequestWindow(body, ssp2.WireWindow{Min: ssp2.MinWireVersion, Max: ssp2.MaxWireVersion})
 	if err == nil && req.Header.ClientID != s.clientID {
 		err = ssp2.Errorf(ssp2.CodeInvalidClientID, "a socket round's clientId must be the connection's")
 	}

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,6 +31,10 @@ const clientUsage = `Usage:
       --patch writes only the columns --json names
   syncnode client pull --url U --token T --table T --scope VAR=V1[,V2] [--state FILE] [--schema FILE] [--wire 3|2]
       pull a table and print its rows as JSON lines {"rowId","version","values"}
+  syncnode client watch --url U --token T --table T --scope VAR=V1[,V2] [--json] [--state FILE] [--schema FILE] [--wire 3|2]
+      print a table's rows, then every change as it happens, over the realtime socket, until interrupted:
+      one line per row ("row ID vN {values}", then "upsert ID vN {values}" or "delete ID");
+      --json prints {"op":"row"|"upsert"|"delete","rowId","version","values"} lines
 
 --url and --token default to $SYNCNODE_URL and $SYNCNODE_TOKEN; --schema to
 the bundled example schema (tables tasks and notes). --wire picks the SSP2
@@ -41,7 +46,7 @@ reports conflicts per column; 2 pushes full rows.
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, clientUsage)
-		return errors.New("client: missing subcommand (token, push or pull)")
+		return errors.New("client: missing subcommand (token, push, pull or watch)")
 	}
 	switch args[0] {
 	case "token":
@@ -50,6 +55,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return runClientPush(ctx, args[1:], stdout, stderr)
 	case "pull":
 		return runClientPull(ctx, args[1:], stdout, stderr)
+	case "watch":
+		return runClientWatch(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, clientUsage)
 		return nil
@@ -172,8 +179,9 @@ func addConnFlags(fs *flag.FlagSet) connFlags {
 	}
 }
 
-// open builds the client the flags describe.
-func (f connFlags) open() (*client.Client, *schema.Schema, error) {
+// open builds the client the flags describe; mods edit its
+// configuration last.
+func (f connFlags) open(mods ...func(*client.Config)) (*client.Client, *schema.Schema, error) {
 	if *f.url == "" || *f.token == "" {
 		return nil, nil, errors.New("--url and --token are required (or $SYNCNODE_URL and $SYNCNODE_TOKEN)")
 	}
@@ -187,6 +195,9 @@ func (f connFlags) open() (*client.Client, *schema.Schema, error) {
 	cfg := client.Config{BaseURL: *f.url, Token: *f.token, Schema: s, WireVersion: uint16(*f.wire)}
 	if *f.state != "" {
 		cfg.Store = &client.FileStore{Path: *f.state}
+	}
+	for _, m := range mods {
+		m(&cfg)
 	}
 	c, err := client.New(cfg)
 	if err != nil {
@@ -318,34 +329,27 @@ func pushOp(table, rowJSON, del string, base int64, patch bool) (client.Op, erro
 func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("pull", stderr)
 	conn := addConnFlags(fs)
-	table := fs.String("table", "", "table to pull")
-	scopes := scopeFlag{}
-	fs.Var(scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	sub := addSubFlags(fs, "pull")
 	if err := parseFlags(fs, args); err != nil {
 		return clientFlagErr(err)
 	}
-	if *table == "" || len(scopes) == 0 {
-		return errors.New("client pull: --table and at least one --scope are required")
+	if err := sub.check(); err != nil {
+		return fmt.Errorf("client pull: %w", err)
 	}
+	table, scopes := *sub.table, sub.scopes
 	c, s, err := conn.open()
 	if err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
-	t, ok := s.Table(*table)
-	if !ok {
-		return fmt.Errorf("client pull: unknown table %q", *table)
-	}
-	// One subscription per (table, scopes), named after them, so a state
-	// file resumes the same subscription on the next run.
-	sum := sha256.Sum256(append([]byte(*table+"\x00"), ssp2.CanonicalScopes(scopes)...))
-	if err := c.Subscribe("cli:"+*table+":"+hex.EncodeToString(sum[:8]), *table, scopes); err != nil {
+	t, err := sub.subscribe(c, s)
+	if err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
 	if _, err := c.SyncUntilIdle(ctx); err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
 	enc := json.NewEncoder(stdout)
-	for _, r := range c.Rows(*table) {
+	for _, r := range c.Rows(table) {
 		if rowInScopes(t, r, scopes) {
 			if err := enc.Encode(r); err != nil {
 				return fmt.Errorf("client pull: %w", err)
@@ -353,6 +357,189 @@ func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	return nil
+}
+
+// subFlags are the --table and --scope flags of a command that
+// subscribes.
+type subFlags struct {
+	table  *string
+	scopes scopeFlag
+}
+
+func addSubFlags(fs *flag.FlagSet, verb string) subFlags {
+	f := subFlags{table: fs.String("table", "", "table to "+verb), scopes: scopeFlag{}}
+	fs.Var(f.scopes, "scope", "requested scope values VAR=V1[,V2] (repeatable)")
+	return f
+}
+
+func (f subFlags) check() error {
+	if *f.table == "" || len(f.scopes) == 0 {
+		return errors.New("--table and at least one --scope are required")
+	}
+	return nil
+}
+
+// subscribe subscribes c to the table within the scopes: one
+// subscription per (table, scopes), named after them, so a state file
+// resumes the same subscription on the next run.
+func (f subFlags) subscribe(c *client.Client, s *schema.Schema) (*schema.Table, error) {
+	table, scopes := *f.table, f.scopes
+	t, ok := s.Table(table)
+	if !ok {
+		return nil, fmt.Errorf("unknown table %q", table)
+	}
+	sum := sha256.Sum256(append([]byte(table+"\x00"), ssp2.CanonicalScopes(scopes)...))
+	if err := c.Subscribe("cli:"+table+":"+hex.EncodeToString(sum[:8]), table, scopes); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// runClientWatch is `client watch`: the rows of a table within scopes,
+// then each change as the realtime session applies it (a delta, or a
+// round after a wake-up or a reconnect), until ctx ends (SIGINT).
+func runClientWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("watch", stderr)
+	conn := addConnFlags(fs)
+	sub := addSubFlags(fs, "watch")
+	asJSON := fs.Bool("json", false, `print JSON lines {"op","rowId","version","values"}`)
+	if err := parseFlags(fs, args); err != nil {
+		return clientFlagErr(err)
+	}
+	if err := sub.check(); err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	table := *sub.table
+	changed := make(chan struct{}, 1)
+	c, s, err := conn.open(func(cfg *client.Config) {
+		cfg.AppliedFunc = func(client.Result) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	t, err := sub.subscribe(c, s)
+	if err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	rt, err := c.NewRealtime(client.RealtimeConfig{
+		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		StateFunc: func(st client.RealtimeStatus) { reportRealtime(stderr, st) },
+	})
+	if err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(sctx)
+	}()
+	if _, err := c.SyncUntilIdle(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("client watch: %w", err)
+	}
+	w := &watchPrinter{out: stdout, t: t, scopes: sub.scopes, json: *asJSON, seen: map[string]int64{}}
+	if err := w.print(c.Rows(table), true); err != nil {
+		return fmt.Errorf("client watch: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			if err := w.print(c.Rows(table), false); err != nil {
+				return fmt.Errorf("client watch: %w", err)
+			}
+		}
+	}
+}
+
+// reportRealtime tells the user when the socket is lost or comes back.
+func reportRealtime(stderr io.Writer, st client.RealtimeStatus) {
+	switch st.State {
+	case client.RealtimeConnected:
+		fmt.Fprintln(stderr, "syncnode: realtime connected")
+	case client.RealtimeLost, client.RealtimeRefused:
+		fmt.Fprintf(stderr, "syncnode: realtime %s (%s), retrying in %s\n", st.State, st.Reason, st.RetryDelay.Round(time.Millisecond))
+	}
+}
+
+// watchPrinter prints what changed in the watched rows since it last
+// looked: a row whose version moved, a row that left the scopes.
+type watchPrinter struct {
+	out    io.Writer
+	t      *schema.Table
+	scopes map[string][]string
+	json   bool
+	seen   map[string]int64 // rowId → version printed
+}
+
+// watchLine is one JSON line of `client watch`.
+type watchLine struct {
+	Op      string         `json:"op"`
+	RowID   string         `json:"rowId"`
+	Version int64          `json:"version,omitempty"`
+	Values  map[string]any `json:"values,omitempty"`
+}
+
+func (w *watchPrinter) print(rows []client.Row, initial bool) error {
+	op := "upsert"
+	if initial {
+		op = "row"
+	}
+	present := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		if !rowInScopes(w.t, r, w.scopes) {
+			continue
+		}
+		present[r.ID] = true
+		if v, ok := w.seen[r.ID]; ok && v == r.Version {
+			continue
+		}
+		w.seen[r.ID] = r.Version
+		if err := w.line(watchLine{Op: op, RowID: r.ID, Version: r.Version, Values: r.Values}); err != nil {
+			return err
+		}
+	}
+	gone := make([]string, 0)
+	for id := range w.seen {
+		if !present[id] {
+			gone = append(gone, id)
+		}
+	}
+	sort.Strings(gone)
+	for _, id := range gone {
+		delete(w.seen, id)
+		if err := w.line(watchLine{Op: "delete", RowID: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *watchPrinter) line(l watchLine) error {
+	if w.json {
+		return json.NewEncoder(w.out).Encode(l)
+	}
+	if l.Op == "delete" {
+		_, err := fmt.Fprintf(w.out, "delete %s\n", l.RowID)
+		return err
+	}
+	vals, err := json.Marshal(l.Values)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w.out, "%s %s v%d %s\n", l.Op, l.RowID, l.Version, vals)
+	return err
 }
 
 // rowInScopes reports whether a row's scope columns hold requested
