@@ -38,6 +38,7 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	queries    queryPool // registered queries' connections (query.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -98,6 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		readers:    make(chan *conn, cfg.Readers),
 		closed:     make(chan struct{}),
 		migrations: migrations,
+		queries:    newQueryPool(cfg.Readers),
 	}
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
@@ -204,6 +206,7 @@ func (s *Store) Close() error {
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())
 		}
+		errs = append(errs, s.closeQueries())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/syncnode/syncnode/internal/ids"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Command is a server command of REMOTE.md §3: a commit the server builds
+// for an authenticated actor, through the ordinary push pipeline with the
+// actor's resolved scopes (scope authorization, validators, references,
+// the commit log, the idempotency record, reactions, OnCommit). Its
+// idempotency key is (Identity.Partition, ClientID, ClientCommitID); the
+// operations package derives both from the caller's ids.
+type Command struct {
+	Identity Identity
+	// CallerClientID is the client id the caller supplied: it is bound to
+	// the actor like any request's, and an id bound to another actor or
+	// carrying the reserved prefix is refused (sync.invalid_client_id).
+	CallerClientID string
+	ClientID       string
+	ClientCommitID string
+	// Operations builds the commit. It runs inside the commit's write
+	// transaction, holding the partition lock, after the locked
+	// idempotency re-check, and reads rows through r (only rows the
+	// actor's resolved scopes authorize). An error rolls back and is
+	// returned as a *CommandError; no operations is ErrEmptyCommand.
+	Operations func(ctx context.Context, r CommandReader) ([]ssp2.Operation, error)
+}
+
+// CommandReader reads the locked partition's rows for a command.
+type CommandReader interface {
+	// GetRow returns one row, ok=false when it is absent or its scopes
+	// are not granted to the actor.
+	GetRow(ctx context.Context, table, rowID string) (row Row, ok bool, err error)
+}
+
+// CommandResult is a command's outcome: applied, or a stored result
+// replayed (cached, or rejected again).
+type CommandResult struct {
+	Status    ssp2.PushStatus // PushApplied, PushCached or PushRejected
+	CommitSeq int64           // applied and cached
+	Results   []ssp2.OpResult
+}
+
+// CommandError is a failure of a command's own Operations: a request
+// failure, never a stored outcome.
+type CommandError struct{ Err error }
+
+func (e *CommandError) Error() string { return "command failed: " + e.Err.Error() }
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// ErrEmptyCommand is returned when Operations returned no operations.
+var ErrEmptyCommand = errors.New("the command returned no operations")
+
+// CheckCallerClientID refuses a caller-supplied client id that an
+// ordinary request would refuse, or that carries the prefix reserved for
+// command keys.
+func CheckCallerClientID(id string) error {
+	if strings.HasPrefix(id, reservedClientIDPrefix) {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	}
+	if err := ids.Check("the client id", id); err != nil {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
+	}
+	return nil
+}
+
+// BindCaller binds the caller's client id to the actor, as every request
+// does, and refuses an id bound to another actor.
+func (e *Engine) BindCaller(ctx context.Context, id Identity, clientID string) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	if err := CheckCallerClientID(clientID); err != nil {
+		return err
+	}
+	c, ok, err := e.cfg.Store.ClientGet(ctx, id.Partition, clientID)
+	if err != nil {
+		return internal("read client record", err)
+	}
+	if !ok {
+		if _, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs()); err != nil {
+			return internal("touch partition", err)
+		}
+		c, err = e.cfg.Store.ClientBind(ctx, storage.Client{Partition: id.Partition, ClientID: clientID, ActorID: id.ActorID,
+			WireVersion: 2, Cursor: -1, UpdatedAtMs: e.nowMs()})
+		if err != nil {
+			return internal("bind client id", err)
+		}
+	}
+	if c.ActorID != id.ActorID {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client id is bound to another actor")
+	}
+	return nil
+}
+
+// ResolveAllowed resolves an identity's allowed scopes the way a request
+// does; a failed resolution fails closed with sync.forbidden.
+func (e *Engine) ResolveAllowed(ctx context.Context, id Identity) (Allowed, error) {
+	rs, err := resolve(ctx, id.Scopes, e.cfg.Schema, id.Partition, id.ActorID)
+	if err != nil {
+		return nil, err
+	}
+	if rs.err != nil {
+		e.log.Warn("scope resolution failed; failing closed", "partition", id.Partition, "actor", id.ActorID, "err", rs.err)
+		return nil, ssp2.Errorf(ssp2.CodeForbidden, "scope resolution failed")
+	}
+	return rs.allowed, nil
+}
+
+// PushCommand runs one command. A stored result of the key is replayed
+// without running Operations: applied as cached, a rejection as itself.
+func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, error) {
+	if c.Operations == nil || c.ClientID == "" || c.ClientCommitID == "" {
+		return CommandResult{}, errors.New("push command: Operations, ClientID and ClientCommitID are required")
+	}
+	for _, id := range []struct{ what, v string }{{"the client id", c.ClientID}, {"the client commit id", c.ClientCommitID}} {
+		if err := ids.Check(id.what, id.v); err != nil {
+			return CommandResult{}, ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err)
+		}
+	}
+	if err := e.BindCaller(ctx, c.Identity, c.CallerClientID); err != nil {
+		return CommandResult{}, err
+	}
+	part, err := e.cfg.Store.PartitionTouch(ctx, c.Identity.Partition, e.nowMs())
+	if err != nil {
+		return CommandResult{}, internal("touch partition", err)
+	}
+	ticket, err := e.admit(ctx, part)
+	if err != nil {
+		return CommandResult{}, err
+	}
+	rs, err := resolve(ctx, c.Identity.Scopes, e.cfg.Schema, c.Identity.Partition, c.Identity.ActorID)
+	if err != nil {
+		return CommandResult{}, err
+	}
+	r := &request{
+		id:     c.Identity,
+		req:    &ssp2.Request{WireVersion: 2, Header: &ssp2.ReqHeader{ClientID: c.ClientID, SchemaVersion: e.cfg.Schema.Version}},
+		part:   part,
+		scopes: rs,
+		ticket: ticket,
+		now:    e.nowMs(),
+	}
+	replay := func(rec storage.PushRecord) (CommandResult, error) {
+		if foreign(r, rec) {
+			return CommandResult{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "this command key holds another actor's commit")
+		}
+		out, err := commandResult(rec)
+		if out.Status == ssp2.PushApplied {
+			out.Status = ssp2.PushCached
+		}
+		return out, err
+	}
+	if rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, part.ID, c.ClientID, c.ClientCommitID); err != nil {
+		return CommandResult{}, internal("idempotency lookup", err)
+	} else if ok {
+		e.metrics.PushCached.Add(1)
+		return replay(rec)
+	}
+	var (
+		done     applied
+		replayed *storage.PushRecord
+	)
+	err = e.cfg.Store.WriteTx(ctx, part.ID, func(tx storage.Tx) error {
+		if err := ticket.Check(ctx, tx); err != nil {
+			return internal("serve gate", err)
+		}
+		if tx.Locked().LogEpoch != part.LogEpoch {
+			return errEpochChanged
+		}
+		if rec, ok, err := tx.IdempotencyGet(ctx, c.ClientID, c.ClientCommitID); err != nil {
+			return internal("locked idempotency lookup", err)
+		} else if ok {
+			replayed = &rec
+			return nil
+		}
+		ops, err := c.Operations(ctx, &commandReader{e: e, tx: tx, r: r})
+		if err != nil {
+			return &CommandError{Err: err}
+		}
+		if len(ops) == 0 {
+			return ErrEmptyCommand
+		}
+		if len(ops) > e.cfg.MaxOperations {
+			return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", len(ops), e.cfg.MaxOperations)
+		}
+		done, err = e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		return err
+	})
+	if err != nil {
+		return CommandResult{}, err
+	}
+	if replayed != nil {
+		e.metrics.PushCached.Add(1)
+		return replay(*replayed)
+	}
+	e.enqueued(part.ID, done.enqueued)
+	if done.appended {
+		e.metrics.Commits.Add(1)
+		e.notify(part.ID)
+	}
+	out, err := commandResult(done.rec)
+	if err == nil {
+		if out.Status == ssp2.PushApplied {
+			e.metrics.PushApplied.Add(1)
+		} else {
+			e.metrics.PushRejected.Add(1)
+		}
+	}
+	return out, err
+}
+
+func commandResult(rec storage.PushRecord) (CommandResult, error) {
+	res, _, err := decodeRecord(rec)
+	if err != nil {
+		return CommandResult{}, internal("decode push result", err)
+	}
+	out := CommandResult{Status: res.Status, Results: res.Results}
+	if res.CommitSeq != nil {
+		out.CommitSeq = *res.CommitSeq
+	}
+	return out, nil
+}
+
+// commandReader is a CommandReader over the command's transaction.
+type commandReader struct {
+	e  *Engine
+	tx storage.Tx
+	r  *request
+}
+
+func (c *commandReader) GetRow(ctx context.Context, table, rowID string) (Row, bool, error) {
+	t, ok := c.e.cfg.Schema.Table(table)
+	if !ok {
+		return nil, false, fmt.Errorf("get row: unknown table %q", table)
+	}
+	row, ok, err := c.tx.RowGet(ctx, c.r.id.Partition, table, rowID)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if !c.r.scopes.authorizes(t, row.Scopes) {
+		return nil, false, nil
+	}
+	vals, err := t.Codec.DecodeRow(row.Payload, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return rowMap(t, vals), true, nil
+}

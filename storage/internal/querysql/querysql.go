@@ -1,0 +1,139 @@
+// Package querysql is the lexical part of registered queries written
+// once for both stores: finding the statement's placeholders, its first
+// keyword and anything after its end, outside string literals, quoted
+// identifiers and comments. Parsing proper is SQLite's (sqlitestore).
+package querysql
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Shape is what the lexer found in one statement.
+type Shape struct {
+	// Keyword is the first keyword, upper-cased ("SELECT", "WITH", …).
+	Keyword string
+	// Placeholders are the byte offsets of the ? placeholders, in order.
+	Placeholders []int
+	// Body is the statement without a trailing semicolon and whitespace.
+	Body string
+	// Identifiers are the bare and quoted identifiers (and keywords), as
+	// written, without quotes.
+	Identifiers []string
+}
+
+// Lex scans sql. It refuses numbered or named placeholders (?1, :x, @x,
+// $x), which the positional form of a registered query excludes, a
+// second statement after a semicolon, and unterminated literals or
+// comments.
+func Lex(sql string) (Shape, error) {
+	var sh Shape
+	end := -1 // offset of the terminating semicolon
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '\'' || c == '"' || c == '`' || c == '[':
+			closer := c
+			if c == '[' {
+				closer = ']'
+			}
+			j := i + 1
+			for {
+				k := strings.IndexByte(sql[j:], closer)
+				if k < 0 {
+					return Shape{}, fmt.Errorf("unterminated quoted text at offset %d", i)
+				}
+				j += k + 1
+				if closer != ']' && j < len(sql) && sql[j] == closer { // doubled quote
+					j++
+					continue
+				}
+				break
+			}
+			if end >= 0 {
+				return Shape{}, errSecond
+			}
+			if c != '\'' {
+				sh.Identifiers = append(sh.Identifiers, strings.ReplaceAll(sql[i+1:j-1], string(closer)+string(closer), string(closer)))
+			}
+			i = j
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			k := strings.IndexByte(sql[i:], '\n')
+			if k < 0 {
+				i = len(sql)
+			} else {
+				i += k + 1
+			}
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			k := strings.Index(sql[i+2:], "*/")
+			if k < 0 {
+				return Shape{}, fmt.Errorf("unterminated comment at offset %d", i)
+			}
+			i += k + 4
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			i++
+		default:
+			if end >= 0 {
+				return Shape{}, errSecond
+			}
+			switch {
+			case c == ';':
+				end = i
+				i++
+			case c == '?':
+				if i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
+					return Shape{}, fmt.Errorf("numbered placeholder at offset %d: use plain ?", i)
+				}
+				sh.Placeholders = append(sh.Placeholders, i)
+				i++
+			case c == ':' || c == '@' || c == '$':
+				if i+1 < len(sql) && isIdent(sql[i+1]) {
+					return Shape{}, fmt.Errorf("named placeholder at offset %d: use plain ?", i)
+				}
+				i++
+			case isIdent(c) && !(c >= '0' && c <= '9'):
+				j := i
+				for j < len(sql) && isIdent(sql[j]) {
+					j++
+				}
+				if sh.Keyword == "" {
+					sh.Keyword = strings.ToUpper(sql[i:j])
+				}
+				sh.Identifiers = append(sh.Identifiers, sql[i:j])
+				i = j
+			default:
+				i++
+			}
+		}
+	}
+	sh.Body = sql
+	if end >= 0 {
+		sh.Body = sql[:end]
+	}
+	sh.Body = strings.TrimRight(sh.Body, " \t\n\r\f")
+	if sh.Keyword == "" {
+		return Shape{}, errors.New("empty statement")
+	}
+	return sh, nil
+}
+
+var errSecond = errors.New("a second statement follows the first")
+
+func isIdent(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
+
+// Numbered rewrites the placeholders of sh.Body with format(n) for the
+// n-th (1-based): PostgreSQL's $n.
+func Numbered(sh Shape, format func(n int) string) string {
+	var b strings.Builder
+	last := 0
+	for n, off := range sh.Placeholders {
+		b.WriteString(sh.Body[last:off])
+		b.WriteString(format(n + 1))
+		last = off + 1
+	}
+	b.WriteString(sh.Body[last:])
+	return b.String()
+}
