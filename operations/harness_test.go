@@ -3,8 +3,8 @@ package operations
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 

@@ -71,7 +71,7 @@ type Command struct {
 	// Authorize is mandatory in Go; a file gives AllowActors (nil allows
 	// every authenticated actor only with "allowActors": ["*"]).
 	Authorize   func(ctx context.Context, id engine.Identity, params any) (bool, error) `json:"-"`
-	AllowActors []string                                                             `json:"allowActors,omitempty"`
+	AllowActors []string                                                                `json:"allowActors,omitempty"`
 	// Run builds the commit in Go, under the partition lock. It must not
 	// have external side effects.
 	Run func(ctx context.Context, call CommandCall) ([]Mutation, error) `json:"-"`

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
@@ -211,7 +212,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 		}
 		row := make([]any, len(p.Columns))
 		for i, col := range p.Columns {
-			if row[i], err = storage.NormalizeQueryValue(col, vals[idx[i]]); err != nil {
+			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
 				return storage.QueryResult{}, err
 			}
 		}
@@ -225,6 +226,24 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 		return storage.QueryResult{}, err
 	}
 	return out, nil
+}
+
+// numeric turns a numeric (sum of bigints, say) into an int64 when
+// whole, else a float64, for NormalizeQueryValue.
+func numeric(v any) any {
+	n, ok := v.(pgtype.Numeric)
+	if !ok {
+		return v
+	}
+	if i, err := n.Int64Value(); err == nil && i.Valid {
+		if f, err := n.Float64Value(); err == nil && f.Float64 == float64(i.Int64) {
+			return i.Int64
+		}
+	}
+	if f, err := n.Float64Value(); err == nil && f.Valid {
+		return f.Float64
+	}
+	return v
 }
 
 // resultIndex maps each declared column to its position in the result.
