@@ -114,6 +114,17 @@ func (e *Engine) ResolveAllowed(ctx context.Context, id Identity) (Allowed, erro
 	return rs.allowed, nil
 }
 
+// Admit admits a request of the partition through the serve gate, as
+// every sync request is (registering the partition on first touch).
+func (e *Engine) Admit(ctx context.Context, partition string) error {
+	part, err := e.cfg.Store.PartitionTouch(ctx, partition, e.nowMs())
+	if err != nil {
+		return internal("touch partition", err)
+	}
+	_, err = e.admit(ctx, part)
+	return err
+}
+
 // PushCommand runs one command. A stored result of the key is replayed
 // without running Operations: applied as cached, a rejection as itself.
 func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, error) {

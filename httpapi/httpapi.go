@@ -78,6 +78,10 @@ type Config struct {
 	// Realtime serves GET /realtime (the WebSocket channel, package
 	// realtime); nil leaves the route unanswered (404).
 	Realtime http.Handler
+	// Operations serves POST /operations and GET /operations/realtime
+	// (the remote operations, package operations); nil leaves them
+	// unanswered (404).
+	Operations http.Handler
 	// WriteTimeout bounds every chunk of a response: the write deadline is
 	// extended before each, so a reader that accepts nothing for this long
 	// is cut instead of holding the response in memory. Zero leaves write
@@ -174,6 +178,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Realtime != nil {
 		// Not instrumented: a socket's lifetime is no request latency.
 		h.mux.Handle("GET /realtime", cfg.Realtime)
+	}
+	if cfg.Operations != nil {
+		h.mux.Handle("POST /operations", h.instrument("operations", cfg.Operations))
+		h.mux.Handle("GET /operations/realtime", cfg.Operations)
 	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

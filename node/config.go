@@ -16,6 +16,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/hooks"
+	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/reactions"
@@ -85,6 +86,9 @@ type Config struct {
 	// the production admin subjects: a node in another namespace must
 	// disable it.
 	Admin AdminConfig
+	// Operations configures the remote operations (REMOTE.md): POST
+	// /operations, GET /operations/realtime and their NATS binding.
+	Operations OperationsConfig
 
 	// Routes, when set, runs once every component is up and before HTTP
 	// serves: it returns the handler to serve in place of the protocol
@@ -117,6 +121,22 @@ type RealtimeConfig struct {
 	// Node, Names, Clock and Logger are the node's, and MaxRequestBytes
 	// defaults to API.MaxRequestBytes.
 	Hub realtime.Config
+}
+
+// OperationsConfig configures the remote operations (package
+// operations). They are served when File or Registry names any.
+type OperationsConfig struct {
+	// File is an operations file (JSON, operations.File) loaded at start;
+	// its operations join Registry's.
+	File string
+	// Registry holds operations registered in Go.
+	Registry operations.File
+	// MaxBodyBytes bounds one request (default 1 MiB).
+	MaxBodyBytes int64
+}
+
+func (c OperationsConfig) enabled() bool {
+	return c.File != "" || len(c.Registry.Queries) > 0 || len(c.Registry.Commands) > 0
 }
 
 // AdminConfig configures the admin API.

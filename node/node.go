@@ -32,6 +32,7 @@ import (
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/lifecycle"
 	"github.com/syncnode/syncnode/reactions"
+	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
@@ -59,12 +60,16 @@ type Node struct {
 	Reactions *reactions.Runner
 	// Realtime is the realtime hub (nil when Realtime.Disabled).
 	Realtime *realtime.Hub
+	// Operations runs the remote operations (nil when none is
+	// registered).
+	Operations *operations.Service
 	// Admin is the admin API (nil when Admin.Disabled).
 	Admin *admin.Admin
 
 	ownNATS    bool // NATS was started by this node (not Config.Bus)
 	adminConn  *nats.Conn
 	hub        atomic.Pointer[realtime.Hub] // for the gate's callback, set once started
+	opsHub     *operations.Hub
 	ln         net.Listener
 	srv        *http.Server
 	routesStop func(context.Context) error
@@ -181,6 +186,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if n.Realtime != nil {
 		ac.Realtime = n.Realtime
 	}
+	if ac.Operations, err = n.startOperations(ctx, ac.Auth); err != nil {
+		return err
+	}
 
 	ac.Engine, ac.Segments, ac.Ready = n.Engine, n.Segments, n.ready
 	if n.Handler, err = httpapi.New(ac); err != nil {
@@ -272,6 +280,11 @@ func (n *Node) stop(ctx context.Context) error {
 	if n.Realtime != nil {
 		if err := n.Realtime.Stop(ctx); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if n.opsHub != nil {
+		if err := n.opsHub.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("operations watch stop: %w", err))
 		}
 	}
 	if n.Admin != nil {

@@ -232,6 +232,9 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	if err := s.cfg.Engine.BindCaller(ctx, id, req.ClientID); err != nil {
 		return QueryResult{}, err
 	}
+	if err := s.cfg.Engine.Admit(ctx, id.Partition); err != nil {
+		return QueryResult{}, err
+	}
 	p := storage.QueryParams{QuerySpec: q.spec, Partition: id.Partition, Args: args, Limit: q.MaxRows + 1}
 	if q.Mode == Scoped {
 		if p.Scopes, err = s.cover(ctx, id, q, args); err != nil {

@@ -1,0 +1,297 @@
+package operations
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/engine"
+)
+
+// MaxWatchesPerConnection bounds one watch session.
+const MaxWatchesPerConnection = 256
+
+// HubConfig configures the watch hub.
+type HubConfig struct {
+	Service   *Service
+	JetStream jetstream.JetStream
+	Names     bus.Names
+	Logger    *slog.Logger
+}
+
+// Hub runs the live query watches of REMOTE.md §6: it follows the commit
+// stream and re-runs every watch of the commit's partition whose query
+// reads the commit's table.
+type Hub struct {
+	cfg      HubConfig
+	log      *slog.Logger
+	mu       sync.Mutex
+	watches  map[string]map[*watch]struct{} // partition → watches
+	follower *bus.Follower
+	ctx      context.Context
+	cancel   context.CancelFunc
+	sessions sync.WaitGroup
+	metrics  HubMetrics
+}
+
+// HubMetrics count the hub's work.
+type HubMetrics struct {
+	Watches   atomic.Int64 // active
+	Reruns    atomic.Int64
+	Snapshots atomic.Int64
+}
+
+// NewHub returns a hub; Start follows the commit stream.
+func NewHub(cfg HubConfig) (*Hub, error) {
+	if cfg.Service == nil || cfg.JetStream == nil {
+		return nil, errors.New("operations hub: Service and JetStream are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{cfg: cfg, log: cfg.Logger, watches: map[string]map[*watch]struct{}{}, ctx: ctx, cancel: cancel}, nil
+}
+
+// Metrics returns the hub's counters.
+func (h *Hub) Metrics() *HubMetrics { return &h.metrics }
+
+// Start follows the node's commit events.
+func (h *Hub) Start(ctx context.Context) error {
+	f, err := bus.Follow(ctx, h.cfg.JetStream, h.cfg.Names, bus.FollowParams{Logger: h.log}, func(ev bus.Event) {
+		h.Committed(ev.Partition.ID(), ev.Table)
+	})
+	if err != nil {
+		return err
+	}
+	h.follower = f
+	return nil
+}
+
+// Stop stops following and ends every session.
+func (h *Hub) Stop(ctx context.Context) error {
+	h.cancel()
+	var err error
+	if h.follower != nil {
+		err = h.follower.Stop(ctx)
+	}
+	done := make(chan struct{})
+	go func() { h.sessions.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}
+
+// Committed re-runs the watches a commit to (partition, table) touches.
+func (h *Hub) Committed(partition, table string) {
+	h.mu.Lock()
+	var touched []*watch
+	for w := range h.watches[partition] {
+		if slices.Contains(w.tables, table) {
+			touched = append(touched, w)
+		}
+	}
+	h.mu.Unlock()
+	for _, w := range touched {
+		h.metrics.Reruns.Add(1)
+		w.trigger()
+	}
+}
+
+// watch is one registered watch of a session.
+type watch struct {
+	s       *session
+	id      string
+	req     Request
+	tables  []string
+	mu      sync.Mutex
+	running bool
+	dirty   bool
+	removed bool
+}
+
+type session struct {
+	h       *Hub
+	ctx     context.Context
+	id      engine.Identity
+	w       *socketWriter
+	watches map[string]*watch
+}
+
+func (h *Hub) serve(rctx context.Context, conn *websocket.Conn, id engine.Identity) {
+	h.sessions.Add(1)
+	defer h.sessions.Done()
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	stop := context.AfterFunc(rctx, cancel)
+	defer stop()
+	s := &session{h: h, ctx: ctx, id: id, w: &socketWriter{conn: conn}, watches: map[string]*watch{}}
+	defer s.close()
+	for {
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			_ = conn.Close(websocket.StatusNormalClosure, "")
+			return
+		}
+		s.handle(b)
+	}
+}
+
+func (s *session) close() {
+	for _, w := range s.watches {
+		s.remove(w)
+	}
+}
+
+func (s *session) remove(w *watch) {
+	w.mu.Lock()
+	w.removed = true
+	w.mu.Unlock()
+	s.h.mu.Lock()
+	delete(s.h.watches[s.id.Partition], w)
+	if len(s.h.watches[s.id.Partition]) == 0 {
+		delete(s.h.watches, s.id.Partition)
+	}
+	s.h.mu.Unlock()
+	delete(s.watches, w.id)
+	s.h.metrics.Watches.Add(-1)
+}
+
+func (s *session) fail(watchID string, e *Error) {
+	o := ErrorObject(e)
+	if watchID != "" {
+		o = append(o, Field{"watchId", watchID})
+	}
+	_ = s.w.send(s.ctx, o)
+}
+
+// handle runs one client message: watch or unwatch.
+func (s *session) handle(b []byte) {
+	v, err := Decode(b)
+	if err != nil {
+		s.fail("", errorf(CodeInvalidRequest, "%v", err))
+		return
+	}
+	o, _ := v.(Object)
+	wid, _ := o.Get("watchId")
+	watchID, _ := wid.(string)
+	if watchID == "" {
+		s.fail("", errorf(CodeInvalidRequest, "watchId must be a non-empty string"))
+		return
+	}
+	rest := make(Object, 0, len(o))
+	for _, f := range o {
+		if f.Key != "watchId" {
+			rest = append(rest, f)
+		}
+	}
+	kind, _ := o.Get("kind")
+	switch kind {
+	case "unwatch":
+		if len(rest) != 2 {
+			s.fail(watchID, errorf(CodeInvalidRequest, "an unwatch carries revision, kind and watchId only"))
+			return
+		}
+		if !isRevision(first(rest.Get("revision"))) {
+			s.fail(watchID, errorf(CodeInvalidRequest, "revision must be %d", Revision))
+			return
+		}
+		if w, ok := s.watches[watchID]; ok {
+			s.remove(w)
+		}
+	case "watch":
+		for i := range rest {
+			if rest[i].Key == "kind" {
+				rest[i].Value = "query"
+			}
+		}
+		req, err := requestFrom(rest, "query")
+		if err != nil {
+			s.fail(watchID, toError(err))
+			return
+		}
+		if _, dup := s.watches[watchID]; dup {
+			s.fail(watchID, errorf(CodeInvalidRequest, "watch %q is already active", watchID))
+			return
+		}
+		if len(s.watches) >= MaxWatchesPerConnection {
+			s.fail(watchID, errorf(CodeInvalidRequest, "a connection holds at most %d watches", MaxWatchesPerConnection))
+			return
+		}
+		tables, ok := s.h.cfg.Service.Registry().Tables(req.OperationID)
+		if !ok {
+			s.fail(watchID, errorf(CodeUnknown, "no query %q is registered", req.OperationID))
+			return
+		}
+		w := &watch{s: s, id: watchID, req: req, tables: tables}
+		s.watches[watchID] = w
+		s.h.mu.Lock()
+		if s.h.watches[s.id.Partition] == nil {
+			s.h.watches[s.id.Partition] = map[*watch]struct{}{}
+		}
+		s.h.watches[s.id.Partition][w] = struct{}{}
+		s.h.mu.Unlock()
+		s.h.metrics.Watches.Add(1)
+		w.trigger()
+	default:
+		s.fail(watchID, errorf(CodeInvalidRequest, "kind %v is neither watch nor unwatch", kind))
+	}
+}
+
+func first(v any, _ bool) any { return v }
+
+// trigger runs the watch's query now, or once more after the running
+// one: commits during a run set one dirty flag.
+func (w *watch) trigger() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed {
+		return
+	}
+	if w.running {
+		w.dirty = true
+		return
+	}
+	w.running = true
+	go w.loop()
+}
+
+func (w *watch) loop() {
+	for {
+		res, err := w.s.h.cfg.Service.Query(w.s.ctx, w.s.id, w.req)
+		w.mu.Lock()
+		if w.removed || w.s.ctx.Err() != nil {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.s.fail(w.id, toError(err))
+		} else {
+			o := res.object(w.req.OperationID)
+			o[1].Value = "snapshot"
+			o = append(o, Field{"watchId", w.id})
+			w.s.h.metrics.Snapshots.Add(1)
+			_ = w.s.w.send(w.s.ctx, o)
+		}
+		w.mu.Lock()
+		if !w.dirty || w.removed {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.dirty = false
+		w.mu.Unlock()
+	}
+}
