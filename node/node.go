@@ -31,8 +31,8 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/lifecycle"
-	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/operations"
+	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
@@ -70,6 +70,7 @@ type Node struct {
 	adminConn  *nats.Conn
 	hub        atomic.Pointer[realtime.Hub] // for the gate's callback, set once started
 	opsHub     *operations.Hub
+	opsNATS    *operations.NATSBinding
 	ln         net.Listener
 	srv        *http.Server
 	routesStop func(context.Context) error
@@ -280,6 +281,11 @@ func (n *Node) stop(ctx context.Context) error {
 	if n.Realtime != nil {
 		if err := n.Realtime.Stop(ctx); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if n.opsNATS != nil {
+		if err := n.opsNATS.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("operations NATS stop: %w", err))
 		}
 	}
 	if n.opsHub != nil {

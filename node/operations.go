@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/operations"
 )
@@ -52,6 +53,23 @@ func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator)
 	if err != nil {
 		return nil, err
 	}
+	nb, err := operations.NewNATSBinding(operations.NATSConfig{Service: svc, Conn: n.NATS.Conn(), Names: n.cfg.Names, Logger: n.log,
+		Auth: func(authorization string) (engine.Identity, error) {
+			// The same authenticator as HTTP, over the one header it reads.
+			r, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "/operations", nil)
+			if err != nil {
+				return engine.Identity{}, err
+			}
+			r.Header.Set("Authorization", authorization)
+			return authn.Authenticate(r)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if err := nb.Start(ctx); err != nil {
+		return nil, err
+	}
+	n.opsNATS = nb
 	n.Operations = svc
 	return h, nil
 }

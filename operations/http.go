@@ -163,4 +163,3 @@ func (s *socketWriter) send(ctx context.Context, o Object) error {
 	defer s.mu.Unlock()
 	return s.conn.Write(ctx, websocket.MessageText, b)
 }
-

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -93,6 +94,7 @@ type Read struct {
 // CommandCall is what a Go command sees.
 type CommandCall struct {
 	Identity    engine.Identity
+	ClientID    string
 	OperationID string
 	RequestID   string
 	Params      any
@@ -198,6 +200,11 @@ func NewRegistry(ctx context.Context, sc *schema.Schema, f File) (*Registry, err
 		}
 		if (c.Run != nil) == c.NATS {
 			bad("run", "exactly one of Run (Go) and nats must implement the command")
+		}
+		if c.NATS {
+			if _, err := (bus.Names{}).OperationCommand(c.ID); err != nil {
+				bad("id", "%v", err)
+			}
 		}
 		if !c.NATS && len(c.Reads) > 0 {
 			bad("reads", "only a NATS command declares reads")

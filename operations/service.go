@@ -409,7 +409,7 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 	res, err := s.cfg.Engine.PushCommand(ctx, engine.Command{
 		Identity: id, CallerClientID: req.ClientID, ClientID: cid, ClientCommitID: ccid,
 		Operations: func(ctx context.Context, rows engine.CommandReader) ([]ssp2.Operation, error) {
-			call := CommandCall{Identity: id, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows}
+			call := CommandCall{Identity: id, ClientID: req.ClientID, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows}
 			var muts []Mutation
 			var err error
 			if c.NATS {
