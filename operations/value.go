@@ -76,11 +76,10 @@ func decode(b []byte, depth int) (any, error) {
 		}
 		return nil, nil
 	case "boolean":
-		var x bool
 		if string(tv.V) != "true" && string(tv.V) != "false" {
 			return nil, errors.New("tagged boolean value: v is not a boolean")
 		}
-		return x || string(tv.V) == "true", nil
+		return string(tv.V) == "true", nil
 	case "number":
 		var x float64
 		if err := need(&x); err != nil {
@@ -313,6 +312,45 @@ func fromJSON(dec *json.Decoder, depth int) (any, error) {
 		return t, nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// ToJSONOrdered is ToJSON keeping object keys in their order (for
+// printing).
+func ToJSONOrdered(v any) any {
+	switch x := v.(type) {
+	case Object:
+		return orderedJSON(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, it := range x {
+			out[i] = ToJSONOrdered(it)
+		}
+		return out
+	}
+	return ToJSON(v)
+}
+
+// orderedJSON marshals an Object with its keys in order.
+type orderedJSON Object
+
+func (o orderedJSON) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.Key)
+		v, err := json.Marshal(ToJSONOrdered(f.Value))
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // ToJSON renders a value as plain JSON (integers as numbers, bytes as

@@ -33,6 +33,9 @@ type config struct {
 	// Validators is a rules file (JSON, package rules): declarative write
 	// validators for the served schema.
 	Validators string `toml:"validators"`
+	// Operations is an operations file (JSON, package operations): the
+	// registered remote queries and commands.
+	Operations string `toml:"operations"`
 	NodeName   string `toml:"node_name"`
 
 	HTTP      httpConfig      `toml:"http"`
@@ -488,6 +491,7 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 	pgURL := fs.String("postgres", "", "PostgreSQL URL (default: SQLite in the data dir)")
 	schemaPath := fs.String("schema", "", "schema IR file (default: the bundled example schema)")
 	validatorsPath := fs.String("validators", "", "rules file of declarative write validators (JSON)")
+	operationsPath := fs.String("operations", "", "operations file of registered remote queries and commands (JSON)")
 	natsConf := fs.String("nats-config", "", "nats.conf for the embedded server")
 	testControl := fs.Bool("test-control", false, "enable the conformance test-control surface (loopback only)")
 	loadFixture := fs.Bool("load-fixture", false, "enable the load-suite fixture (loopback only)")
@@ -517,6 +521,8 @@ func parseServeFlags(fs *flag.FlagSet, args []string, getenv func(string) string
 			c.Schema = *schemaPath
 		case "validators":
 			c.Validators = *validatorsPath
+		case "operations":
+			c.Operations = *operationsPath
 		case "nats-config":
 			c.NATS.ConfigFile = *natsConf
 		}
@@ -584,10 +590,11 @@ func (c config) node() (node.Config, error) {
 			MaxSubscriptions:      c.Limits.MaxSubscriptionsPerRequest,
 			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
 		},
-		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
-		Realtime: node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
-		Hooks:    c.Hooks.hooks(),
-		Admin:    node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
+		Segments:   segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+		Realtime:   node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
+		Hooks:      c.Hooks.hooks(),
+		Admin:      node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
+		Operations: node.OperationsConfig{File: c.Operations},
 	}
 	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
 		return node.Config{}, err

@@ -31,6 +31,7 @@ Usage:
   syncnode checkpoints CMD   list, declare and activate backfill checkpoints, rotate an epoch (see "syncnode checkpoints help")
   syncnode load SCENARIO     drive a server with virtual clients and check the thresholds (see "syncnode load -h")
   syncnode reactions CMD     list, show, retry and prune durable reactions (see "syncnode reactions help")
+  syncnode ops call ...      run a registered remote query or command (see "syncnode ops help")
   syncnode version           print the version
   syncnode help              show this help
 
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runLoad(ctx, args, stdout, stderr)
 	case "reactions":
 		return runReactions(ctx, args, stdout, stderr)
+	case "ops":
+		return runOps(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "syncnode", buildVersion())
 		return nil
