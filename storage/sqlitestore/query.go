@@ -177,8 +177,11 @@ const (
 	opScopeTable = "sync_op_scope" // (tbl, variable, value)
 )
 
-// opViewsSQL is the DDL of a query connection's shadows for one schema.
-func opViewsSQL(sc *schema.Schema) []string {
+// opViewsSQL is the DDL of a query connection's shadows for one schema:
+// privileged views filter by partition only, scoped ones by partition
+// and scope values too (two shapes rather than one with an OR, so SQLite
+// can use the scope indexes).
+func opViewsSQL(sc *schema.Schema, privileged bool) []string {
 	stmts := []string{
 		"CREATE TEMP TABLE IF NOT EXISTS " + opCtxTable + " (partition TEXT NOT NULL, privileged INTEGER NOT NULL)",
 		"CREATE TEMP TABLE IF NOT EXISTS " + opScopeTable + " (tbl TEXT NOT NULL, variable TEXT NOT NULL, value ANY)",
@@ -190,13 +193,11 @@ func opViewsSQL(sc *schema.Schema) []string {
 			cols[i] = quote(c.Name)
 		}
 		where := fmt.Sprintf("%s = (SELECT partition FROM temp.%s)", quote(schemaplan.ColPartition), opCtxTable)
-		if len(t.Scopes) > 0 {
-			var conds []string
+		if !privileged {
 			for _, s := range t.Scopes {
-				conds = append(conds, fmt.Sprintf("%s IN (SELECT value FROM temp.%s WHERE tbl = %s AND variable = %s)",
-					quote(s.Column), opScopeTable, literal(t.Name), literal(s.Variable)))
+				where += fmt.Sprintf(" AND %s IN (SELECT value FROM temp.%s WHERE tbl = %s AND variable = %s)",
+					quote(s.Column), opScopeTable, literal(t.Name), literal(s.Variable))
 			}
-			where += fmt.Sprintf(" AND ((SELECT privileged FROM temp.%s) = 1 OR (%s))", opCtxTable, strings.Join(conds, " AND "))
 		}
 		stmts = append(stmts, "DROP VIEW IF EXISTS temp."+quote(t.Name),
 			fmt.Sprintf("CREATE TEMP VIEW %s AS SELECT %s FROM main.%s WHERE %s", quote(t.Name), strings.Join(cols, ", "), quote(t.Name), where))
@@ -222,8 +223,9 @@ func newQueryPool(n int) queryPool {
 }
 
 type queryConn struct {
-	c     *conn
-	views *installed // the schema the shadows were built for
+	c          *conn
+	views      *installed // the schema the shadows were built for
+	privileged bool       // and their shape
 }
 
 func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
@@ -265,17 +267,18 @@ func (s *Store) closeQueries() error {
 // reader's query_only off for its TEMP writes.
 func (qc *queryConn) prepare(ctx context.Context, in *installed, p *storage.QueryParams) error {
 	c := qc.c
-	if err := c.execOnce(ctx, "PRAGMA query_only = OFF"); err != nil {
+	if _, err := c.exec(ctx, "PRAGMA query_only = OFF"); err != nil {
 		return err
 	}
-	defer func() { _ = c.execOnce(context.WithoutCancel(ctx), "PRAGMA query_only = ON") }()
-	if qc.views != in {
-		for _, q := range opViewsSQL(in.schema) {
+	defer func() { _, _ = c.exec(context.WithoutCancel(ctx), "PRAGMA query_only = ON") }()
+	privileged := p != nil && p.Scopes == nil
+	if qc.views != in || qc.privileged != privileged {
+		for _, q := range opViewsSQL(in.schema, privileged) {
 			if err := c.execOnce(ctx, q); err != nil {
 				return fmt.Errorf("build query views: %w", err)
 			}
 		}
-		qc.views = in
+		qc.views, qc.privileged = in, privileged
 	}
 	if p == nil {
 		return nil
