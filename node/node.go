@@ -187,7 +187,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if n.Realtime != nil {
 		ac.Realtime = n.Realtime
 	}
-	if ac.Operations, err = n.startOperations(ctx, ac.Auth); err != nil {
+	if ac.Operations, err = n.startOperations(ctx, ac.Auth, ac.Registry); err != nil {
 		return err
 	}
 

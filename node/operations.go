@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/operations"
@@ -14,7 +16,7 @@ import (
 // startOperations validates the registered operations against the schema
 // and the store, and returns the HTTP binding (nil when none is
 // registered).
-func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator) (http.Handler, error) {
+func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator, prom prometheus.Registerer) (http.Handler, error) {
 	oc := n.cfg.Operations
 	if !oc.enabled() {
 		return nil, nil
@@ -71,5 +73,25 @@ func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator)
 	}
 	n.opsNATS = nb
 	n.Operations = svc
+	m, hm := svc.Metrics(), hub.Metrics()
+	for _, c := range []struct {
+		name, help string
+		v          func() int64
+	}{
+		{"syncnode_operations_queries_total", "Remote queries run.", m.Queries.Load},
+		{"syncnode_operations_commands_total", "Remote commands run.", m.Commands.Load},
+		{"syncnode_operations_errors_total", "Remote operations answered with an error.", m.Errors.Load},
+		{"syncnode_operations_watch_snapshots_total", "Watch snapshots sent.", hm.Snapshots.Load},
+		{"syncnode_operations_watch_reruns_total", "Watch reruns asked by commits.", hm.Reruns.Load},
+	} {
+		v := c.v
+		if err := prom.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(v()) })); err != nil {
+			return nil, err
+		}
+	}
+	if err := prom.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "syncnode_operations_watches", Help: "Active watches."},
+		func() float64 { return float64(hm.Watches.Load()) })); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
