@@ -174,8 +174,14 @@ func TestAdminEndpoints(t *testing.T) {
 				return api.c.Call(ctx, bus.AdminReactionsList, json.RawMessage(`{"status":"pending"}`), new(ListResponse))
 			}, admin.CodeInvalidRequest},
 			{"show no key", func() error { _, err := api.Show(ctx, KeyRequest{Partition: "acme"}); return err }, admin.CodeInvalidRequest},
-			{"show NUL key", func() error { _, err := api.Show(ctx, KeyRequest{Partition: "acme", IdempotencyKey: "a\x00"}); return err }, admin.CodeInvalidRequest},
-			{"show absent", func() error { _, err := api.Show(ctx, KeyRequest{Partition: "acme", IdempotencyKey: "nope"}); return err }, admin.CodeNotFound},
+			{"show NUL key", func() error {
+				_, err := api.Show(ctx, KeyRequest{Partition: "acme", IdempotencyKey: "a\x00"})
+				return err
+			}, admin.CodeInvalidRequest},
+			{"show absent", func() error {
+				_, err := api.Show(ctx, KeyRequest{Partition: "acme", IdempotencyKey: "nope"})
+				return err
+			}, admin.CodeNotFound},
 			{"retry absent", func() error {
 				_, err := api.Retry(ctx, KeyRequest{Partition: "beta", IdempotencyKey: dead.IdempotencyKey})
 				return err
