@@ -140,6 +140,7 @@ type reactionsConfig struct {
 	Enabled             bool                 `toml:"enabled"`
 	Concurrency         int                  `toml:"concurrency"`
 	Lease               duration             `toml:"lease"`
+	Heartbeat           duration             `toml:"heartbeat"`
 	SweepInterval       duration             `toml:"sweep_interval"`
 	InitialBackoff      duration             `toml:"initial_backoff"`
 	MaxBackoff          duration             `toml:"max_backoff"`
@@ -350,7 +351,7 @@ func (c *config) validate() error {
 	if n := c.Reactions.Concurrency; n < 0 || n > 10_000 {
 		bad("reactions.concurrency", "%d is outside 1..10000", n)
 	}
-	for name, d := range map[string]duration{"lease": c.Reactions.Lease, "sweep_interval": c.Reactions.SweepInterval,
+	for name, d := range map[string]duration{"lease": c.Reactions.Lease, "heartbeat": c.Reactions.Heartbeat, "sweep_interval": c.Reactions.SweepInterval,
 		"initial_backoff": c.Reactions.InitialBackoff, "max_backoff": c.Reactions.MaxBackoff,
 		"completed_retention": c.Reactions.CompletedRetention, "dead_letter_retention": c.Reactions.DeadLetterRetention} {
 		if d.Duration < 0 {

@@ -208,6 +208,8 @@ max_delta_bytes = 4096
 [reactions]
 enabled = false
 concurrency = 3
+lease = "9s"
+heartbeat = "2s"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +237,8 @@ concurrency = 3
 	if nc.Engine.MaxSubscriptions != 9 || nc.NATS.User != "u" || nc.NATS.Password != "p" {
 		t.Errorf("MaxSubscriptions %d, NATS user %q", nc.Engine.MaxSubscriptions, nc.NATS.User)
 	}
-	if !nc.Realtime.Disabled || nc.Realtime.Hub.MaxDeltaBytes != 4096 || !nc.Reactions.Disabled || nc.Reactions.Runner.Concurrency != 3 || !nc.Admin.Disabled {
+	if !nc.Realtime.Disabled || nc.Realtime.Hub.MaxDeltaBytes != 4096 || !nc.Reactions.Disabled || nc.Reactions.Runner.Concurrency != 3 ||
+		nc.Reactions.Runner.Lease != 9*time.Second || nc.Reactions.Runner.Heartbeat != 2*time.Second || !nc.Admin.Disabled {
 		t.Errorf("Realtime %+v, Reactions %+v, Admin %+v", nc.Realtime, nc.Reactions, nc.Admin)
 	}
 	// The defaults keep today's behaviour.

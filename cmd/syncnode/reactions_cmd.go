@@ -347,7 +347,7 @@ func (c reactionsConfig) node(sch *schema.Schema) (node.ReactionsConfig, error) 
 		Planner:  planner,
 		Disabled: !c.Enabled,
 		Runner: reactions.Config{
-			Concurrency: c.Concurrency, Lease: c.Lease.Duration, SweepInterval: c.SweepInterval.Duration,
+			Concurrency: c.Concurrency, Lease: c.Lease.Duration, Heartbeat: c.Heartbeat.Duration, SweepInterval: c.SweepInterval.Duration,
 			InitialBackoff: c.InitialBackoff.Duration, MaxBackoff: c.MaxBackoff.Duration,
 			CompletedRetention: c.CompletedRetention.Duration, DeadLetterRetention: c.DeadLetterRetention.Duration,
 		},
