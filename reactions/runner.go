@@ -217,8 +217,13 @@ type Runner struct {
 	nextRetry time.Time
 	// inflight counts claimed reactions whose outcome is not recorded.
 	inflight int
-	// leases are the running Go handlers, for heartbeats.
+	// leases are the Go handlers running or waiting for their completion
+	// to be recorded, for heartbeats.
 	leases map[storage.ReactionKey]*job
+	// leaseWrites serializes the runner's batch lease writes (complete,
+	// extend): both lock many rows, and two such statements on
+	// overlapping rows can deadlock on PostgreSQL.
+	leaseWrites sync.Mutex
 
 	acks    chan *job
 	jobCtx  context.Context
