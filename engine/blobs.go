@@ -96,3 +96,13 @@ func (e *Engine) AuthorizeBlob(ctx context.Context, id Identity, blobID string) 
 		p.AfterTable, p.AfterRowID = last.Table, last.RowID
 	}
 }
+
+// AdmitBlobUpload admits a blob upload or upload grant (SPEC.md §5.9.3):
+// uploading is not a scope-bearing act, so an authenticated identity the
+// stores can hold, in a partition the serve gate serves, may upload.
+func (e *Engine) AdmitBlobUpload(ctx context.Context, id Identity) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	return e.verifyGate(ctx, id.Partition)
+}
