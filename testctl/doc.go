@@ -37,7 +37,7 @@
 //
 // # Control API (JSON)
 //
-//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime"]
+//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime","blobs"]
 //	POST   /__test/instances {schema, partition, nowMs, limits?} → {"id"}
 //	DELETE /__test/i/{id}                             → {}
 //	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,11 +32,14 @@ const blobE2ESchema = `{"version":1,"tables":[{"name":"files","columns":[
 // cap and a short orphan grace period.
 type blobNode struct {
 	t      *testing.T
-	s      *served
+	base   string // the protocol routes' base URL
 	sc     *schema.Schema
 	secret []byte
-	epoch  string
-	n      int
+	// authHeader is the header who (a token, or a test-control actor) is
+	// sent in.
+	authHeader func(who string) (string, string)
+	epoch      string
+	n          int
 }
 
 func startBlobNode(t *testing.T, postgres bool) *blobNode {
@@ -63,7 +67,8 @@ func startBlobNode(t *testing.T, postgres bool) *blobNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &blobNode{t: t, s: s, sc: sc, secret: secret}
+	return &blobNode{t: t, base: s.url, sc: sc, secret: secret,
+		authHeader: func(tok string) (string, string) { return "Authorization", "Bearer " + tok }}
 }
 
 // token is a bearer token of actor in partition acme holding projects.
@@ -79,12 +84,12 @@ func (b *blobNode) token(actor string, projects ...string) string {
 // do sends one HTTP request and returns the response with its body read.
 func (b *blobNode) do(method, path, tok string, body io.Reader, hdr ...string) (*http.Response, []byte) {
 	b.t.Helper()
-	req, err := http.NewRequest(method, b.s.url+path, body)
+	req, err := http.NewRequest(method, b.base+path, body)
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set(b.authHeader(tok))
 	}
 	req.Header.Set("Accept-Encoding", "identity")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -274,4 +279,39 @@ func testBlobsEndToEnd(t *testing.T, postgres bool) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// A test-control instance serves blobs under its mount, authorized by the
+// instance's live grants (capability "blobs").
+func TestTestControlBlobs(t *testing.T) {
+	s := startServe(t, "--test-control")
+	var out struct{ ID string }
+	mustCall(t, "POST", s.url+"/__test/instances", map[string]any{"schema": json.RawMessage(blobE2ESchema), "partition": "p", "nowMs": startMs}, &out)
+	sc, err := schema.Parse([]byte(blobE2ESchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blobNode{t: t, base: s.url + "/i/" + out.ID, sc: sc,
+		authHeader: func(actor string) (string, string) { return "X-Syncular-Test-Actor", actor }}
+	for actor, projects := range map[string][]string{"alice": {"p1"}, "bob": {"p2"}} {
+		mustCall(t, "POST", s.url+"/__test/i/"+out.ID+"/allowed-scopes", map[string]any{"actorId": actor, "allowed": map[string][]string{"project_id": projects}}, nil)
+	}
+	var caps []string
+	mustCall(t, "GET", s.url+"/__test/capabilities", nil, &caps)
+	if !slices.Contains(caps, "blobs") {
+		t.Fatalf("capabilities %v lack blobs", caps)
+	}
+	data := []byte("a test-control blob")
+	if r := b.push("alice", "f1", data); r.Status != ssp2.PushRejected || r.Results[0].Code != string(ssp2.CodeBlobNotFound) {
+		t.Fatalf("push before upload = %+v", r)
+	}
+	b.upload("alice", data)
+	if r := b.push("alice", "f1", data); r.Status != ssp2.PushApplied {
+		t.Fatalf("push = %+v", r)
+	}
+	if resp, body := b.do(http.MethodGet, "/blobs/"+blobIDOf(data), "alice", nil); resp.StatusCode != 200 || !bytes.Equal(body, data) {
+		t.Fatalf("download: %d %q", resp.StatusCode, body)
+	}
+	resp, body := b.do(http.MethodGet, "/blobs/"+blobIDOf(data), "bob", nil)
+	wantError(t, "another scope", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
 }
