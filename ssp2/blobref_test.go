@@ -25,3 +25,19 @@ func TestBlobRefID(t *testing.T) {
 		t.Error("ValidBlobID")
 	}
 }
+
+// BlobRefID accepts exactly what the codec accepts as a blob_ref value,
+// and the id it returns is a content address.
+func FuzzBlobRefID(f *testing.F) {
+	f.Add([]byte(`{"blobId":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","byteLength":3,"name":"a"}`))
+	f.Add([]byte(`{"blobId":"sha256:`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, ok := BlobRefID(b)
+		if ok != validBlobRef(b) {
+			t.Fatalf("BlobRefID ok = %v, validBlobRef = %v", ok, !ok)
+		}
+		if ok && !ValidBlobID(id) {
+			t.Fatalf("BlobRefID returned %q", id)
+		}
+	})
+}

@@ -17,6 +17,7 @@ var blobTests = []test{
 	{"OrphansAndDelete", testBlobOrphans},
 	{"WipeDropsReferences", testBlobWipe},
 	{"Refusals", testBlobRefusals},
+	{"SweepRacesReference", testBlobSweepRace},
 }
 
 // blobSchema has a table with two blob_ref columns.
@@ -314,5 +315,35 @@ func testBlobRefusals(t *testing.T, e *env) {
 	check(t, err)
 	if st != (storage.BlobStats{}) {
 		t.Fatalf("refused puts changed the index: %+v", st)
+	}
+}
+
+// A sweep's delete racing a push that references the blob never removes
+// it: the push holds the blob row from BlobHeld on, and a reference
+// committed before the delete's check makes the store refuse it.
+func testBlobSweepRace(t *testing.T, e *env) {
+	s, sc := e.blobStore()
+	p := partition(t, s).ID
+	for n := 1; n <= 20; n++ {
+		putBlob(t, s, blobRow(n, p, 100))
+		done := make(chan error, 1)
+		var deleted bool
+		writeTx(t, s, p, func(tx storage.Tx) error {
+			ok, err := tx.BlobHeld(t.Context(), blobID(n))
+			if err != nil || !ok {
+				t.Fatalf("BlobHeld = %v, %v", ok, err)
+			}
+			go func() {
+				var err error
+				deleted, err = s.BlobDelete(t.Context(), p, blobID(n), 1000)
+				done <- err
+			}()
+			_, err = tx.RowUpsert(t.Context(), "files", file(t, sc, fmt.Sprintf("r%d", n), "p1", blobRef(n), nil))
+			return err
+		})
+		check(t, <-done)
+		if _, ok, _ := s.BlobGet(t.Context(), p, blobID(n)); deleted || !ok {
+			t.Fatalf("round %d: the sweep deleted (%v) a blob a commit references; held afterwards: %v", n, deleted, ok)
+		}
 	}
 }
