@@ -241,6 +241,10 @@ func testBlobsEndToEnd(t *testing.T, postgres bool) {
 			t.Errorf("download header %s = %q, want %q", k, got, want)
 		}
 	}
+	if resp, body = b.do(http.MethodHead, "/blobs/"+blobIDOf(photo), alice, nil); resp.StatusCode != 200 || len(body) != 0 ||
+		resp.ContentLength != int64(len(photo)) {
+		t.Fatalf("HEAD: %d, length %d, %d body bytes", resp.StatusCode, resp.ContentLength, len(body))
+	}
 	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil, "If-None-Match", `"`+blobIDOf(photo)+`"`)
 	if resp.StatusCode != http.StatusNotModified || len(body) != 0 {
 		t.Fatalf("If-None-Match: %d, %d bytes", resp.StatusCode, len(body))
