@@ -478,6 +478,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
 		return nil, ev, rej, nil
 	}
+	if rej, err := st.checkBlobs(ctx, i, t, vals); err != nil || rej != nil {
+		return nil, ev, rej, err
+	}
 	version, err := st.tx.RowUpsert(ctx, t.Name, storage.RowWrite{RowID: op.RowID, Values: vals, Scopes: scopes, Payload: payload})
 	if err != nil {
 		var ce *storage.ConstraintError

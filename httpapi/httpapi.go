@@ -1,5 +1,6 @@
-// Package httpapi serves the SSP2 HTTP binding (SPEC.md §1.1): POST /sync
-// and GET /segments/{id}, plus /healthz, /readyz and Prometheus /metrics.
+// Package httpapi serves the SSP2 HTTP binding (SPEC.md §1.1): POST /sync,
+// GET /segments/{id} and /blobs/{id} (PUT, GET, POST …/upload-grant), plus
+// /healthz, /readyz and Prometheus /metrics.
 //
 // Errors found before a response starts are JSON with the SSP2 error shape
 // and the status of their code; after it starts they travel in-band as
@@ -61,6 +62,8 @@ type Config struct {
 	// Auth authenticates requests. Required.
 	Auth     Authenticator
 	Segments SegmentSource // nil: no segment downloads
+	// Blobs serves /blobs/{id} (SPEC.md §5.9); nil answers blob.not_found.
+	Blobs BlobSource
 	// MaxRequestBytes bounds a /sync body, after decompression (default
 	// DefaultMaxRequestBytes).
 	MaxRequestBytes int64
@@ -171,6 +174,7 @@ func New(cfg Config) (*Handler, error) {
 	h.m = m
 	h.mux.Handle("POST /sync", h.instrument("sync", http.HandlerFunc(h.serveSync)))
 	h.mux.Handle("GET /segments/{id}", h.instrument("segment", http.HandlerFunc(h.serveSegment)))
+	h.routeBlobs()
 	if cfg.Realtime != nil {
 		// Not instrumented: a socket's lifetime is no request latency.
 		h.mux.Handle("GET /realtime", cfg.Realtime)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
@@ -68,6 +69,7 @@ type Config struct {
 	API      httpapi.Config  // the protocol handler; API.Auth is required unless Hooks.Token is set
 	Engine   engine.Config   // limits, validators, mergers, wire window
 	Segments segments.Config // segment bucket, TTL, caches
+	Blobs    blobs.Config    // blob bucket, size cap, orphan grace and sweep (SPEC.md §5.9)
 	Gate     gate.Config     // serve gate: resync, timeouts, OnChange
 	Relay    relay.Config    // commit relay: streams, batching, retries
 
@@ -242,6 +244,8 @@ func (c Config) WithDefaults() Config {
 	c.API = c.API.WithDefaults()
 	c.Segments.Names, c.Segments.Clock, c.Segments.Logger = c.Names, c.Clock, c.Logger.With("component", "segments")
 	c.Segments = c.Segments.WithDefaults()
+	c.Blobs.Names, c.Blobs.Clock, c.Blobs.Logger = c.Names, c.Clock, c.Logger.With("component", "blobs")
+	c.Blobs = c.Blobs.WithDefaults()
 	c.Gate.Schema, c.Gate.Names, c.Gate.Node = c.Schema, c.Names, c.Name
 	c.Gate.Declared = c.Checkpoints
 	c.Gate.Clock, c.Gate.Logger = c.Clock, c.Logger.With("component", "gate")
@@ -290,7 +294,7 @@ func (c Config) Validate() error {
 	if c.Bus == nil {
 		errs = append(errs, c.NATS.Validate())
 	}
-	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Gate.Validate(), c.Relay.Validate())
+	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Blobs.Validate(), c.Gate.Validate(), c.Relay.Validate())
 	if !c.Reactions.Disabled {
 		errs = append(errs, c.Reactions.Runner.Validate())
 	}

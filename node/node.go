@@ -1,6 +1,6 @@
 // Package node is the only place that assembles a running syncnode: the
 // SQL store, the embedded (or external, or shared) NATS server, the commit
-// relay, the serve gate, the segment store, the host hooks, the sync
+// relay, the serve gate, the segment store, the blob store, the host hooks, the sync
 // engine, the reaction runner, the realtime hub, the HTTP handler and
 // listener, and the admin API. `syncnode serve` is a thin shell around
 // it, the operator commands open a node's data through OpenStore and
@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/syncnode/syncnode/admin"
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
@@ -51,6 +52,7 @@ type Node struct {
 	NATS     *embedded.Server
 	Relay    *relay.Relay
 	Segments *segments.Store
+	Blobs    *blobs.Store
 	Engine   *engine.Engine
 	Handler  *httpapi.Handler
 	Gate     *gate.Gate
@@ -157,6 +159,15 @@ func (n *Node) start(ctx context.Context) (err error) {
 		return fmt.Errorf("segment store: %w", err)
 	}
 
+	bc := cfg.Blobs
+	bc.JetStream, bc.Store = js, n.Store
+	if n.Blobs, err = blobs.New(bc); err != nil {
+		return err
+	}
+	if err = n.Blobs.Start(ctx); err != nil {
+		return fmt.Errorf("blob store: %w", err)
+	}
+
 	ac := cfg.API
 	if ac.Registry == nil {
 		ac.Registry = prometheus.NewRegistry()
@@ -182,7 +193,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 		ac.Realtime = n.Realtime
 	}
 
-	ac.Engine, ac.Segments, ac.Ready = n.Engine, n.Segments, n.ready
+	ac.Engine, ac.Segments, ac.Blobs, ac.Ready = n.Engine, n.Segments, n.Blobs, n.ready
+	if err = ac.Registry.Register(n.Blobs.Collector()); err != nil {
+		return err
+	}
 	if n.Handler, err = httpapi.New(ac); err != nil {
 		return err
 	}
@@ -290,6 +304,11 @@ func (n *Node) stop(ctx context.Context) error {
 	if n.Reactions != nil {
 		if err := n.Reactions.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("reactions stop: %w", err))
+		}
+	}
+	if n.Blobs != nil {
+		if err := n.Blobs.Stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if n.Segments != nil {

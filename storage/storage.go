@@ -111,6 +111,9 @@ type Store interface {
 	// SegmentIndex is the bootstrap segment index (segments.go).
 	SegmentIndex
 
+	// BlobIndex holds blob rows and the blob reference index (blobs.go).
+	BlobIndex
+
 	// GateStore holds checkpoints, the writer fence and the serve-gate
 	// read (gate.go).
 	GateStore
@@ -219,12 +222,16 @@ type Tx interface {
 	// insert, stored version + 1 on update; it returns the new version.
 	// Typed column values come from r.Values; _sync_payload from r.Payload,
 	// _sync_column_versions from r.ColumnVersions. An insert clears the
-	// row's tombstone (SPEC.md §2.2). A unique, not-null, check or
+	// row's tombstone (SPEC.md §2.2). The row's references replace its old
+	// ones in the blob reference index, one per distinct non-NULL
+	// blob_ref value (SPEC.md §5.9.4); each needs its blob held
+	// (BlobHeld), or the transaction aborts. A unique, not-null, check or
 	// foreign-key violation is returned as a *ConstraintError.
 	RowUpsert(ctx context.Context, table string, r RowWrite) (version int64, err error)
 
-	// RowDelete deletes a row of the locked partition; it reports whether a
-	// row existed. The delete's tombstone is written by CommitAppend.
+	// RowDelete deletes a row of the locked partition and its blob
+	// references; it reports whether a row existed. The delete's tombstone
+	// is written by CommitAppend.
 	RowDelete(ctx context.Context, table, rowID string) (bool, error)
 
 	// TombstoneGet returns the commitSeq of the applied delete that left
@@ -255,6 +262,9 @@ type Tx interface {
 	// ReactionEnqueuer writes the commit's planned reactions in this
 	// transaction (reactions.go).
 	ReactionEnqueuer
+
+	// BlobChecker is the push-time blob existence check (blobs.go).
+	BlobChecker
 }
 
 // Savepoint is a rollback point inside a Tx. After Rollback or Release it

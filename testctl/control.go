@@ -22,9 +22,9 @@ import (
 )
 
 // Capabilities are the optional features of the conformance driver seam
-// this build implements. Leases, blobs, signed URLs and the fault hooks
+// this build implements. Leases, signed URLs and the fault hooks
 // join when they exist.
-var Capabilities = []string{"validators", "commit-validators", "realtime"}
+var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"

@@ -336,8 +336,10 @@ func TestInstancesAreNodes(t *testing.T) {
 			t.Errorf("%s survived the instance", bucket)
 		}
 	}
-	if _, err := js.ObjectStore(ctx, nsA.SegmentsBucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
-		t.Errorf("%s survived the instance", nsA.SegmentsBucket())
+	for _, bucket := range []string{nsA.SegmentsBucket(), nsA.BlobsBucket()} {
+		if _, err := js.ObjectStore(ctx, bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			t.Errorf("%s survived the instance", bucket)
+		}
 	}
 	if _, err := js.Stream(ctx, nsB.CommitStream()); err != nil {
 		t.Errorf("deleting A removed B's stream: %v", err)

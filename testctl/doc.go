@@ -21,7 +21,8 @@
 // settings (Config.Realtime, Config.Reactions); an instance plans no
 // reactions, and runs neither the admin API nor host hooks, which answer
 // on production subjects. Its protocol routes are mounted at /i/{id}:
-// POST /i/{id}/sync, GET /i/{id}/segments/{segmentId} and GET
+// POST /i/{id}/sync, GET /i/{id}/segments/{segmentId}, PUT and GET
+// /i/{id}/blobs/{blobId}, POST /i/{id}/blobs/{blobId}/upload-grant and GET
 // /i/{id}/realtime, served by the node's handler (package httpapi), so
 // errors keep the SSP2 JSON shape; a refused realtime connect is answered
 // in band (the upgrade completes, an {"event":"error"} message carries the
@@ -37,7 +38,7 @@
 //
 // # Control API (JSON)
 //
-//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime"]
+//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime","blobs"]
 //	POST   /__test/instances {schema, partition, nowMs, limits?} → {"id"}
 //	DELETE /__test/i/{id}                             → {}
 //	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}

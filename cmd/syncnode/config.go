@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
@@ -40,6 +41,7 @@ type config struct {
 	Storage   storageConfig   `toml:"storage"`
 	Auth      authConfig      `toml:"auth"`
 	Limits    limitsConfig    `toml:"limits"`
+	Blobs     blobsConfig     `toml:"blobs"`
 	Realtime  realtimeConfig  `toml:"realtime"`
 	Reactions reactionsConfig `toml:"reactions"`
 	Log       logConfig       `toml:"log"`
@@ -110,6 +112,9 @@ type hookConfig struct {
 type storageConfig struct {
 	// PostgresURL selects PostgreSQL; empty means SQLite in the data dir.
 	PostgresURL string `toml:"postgres_url"`
+	// PostgresSchema is the schema syncnode's tables live in (default
+	// public).
+	PostgresSchema string `toml:"postgres_schema"`
 	// SQLiteSynchronous is FULL (durable, the default) or NORMAL.
 	SQLiteSynchronous string `toml:"sqlite_synchronous"`
 }
@@ -129,6 +134,15 @@ type limitsConfig struct {
 	MaxSubscriptionsPerRequest int      `toml:"max_subscriptions_per_request"`
 	InlineSegmentMaxBytes      int      `toml:"inline_segment_max_bytes"`
 	SegmentTTL                 duration `toml:"segment_ttl"`
+}
+
+// blobsConfig is the blob store (SPEC.md §5.9): the size cap of one blob,
+// and how long a blob no row references is kept before the sweep
+// deletes it ("0s": at the next sweep).
+type blobsConfig struct {
+	MaxBytes      int64    `toml:"max_bytes"`
+	OrphanGrace   duration `toml:"orphan_grace"`
+	SweepInterval duration `toml:"sweep_interval"`
 }
 
 // reactionsConfig is durable reactions: declarative rules, checked
@@ -218,6 +232,11 @@ func defaultConfig() config {
 			InlineSegmentMaxBytes:      engine.DefaultInlineSegmentMaxBytes,
 			SegmentTTL:                 duration{segments.DefaultTTL},
 		},
+		Blobs: blobsConfig{
+			MaxBytes:      blobs.DefaultMaxBytes,
+			OrphanGrace:   duration{blobs.DefaultOrphanGrace},
+			SweepInterval: duration{blobs.DefaultSweepInterval},
+		},
 		Realtime: realtimeConfig{
 			Enabled:                 true,
 			HeartbeatInterval:       duration{realtime.DefaultHeartbeatInterval},
@@ -295,6 +314,15 @@ func (c *config) validate() error {
 	}
 	if c.Realtime.Enabled && c.Realtime.MaxConnections >= c.HTTP.MaxConnections {
 		bad("realtime.max_connections", "%d must be below http.max_connections (%d): every socket is an HTTP connection", c.Realtime.MaxConnections, c.HTTP.MaxConnections)
+	}
+	if c.Blobs.MaxBytes < 1 {
+		bad("blobs.max_bytes", "%d must be positive", c.Blobs.MaxBytes)
+	}
+	if c.Blobs.OrphanGrace.Duration < 0 {
+		bad("blobs.orphan_grace", "%s must not be negative", c.Blobs.OrphanGrace)
+	}
+	if c.Blobs.SweepInterval.Duration < time.Second {
+		bad("blobs.sweep_interval", "%s is below one second", c.Blobs.SweepInterval)
 	}
 	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
 		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
@@ -586,6 +614,8 @@ func (c config) node() (node.Config, error) {
 			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
 		},
 		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+		Blobs: blobs.Config{MaxBytes: c.Blobs.MaxBytes, OrphanGrace: new(c.Blobs.OrphanGrace.Duration),
+			SweepInterval: c.Blobs.SweepInterval.Duration},
 		Realtime: node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
 		Hooks:    c.Hooks.hooks(),
 		Admin:    node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
@@ -594,7 +624,7 @@ func (c config) node() (node.Config, error) {
 		return node.Config{}, err
 	}
 	if c.Storage.PostgresURL != "" {
-		nc.Store.Postgres.URL = c.Storage.PostgresURL
+		nc.Store.Postgres.URL, nc.Store.Postgres.Schema = c.Storage.PostgresURL, c.Storage.PostgresSchema
 	} else {
 		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
 	}

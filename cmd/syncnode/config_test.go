@@ -210,6 +210,10 @@ enabled = false
 concurrency = 3
 lease = "9s"
 heartbeat = "2s"
+[blobs]
+max_bytes = 1000
+orphan_grace = "0s"
+sweep_interval = "30s"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +238,9 @@ heartbeat = "2s"
 		h.IdleTimeout != 5*time.Second || h.MaxConnections != 77 || nc.API.MaxInflightBodyBytes != 64<<20 {
 		t.Errorf("HTTP = %+v, inflight %d", h, nc.API.MaxInflightBodyBytes)
 	}
+	if b := nc.Blobs; b.MaxBytes != 1000 || b.OrphanGrace == nil || *b.OrphanGrace != 0 || b.SweepInterval != 30*time.Second {
+		t.Errorf("Blobs = %+v (grace %v)", b, b.OrphanGrace)
+	}
 	if nc.Engine.MaxSubscriptions != 9 || nc.NATS.User != "u" || nc.NATS.Password != "p" {
 		t.Errorf("MaxSubscriptions %d, NATS user %q", nc.Engine.MaxSubscriptions, nc.NATS.User)
 	}
@@ -253,6 +260,9 @@ heartbeat = "2s"
 	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
 		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
 	}
+	if b := dn.Blobs; b.MaxBytes != 64<<20 || *b.OrphanGrace != 24*time.Hour || b.SweepInterval != 10*time.Minute {
+		t.Errorf("defaults: Blobs = %+v", b)
+	}
 	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 16384 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
 		t.Errorf("defaults: HTTP %+v, realtime off %v, reactions off %v, admin off %v", dn.HTTP, dn.Realtime.Disabled, dn.Reactions.Disabled, dn.Admin.Disabled)
 	}
@@ -268,6 +278,9 @@ func TestConfigFileRefusals(t *testing.T) {
 	for _, tc := range []struct{ field, toml string }{
 		{"http.stream_segments_above_bytes", "[http]\nstream_segments_above_bytes = -1"},
 		{"http.segment_cache_bytes", "[http]\nsegment_cache_bytes = 0"},
+		{"blobs.max_bytes", "[blobs]\nmax_bytes = 0"},
+		{"blobs.orphan_grace", "[blobs]\norphan_grace = \"-1s\""},
+		{"blobs.sweep_interval", "[blobs]\nsweep_interval = \"0s\""},
 		{"nats.namespace", "[nats]\nnamespace = \"sync\""},
 		// The admin API (on by default) answers on production subjects.
 		{"nats.namespace", "[nats]\nnamespace = \"blue\""},

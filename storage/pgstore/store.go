@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
@@ -32,6 +33,7 @@ type Store struct {
 	// the segment index, written once over this store's SQL.
 	*gateStore
 	*segmentIndex
+	*blobIndex
 	closeOnce sync.Once
 }
 
@@ -42,6 +44,7 @@ var _ storage.Store = (*Store)(nil)
 type (
 	gateStore    = gatecore.Gate
 	segmentIndex = segcore.Index
+	blobIndex    = blobcore.Index
 )
 
 // Advisory lock keys (pg_advisory_xact_lock(key, hashtext(schema))):
@@ -75,6 +78,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.analyzer = newAnalyzer(s)
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
+	s.blobIndex = blobcore.New(blobSQL, runner{s})
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)

@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
@@ -42,6 +43,7 @@ type Store struct {
 	// the segment index, written once over this store's SQL.
 	*gateStore
 	*segmentIndex
+	*blobIndex
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -51,6 +53,7 @@ var _ storage.Store = (*Store)(nil)
 type (
 	gateStore    = gatecore.Gate
 	segmentIndex = segcore.Index
+	blobIndex    = blobcore.Index
 )
 
 // dsn builds the connection string. PRAGMAs go in the DSN so every
@@ -101,6 +104,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
+	s.blobIndex = blobcore.New(blobSQL, runner{s})
 	if err := s.open(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
