@@ -45,6 +45,13 @@ func (r *roundState) image(data []byte, f *ssp2.SegmentRef) error {
 	}
 	pk, pkType := t.PKIndex, t.Columns[t.PKIndex].Type
 	tr := r.c.rep.tables[t.Name]
+	r.c.rep.mu.Lock()
+	if len(tr.rows) == 0 && f.RowCount > 0 && f.RowCount <= 1<<24 {
+		// A fresh replica: size the table once instead of growing it
+		// through every doubling.
+		tr.rows = make(map[string]rowEntry, f.RowCount)
+	}
+	r.c.rep.mu.Unlock()
 	// Rows of a chunk are encoded into one buffer, then copied into an
 	// arena of exactly their size with their ids in one string: two
 	// allocations per chunk rather than two per row.

@@ -193,11 +193,14 @@ type Metrics struct {
 	// ImagesBuilt and ImagesReused count SQLite-image segments, ImageRefs
 	// the image descriptors sent, SignedURLs the urls minted and
 	// SignedRefusals the signed downloads refused.
-	ImagesBuilt    atomic.Int64
-	ImagesReused   atomic.Int64
-	ImageRefs      atomic.Int64
-	SignedURLs     atomic.Int64
-	SignedRefusals atomic.Int64
+	ImagesBuilt  atomic.Int64
+	ImagesReused atomic.Int64
+	// ImageBuildNanos sums the time image builds took (rows read and the
+	// database written; the store's upload excluded).
+	ImageBuildNanos atomic.Int64
+	ImageRefs       atomic.Int64
+	SignedURLs      atomic.Int64
+	SignedRefusals  atomic.Int64
 }
 
 // Defaults.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"iter"
+	"time"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/sqliteimage"
@@ -91,11 +92,13 @@ func (e *Engine) imageBuilder(partition string, t *schema.Table, eff map[string]
 		l := sqliteimage.Layout{Table: t.Name, Columns: t.WireColumns(), PK: t.PKIndex}
 		m := sqliteimage.Meta{Table: t.Name, SchemaVersion: e.cfg.Schema.Version, AsOfCommitSeq: asOf, ScopeDigest: digest}
 		var n int64
+		start := time.Now()
 		err := e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
 			var err error
 			n, err = e.cfg.ImageWriter(ctx, w, l, m, scanRows(ctx, tx, partition, t, eff))
 			return err
 		})
+		e.metrics.ImageBuildNanos.Add(int64(time.Since(start)))
 		return n, "", err
 	}
 }

@@ -97,7 +97,7 @@ type Config struct {
 const (
 	DefaultMaxRequestBytes     = 32 << 20
 	DefaultSegmentCacheBytes   = 64 << 20
-	DefaultStreamSegmentsAbove = 8 << 20
+	DefaultStreamSegmentsAbove = 16 << 20
 )
 
 // WithDefaults returns c with unset fields defaulted.

@@ -247,7 +247,7 @@ concurrency = 3
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
+	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 16<<20 || dn.Names.Prefix() != "" {
 		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
 	}
 	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 16384 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
