@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,8 @@ import (
 	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/signedurl"
+	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -49,7 +52,18 @@ type SegmentStore interface {
 	// epoch that are live at nowMs: sync.not_found when there are none at
 	// all, sync.segment_expired when none is live (SPEC.md §5.5).
 	Grants(ctx context.Context, segmentID, partition, logEpoch string, nowMs int64) ([]storage.SegmentPublication, error)
+	// Find returns the live publication for key at nowMs, if any: a read
+	// of the key cache or SQL, never a build.
+	Find(ctx context.Context, key storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error)
+	// Get returns a segment with its publications in every partition;
+	// an unknown id is sync.not_found.
+	Get(ctx context.Context, segmentID string) (storage.Segment, error)
 }
+
+// ImageWriterFunc writes a SQLite-image segment (SPEC.md §5.3) of layout
+// l and metadata m (RowCount filled in) from rows to w, returning the
+// rows written: sqlitestore.WriteImage, bound to a temporary directory.
+type ImageWriterFunc func(ctx context.Context, w io.Writer, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (int64, error)
 
 // BuildFunc writes one bootstrap page's SSG2 segment to w and reports its
 // row count and the continuation cursor ("" on the table's last page).
@@ -85,6 +99,17 @@ type Config struct {
 	// the client accepts both lanes; nil means the default (256 KiB), 0
 	// never inlines when a reference is accepted.
 	InlineSegmentMaxBytes *int
+	// ImageWriter builds SQLite-image segments (image.go); nil turns the
+	// image lane off. It needs Segments: images travel by reference only.
+	ImageWriter ImageWriterFunc
+	// SignedURLs mints the url of SEGMENT_REF descriptors for clients that
+	// accept signed URLs (accept bit 3) and verifies it on download
+	// (signed.go); nil mints none.
+	SignedURLs *signedurl.Signer
+	// SignedURLBase is the absolute base a signed URL's
+	// "segments/{id}?st=…" is appended to (a CDN in front of the node);
+	// empty takes the request's own mount (Identity.MountURL).
+	SignedURLBase string
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -127,6 +152,10 @@ type Identity struct {
 	Partition string
 	ActorID   string
 	Scopes    Resolver
+	// MountURL is the absolute URL of the mount the request came in on
+	// ("https://host/sync-prefix/"), the base of the signed URLs minted
+	// for it when Config.SignedURLBase is empty.
+	MountURL string
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -161,6 +190,17 @@ type Metrics struct {
 	SegmentsInline   atomic.Int64
 	SegmentRefs      atomic.Int64
 	RowsBootstrapped atomic.Int64
+	// ImagesBuilt and ImagesReused count SQLite-image segments, ImageRefs
+	// the image descriptors sent, SignedURLs the urls minted and
+	// SignedRefusals the signed downloads refused.
+	ImagesBuilt  atomic.Int64
+	ImagesReused atomic.Int64
+	// ImageBuildNanos sums the time image builds took (rows read and the
+	// database written; the store's upload excluded).
+	ImageBuildNanos atomic.Int64
+	ImageRefs       atomic.Int64
+	SignedURLs      atomic.Int64
+	SignedRefusals  atomic.Int64
 }
 
 // Defaults.
@@ -220,6 +260,9 @@ func (c Config) Validate() error {
 	}
 	if c.CascadeLimit < 1 {
 		bad("CascadeLimit %d must be positive", c.CascadeLimit)
+	}
+	if c.SignedURLBase != "" && !strings.HasSuffix(c.SignedURLBase, "/") {
+		bad("SignedURLBase %q must end with /", c.SignedURLBase)
 	}
 	return errors.Join(errs...)
 }

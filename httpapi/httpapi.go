@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/internal/ids"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -98,7 +100,7 @@ type Config struct {
 const (
 	DefaultMaxRequestBytes     = 32 << 20
 	DefaultSegmentCacheBytes   = 64 << 20
-	DefaultStreamSegmentsAbove = 8 << 20
+	DefaultStreamSegmentsAbove = 16 << 20
 )
 
 // WithDefaults returns c with unset fields defaulted.
@@ -214,6 +216,7 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	id.MountURL = MountURL(r, "sync")
 	l := &lease{b: h.budget}
 	defer l.release()
 	body, status, err := readBody(r, h.cfg.MaxRequestBytes, l)
@@ -344,6 +347,10 @@ func bodyError(err error, limit int64) (int, error) {
 // serveSegment is GET /segments/{id}: re-authorized on every call.
 func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	segmentID := r.PathValue("id")
+	if r.URL.Query().Has(signedurl.Param) {
+		h.serveSignedSegment(w, r, segmentID)
+		return
+	}
 	id, ok := h.authenticate(w, r)
 	if !ok {
 		return
@@ -393,6 +400,69 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = dw.Write(body)
+}
+
+// serveSignedSegment is GET /segments/{id}?st=…: the token is the whole
+// grant (SPEC.md §5.4), so no host authentication is read. The bytes are
+// served as stored, uncompressed (§5.8: the signed path's compression is
+// the CDN's concern), with the segment's immutable ETag.
+func (h *Handler) serveSignedSegment(w http.ResponseWriter, r *http.Request, segmentID string) {
+	pub, err := h.cfg.Engine.AuthorizeSignedSegment(r.Context(), segmentID, r.URL.Query().Get(signedurl.Param))
+	if err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeInternalError {
+			h.log.Error("signed segment authorization failed", "segment", segmentID, "err", err)
+		}
+		writeError(w, err)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("ETag", `"`+segmentID+`"`)
+	hdr.Set("Cache-Control", "private, max-age=0")
+	if etagMatch(r.Header.Get("If-None-Match"), segmentID) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if h.cfg.Segments == nil {
+		writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment"))
+		return
+	}
+	dw := newDeadlineWriter(w, h.cfg.WriteTimeout)
+	if pub.ByteLength > h.cfg.StreamSegmentsAbove {
+		h.streamSegment(dw, r, segmentID, encIdentity)
+		return
+	}
+	body, err := h.cfg.Segments.Bytes(r.Context(), segmentID)
+	if err != nil {
+		h.log.Error("read segment", "segment", segmentID, "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		return
+	}
+	hdr.Set("Content-Type", "application/octet-stream")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = dw.Write(body)
+}
+
+// MountURL is the absolute URL of the mount a request came in on: its
+// scheme (https behind TLS or X-Forwarded-Proto), host, and the path it
+// was sent to (before any prefix was stripped) less the route's last
+// element, e.g. "http://h/i/abc/" for POST /i/abc/sync.
+func MountURL(r *http.Request, route string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+		scheme = p
+	}
+	path := r.URL.EscapedPath()
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && r.RequestURI != "" {
+		path = u.EscapedPath()
+	}
+	path = strings.TrimSuffix(path, route)
+	if !strings.HasSuffix(path, "/") {
+		path += "/"
+	}
+	return scheme + "://" + r.Host + path
 }
 
 // streamSegment sends a large segment straight from the store, compressed

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
@@ -73,6 +75,12 @@ type Config struct {
 	Gate     gate.Config     // serve gate: resync, timeouts, OnChange
 	Relay    relay.Config    // commit relay: streams, batching, retries
 
+	// Images configures the SQLite-image bootstrap lane (SPEC.md §5.3).
+	Images ImagesConfig
+	// SignedURLs configures signed segment URLs (SPEC.md §5.4); without a
+	// key none are minted and every ?st= download is refused.
+	SignedURLs SignedURLsConfig
+
 	// Reactions configures durable reactions: the planner of every new
 	// commit and this node's runner.
 	Reactions ReactionsConfig
@@ -94,6 +102,52 @@ type Config struct {
 	// it), and a stop function that Stop calls after HTTP has shut down and
 	// before the components stop.
 	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
+}
+
+// ImagesConfig configures the SQLite-image lane: a bootstrap of a table
+// larger than one rows page, for a client that accepts images, is one
+// SQLite database built with sqlitestore.WriteImage.
+type ImagesConfig struct {
+	// Disabled serves every bootstrap on the rows lane.
+	Disabled bool
+	// TempDir is where images are built (default Segments.TempDir, else
+	// the system's temporary directory).
+	TempDir string
+}
+
+// SignedURLsConfig configures signed segment URLs (package signedurl).
+type SignedURLsConfig struct {
+	// Key is the HMAC key (at least 32 bytes), shared by every node of the
+	// deployment; empty disables signed URLs.
+	Key []byte
+	// TTL is a URL's lifetime (default 5 minutes, at most 15).
+	TTL time.Duration
+	// BaseURL is the absolute base the URLs' "segments/{id}?st=…" goes
+	// under (a CDN in front of the nodes; ends with /); empty uses the
+	// URL each request came in on.
+	BaseURL string
+}
+
+func (c SignedURLsConfig) enabled() bool { return len(c.Key) > 0 }
+
+func (c SignedURLsConfig) validate() error {
+	if !c.enabled() {
+		if c.TTL != 0 || c.BaseURL != "" {
+			return errors.New("node config: SignedURLs: TTL and BaseURL need a Key")
+		}
+		return nil
+	}
+	var errs []error
+	if err := (signedurl.Config{Key: c.Key, TTL: c.TTL}).WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("node config: SignedURLs: %w", err))
+	}
+	if c.BaseURL != "" {
+		u, err := url.Parse(c.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(c.BaseURL, "/") {
+			errs = append(errs, fmt.Errorf("node config: SignedURLs.BaseURL %q must be an absolute http(s) URL ending with /", c.BaseURL))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ReactionsConfig configures durable reactions (package reactions).
@@ -294,6 +348,7 @@ func (c Config) Validate() error {
 	if c.Bus == nil {
 		errs = append(errs, c.NATS.Validate())
 	}
+	errs = append(errs, c.SignedURLs.validate())
 	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Blobs.Validate(), c.Gate.Validate(), c.Relay.Validate())
 	if !c.Reactions.Disabled {
 		errs = append(errs, c.Reactions.Runner.Validate())

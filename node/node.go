@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,7 +38,10 @@ import (
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
+	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 // ErrSchemaInstall wraps a failure to install the schema (and the
@@ -54,9 +59,11 @@ type Node struct {
 	Segments *segments.Store
 	Blobs    *blobs.Store
 	Engine   *engine.Engine
-	Handler  *httpapi.Handler
-	Gate     *gate.Gate
-	Hooks    *hooks.Set
+	// SignedURLs is the signer of segment URLs, nil when they are off.
+	SignedURLs *signedurl.Signer
+	Handler    *httpapi.Handler
+	Gate       *gate.Gate
+	Hooks      *hooks.Set
 	// Reactions is the reaction runner (nil when Reactions.Disabled).
 	Reactions *reactions.Runner
 	// Realtime is the realtime hub (nil when Realtime.Disabled).
@@ -179,6 +186,21 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 
 	ec.Store, ec.Segments, ec.Gate, ec.OnCommit = n.Store, n.Segments, engine.GateOf(n.Gate), n.Relay.Notify
+	if !cfg.Images.Disabled {
+		dir := cfg.Images.TempDir
+		if dir == "" {
+			dir = cfg.Segments.TempDir
+		}
+		ec.ImageWriter = func(ctx context.Context, w io.Writer, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (int64, error) {
+			return sqlitestore.WriteImage(ctx, w, dir, l, m, rows)
+		}
+	}
+	if cfg.SignedURLs.enabled() {
+		if n.SignedURLs, err = signedurl.New(signedurl.Config{Key: cfg.SignedURLs.Key, TTL: cfg.SignedURLs.TTL}); err != nil {
+			return err
+		}
+		ec.SignedURLs, ec.SignedURLBase = n.SignedURLs, cfg.SignedURLs.BaseURL
+	}
 	ec.OnReactions = n.reactionsEnqueued
 	if n.Engine, err = engine.New(ec); err != nil {
 		return err

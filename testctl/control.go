@@ -22,9 +22,9 @@ import (
 )
 
 // Capabilities are the optional features of the conformance driver seam
-// this build implements. Leases, signed URLs and the fault hooks
-// join when they exist.
-var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs"}
+// this build implements. Leases and the fault hooks join when they
+// exist.
+var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs", "signed-urls"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
@@ -84,6 +84,7 @@ func New(cfg Config) (*Control, error) {
 	c.handle("POST /__test/i/{id}/resolver", (*instance).serveResolver)
 	c.handle("POST /__test/i/{id}/validators", (*instance).serveValidators)
 	c.handle("POST /__test/i/{id}/commit-validator", (*instance).serveCommitValidator)
+	c.handle("POST /__test/i/{id}/signed-url-ttl", (*instance).serveSignedURLTTL)
 	c.mux.HandleFunc("/__test/", func(w http.ResponseWriter, _ *http.Request) {
 		writeControlError(w, http.StatusNotFound, errors.New("unknown test-control route"))
 	})
@@ -177,9 +178,6 @@ func (c *Control) serveCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.NowMs == nil:
 		writeControlError(w, http.StatusBadRequest, errors.New("nowMs is required"))
-		return
-	case present(req.SignedURLs):
-		writeControlError(w, http.StatusBadRequest, errors.New("signedUrls: this build does not issue signed URLs"))
 		return
 	case present(req.Leases):
 		writeControlError(w, http.StatusBadRequest, errors.New("leases: this build has no auth leases"))

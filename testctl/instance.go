@@ -1,7 +1,9 @@
 package testctl
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
@@ -76,6 +80,10 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		lim.MaxDeltaBytes < 0 || lim.MaxPresenceBytes < 0 || lim.MaxCascadeOperations < 0 {
 		return nil, badf("limits must not be negative")
 	}
+	signed, err := signedURLs(req.SignedURLs)
+	if err != nil {
+		return nil, err
+	}
 	names, err := namespace(id)
 	if err != nil {
 		return nil, err
@@ -116,9 +124,10 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		},
 		// The owner of the virtual clock prunes (POST prune), not a
 		// background loop on the wall clock.
-		Segments:  segments.Config{TTL: ttl, MaintenanceInterval: -1},
-		Realtime:  rt,
-		Reactions: rc,
+		Segments:   segments.Config{TTL: ttl, MaintenanceInterval: -1},
+		Realtime:   rt,
+		Reactions:  rc,
+		SignedURLs: signed,
 		// The admin API and host hooks answer on production subjects,
 		// which an instance's namespace does not own.
 		Admin: node.AdminConfig{Disabled: true},
@@ -134,6 +143,56 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	}
 	in.node = n
 	return in, nil
+}
+
+// signedURLs reads the signedUrls create option: absent, null or false
+// is off; true or {"ttlSeconds": n} (0..900, absent: the default) turns
+// signed URLs on under a key of the instance's own.
+func signedURLs(raw json.RawMessage) (node.SignedURLsConfig, error) {
+	if !present(raw) || strings.TrimSpace(string(raw)) == "false" {
+		return node.SignedURLsConfig{}, nil
+	}
+	var opt struct {
+		TTLSeconds *int64 `json:"ttlSeconds"`
+	}
+	if strings.TrimSpace(string(raw)) != "true" {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&opt); err != nil {
+			return node.SignedURLsConfig{}, badf("signedUrls must be true, false or {\"ttlSeconds\": n}: %v", err)
+		}
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	c := node.SignedURLsConfig{Key: key}
+	if opt.TTLSeconds != nil {
+		if *opt.TTLSeconds < 1 || *opt.TTLSeconds > int64(signedurl.MaxTTL/time.Second) {
+			return node.SignedURLsConfig{}, badf("signedUrls.ttlSeconds %d is outside 1..%d", *opt.TTLSeconds, int64(signedurl.MaxTTL/time.Second))
+		}
+		c.TTL = time.Duration(*opt.TTLSeconds) * time.Second
+	}
+	return c, nil
+}
+
+// serveSignedURLTTL sets the lifetime of the signed URLs minted from now
+// on; 0 mints URLs that expire at issuance.
+func (in *instance) serveSignedURLTTL(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TTLSeconds *int64 `json:"ttlSeconds"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if in.node.SignedURLs == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("the instance was created without signedUrls"))
+		return
+	}
+	if req.TTLSeconds == nil || *req.TTLSeconds < 0 || *req.TTLSeconds > int64(signedurl.MaxTTL/time.Second) {
+		writeControlError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds must be an integer in 0..%d", int64(signedurl.MaxTTL/time.Second)))
+		return
+	}
+	_ = in.node.SignedURLs.SetTTL(time.Duration(*req.TTLSeconds) * time.Second)
+	writeJSON(w, struct{}{})
 }
 
 // handler is the instance's protocol handler.

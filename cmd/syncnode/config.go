@@ -22,6 +22,7 @@ import (
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -47,7 +48,27 @@ type config struct {
 	Log       logConfig       `toml:"log"`
 	Admin     adminConfig     `toml:"admin"`
 	Hooks     hooksConfig     `toml:"hooks"`
-	TestMode  testModeConfig  `toml:"-"`
+	// Images is the SQLite-image bootstrap lane, SignedURLs the signed
+	// segment URLs (SPEC.md §5.3, §5.4).
+	Images     imagesConfig     `toml:"images"`
+	SignedURLs signedURLsConfig `toml:"signed_urls"`
+	TestMode   testModeConfig   `toml:"-"`
+}
+
+// imagesConfig is the SQLite-image lane: on, a bootstrap of a table
+// larger than one rows page, for a client that accepts images, is one
+// SQLite database.
+type imagesConfig struct {
+	Enabled bool `toml:"enabled"`
+}
+
+// signedURLsConfig turns signed segment URLs on: with a key (or key
+// file), SEGMENT_REFs carry a url with st= for clients that accept them.
+type signedURLsConfig struct {
+	Key     string   `toml:"key"`
+	KeyFile string   `toml:"key_file"`
+	TTL     duration `toml:"ttl"`
+	BaseURL string   `toml:"base_url"`
 }
 
 type httpConfig struct {
@@ -250,9 +271,11 @@ func defaultConfig() config {
 			FallbackPollInterval:    duration{realtime.DefaultFallbackPollInterval},
 			PresenceAliveInterval:   duration{realtime.DefaultPresenceAliveInterval},
 		},
-		Reactions: reactionsConfig{Enabled: true},
-		Log:       logConfig{Level: "info", Format: "text"},
-		Admin:     adminConfig{Enabled: true},
+		Reactions:  reactionsConfig{Enabled: true},
+		Images:     imagesConfig{Enabled: true},
+		SignedURLs: signedURLsConfig{TTL: duration{signedurl.DefaultTTL}},
+		Log:        logConfig{Level: "info", Format: "text"},
+		Admin:      adminConfig{Enabled: true},
 		Hooks: hooksConfig{
 			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
@@ -323,6 +346,18 @@ func (c *config) validate() error {
 	}
 	if c.Blobs.SweepInterval.Duration < time.Second {
 		bad("blobs.sweep_interval", "%s is below one second", c.Blobs.SweepInterval)
+	}
+	if c.SignedURLs.Key != "" && c.SignedURLs.KeyFile != "" {
+		bad("signed_urls.key_file", "set either key or key_file, not both")
+	}
+	if c.SignedURLs.Key != "" && len(c.SignedURLs.Key) < signedurl.MinKeyBytes {
+		bad("signed_urls.key", "must be at least %d bytes", signedurl.MinKeyBytes)
+	}
+	if d := c.SignedURLs.TTL.Duration; d <= 0 || d > signedurl.MaxTTL || d%time.Second != 0 {
+		bad("signed_urls.ttl", "%s must be whole seconds in 1s..%s", d, signedurl.MaxTTL)
+	}
+	if u := c.SignedURLs.BaseURL; u != "" && !strings.HasSuffix(u, "/") {
+		bad("signed_urls.base_url", "%q must end with /", u)
 	}
 	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
 		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
@@ -472,6 +507,7 @@ var envVars = []struct {
 	}},
 	{"SYNCNODE_POSTGRES_URL", func(c *config, v string) error { c.Storage.PostgresURL = v; return nil }},
 	{"SYNCNODE_JWT_SECRET", func(c *config, v string) error { c.Auth.JWTSecret = v; return nil }},
+	{"SYNCNODE_SIGNED_URL_KEY", func(c *config, v string) error { c.SignedURLs.Key = v; return nil }},
 	{"SYNCNODE_NATS_USER", func(c *config, v string) error { c.NATS.User = v; return nil }},
 	{"SYNCNODE_NATS_PASSWORD", func(c *config, v string) error { c.NATS.Password = v; return nil }},
 	{"SYNCNODE_LOG_LEVEL", func(c *config, v string) error { c.Log.Level = v; return nil }},
@@ -619,6 +655,10 @@ func (c config) node() (node.Config, error) {
 		Realtime: node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
 		Hooks:    c.Hooks.hooks(),
 		Admin:    node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
+		Images:   node.ImagesConfig{Disabled: !c.Images.Enabled},
+	}
+	if nc.SignedURLs, err = c.SignedURLs.node(); err != nil {
+		return node.Config{}, err
 	}
 	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
 		return node.Config{}, err
@@ -629,6 +669,24 @@ func (c config) node() (node.Config, error) {
 		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
 	}
 	return nc, nil
+}
+
+// node is the node's signed-URL setting: off without a key.
+func (s signedURLsConfig) node() (node.SignedURLsConfig, error) {
+	key := []byte(s.Key)
+	if s.KeyFile != "" {
+		b, err := os.ReadFile(s.KeyFile)
+		if err != nil {
+			return node.SignedURLsConfig{}, &fieldError{Field: "signed_urls.key_file", Reason: err.Error()}
+		}
+		if key = []byte(strings.TrimSpace(string(b))); len(key) < signedurl.MinKeyBytes {
+			return node.SignedURLsConfig{}, &fieldError{Field: "signed_urls.key_file", Reason: fmt.Sprintf("the key must be at least %d bytes", signedurl.MinKeyBytes)}
+		}
+	}
+	if len(key) == 0 {
+		return node.SignedURLsConfig{}, nil
+	}
+	return node.SignedURLsConfig{Key: key, TTL: s.TTL.Duration, BaseURL: s.BaseURL}, nil
 }
 
 // natsConfig is the node's NATS: embedded per nats.conf, or external.

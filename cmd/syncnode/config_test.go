@@ -257,7 +257,7 @@ sweep_interval = "30s"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
+	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 16<<20 || dn.Names.Prefix() != "" {
 		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
 	}
 	if b := dn.Blobs; b.MaxBytes != 64<<20 || *b.OrphanGrace != 24*time.Hour || b.SweepInterval != 10*time.Minute {
@@ -287,6 +287,50 @@ func TestConfigFileRefusals(t *testing.T) {
 		{"nats.namespace", "[nats]\nnamespace = \"blue\"\n[admin]\nenabled = false\n[hooks.token]\nenabled = true"},
 		{"limits.inline_segment_max_bytes", "[limits]\ninline_segment_max_bytes = -1"},
 		{"realtime.max_connections", "[http]\nmax_connections = 100\n[realtime]\nmax_connections = 100"},
+	} {
+		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
+		}
+	}
+}
+
+// TestSignedURLsAndImagesConfig: [signed_urls] and [images] reach the
+// node; without a key signed URLs stay off; bad values name their field.
+func TestSignedURLsAndImagesConfig(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfigFile(t, `
+[images]
+enabled = false
+[signed_urls]
+key_file = "`+keyFile+`"
+ttl      = "10m"
+base_url = "https://cdn.example/sync/"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := c.node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nc.Images.Disabled || string(nc.SignedURLs.Key) != strings.Repeat("k", 40) || nc.SignedURLs.TTL != 10*time.Minute ||
+		nc.SignedURLs.BaseURL != "https://cdn.example/sync/" {
+		t.Fatalf("images %+v, signed urls %+v", nc.Images, nc.SignedURLs)
+	}
+	def := defaultConfig()
+	nc, err = def.node()
+	if err != nil || nc.Images.Disabled || nc.SignedURLs.Key != nil {
+		t.Fatalf("defaults: images %+v, signed urls %+v, %v; want images on, signed urls off", nc.Images, nc.SignedURLs, err)
+	}
+	for _, tc := range []struct{ field, toml string }{
+		{"signed_urls.key", "[signed_urls]\nkey = \"short\""},
+		{"signed_urls.key_file", "[signed_urls]\nkey = \"" + strings.Repeat("k", 32) + "\"\nkey_file = \"x\""},
+		{"signed_urls.ttl", "[signed_urls]\nttl = \"16m\""},
+		{"signed_urls.ttl", "[signed_urls]\nttl = \"0s\""},
+		{"signed_urls.base_url", "[signed_urls]\nbase_url = \"https://cdn.example/sync\""},
 	} {
 		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)

@@ -290,7 +290,7 @@ func TestTestControl(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		var caps []string
 		mustCall(t, "GET", h.s.url+"/__test/capabilities", nil, &caps)
-		if strings.Join(caps, ",") != "validators,commit-validators,realtime,blobs" {
+		if strings.Join(caps, ",") != "validators,commit-validators,realtime,blobs,signed-urls" {
 			t.Fatalf("capabilities = %v", caps)
 		}
 	})

@@ -27,8 +27,8 @@ var layers = [][]string{
 	{"relay", "segments", "blobs", "gate", "httpapi", "backfill", "rules", "hooks"},
 	{"engine", "bus", "storage/sqlitestore", "storage/pgstore"},
 	{"storage/internal"},
-	{"storage", "auth", "client"},
-	{"schema"},
+	{"storage", "auth", "client", "signedurl"},
+	{"schema", "sqliteimage"},
 	{"ssp2", "embedded"},
 	{"internal"},
 }
