@@ -123,6 +123,9 @@ func (s *Store) bind(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		obs, err = js.ObjectStore(ctx, s.bucket)
 	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
+	}
 	if err != nil {
 		return fmt.Errorf("open segment bucket %s: %w", s.bucket, err)
 	}
@@ -152,6 +155,9 @@ func (s *Store) bind(ctx context.Context) error {
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 		}
+	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.KVStream(s.cfg.Names.LeaseBucket()), s.cfg.Replicas)
 	}
 	if err != nil {
 		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
