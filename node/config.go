@@ -60,6 +60,8 @@ type Config struct {
 	Store StoreConfig
 	// NATS configures the node's own NATS: an embedded server or a
 	// connection to an external one. DataDir and Logger are the node's.
+	// Its Replicas (or the detected factor of Bus) becomes the Replicas of
+	// the relay's streams, the gate's bucket and the segment store.
 	NATS embedded.Config
 	// Bus, when set, is a running NATS the node uses instead of starting
 	// its own (NATS must then be empty); the node never stops it. The

@@ -140,6 +140,11 @@ func (n *Node) start(ctx context.Context) (err error) {
 		}
 	}
 	js := n.NATS.JetStream()
+	// Every stream, bucket and object store the node creates has the
+	// replication factor of its NATS (3 on a cluster of three or more).
+	replicas := max(n.NATS.Replicas(), 1)
+	cfg.Relay.Streams.Commits.Replicas, cfg.Relay.Streams.Control.Replicas = replicas, replicas
+	cfg.Gate.Replicas, cfg.Segments.Replicas = replicas, replicas
 
 	if n.Relay, err = relay.New(js, n.Store, cfg.Relay); err != nil {
 		return fmt.Errorf("relay: %w", err)

@@ -247,7 +247,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.state = 1
 	r.mu.Unlock()
 
-	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams); err != nil {
+	ensure := func(ctx context.Context) error { return bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams) }
+	if err := bus.RetrySetup(ctx, ensure, func(err error) bool { return errors.Is(err, bus.ErrStreamConflict) }); err != nil {
 		return fmt.Errorf("relay start: %w", err)
 	}
 	r.maxPayload = int(r.nc.MaxPayload())

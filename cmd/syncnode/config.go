@@ -107,6 +107,20 @@ type natsConfig struct {
 	// "" keeps the standard names. The admin API and the host hooks
 	// answer on production subjects only: a namespaced node runs neither.
 	Namespace string `toml:"namespace"`
+	// Replicas of every stream, KV bucket and object store: 0 (the
+	// default) detects 3 on a cluster of three or more servers, else 1.
+	Replicas int `toml:"replicas"`
+	// Cluster overrides nats.conf's cluster {} block (embedded mode).
+	Cluster natsClusterConfig `toml:"cluster"`
+}
+
+// natsClusterConfig makes the embedded server a cluster member.
+type natsClusterConfig struct {
+	Name string `toml:"name"`
+	// Listen is the route listener, host:port.
+	Listen string `toml:"listen"`
+	// Routes are every member's nats-route://host:port, this one's too.
+	Routes []string `toml:"routes"`
 }
 
 type adminConfig struct {
@@ -378,12 +392,23 @@ func (c *config) validate() error {
 		if c.NATS.Port != nil && (*c.NATS.Port < -1 || *c.NATS.Port > 65535) {
 			bad("nats.port", "%d is not a port (-1 picks a free one)", *c.NATS.Port)
 		}
+		if cl := c.NATS.Cluster; cl.Listen != "" || len(cl.Routes) > 0 || cl.Name != "" {
+			if _, _, err := splitHostPort(cl.Listen); err != nil {
+				bad("nats.cluster.listen", "%q: %v", cl.Listen, err)
+			}
+		}
 	case "external":
 		if len(c.NATS.URLs) == 0 {
 			bad("nats.urls", "external mode needs at least one URL")
 		}
+		if cl := c.NATS.Cluster; cl.Listen != "" || len(cl.Routes) > 0 || cl.Name != "" {
+			bad("nats.cluster", "is for embedded mode; an external deployment has its own cluster")
+		}
 	default:
 		bad("nats.mode", "%q is neither embedded nor external", c.NATS.Mode)
+	}
+	if c.NATS.Replicas < 0 || c.NATS.Replicas > 5 {
+		bad("nats.replicas", "%d outside 0..5 (0 detects)", c.NATS.Replicas)
 	}
 	switch strings.ToUpper(c.Storage.SQLiteSynchronous) {
 	case "FULL", "NORMAL":
@@ -693,10 +718,14 @@ func (s signedURLsConfig) node() (node.SignedURLsConfig, error) {
 func (c config) natsConfig() embedded.Config {
 	if c.NATS.Mode == "external" {
 		return embedded.Config{Mode: embedded.ModeExternal, URLs: c.NATS.URLs, CredentialsFile: c.NATS.Credentials, Domain: c.NATS.Domain,
-			User: c.NATS.User, Password: c.NATS.Password}
+			User: c.NATS.User, Password: c.NATS.Password, Replicas: c.NATS.Replicas}
 	}
 	nc := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: c.NATS.ConfigFile, ServerName: c.NodeName, Domain: c.NATS.Domain,
-		User: c.NATS.User, Password: c.NATS.Password}
+		User: c.NATS.User, Password: c.NATS.Password, Replicas: c.NATS.Replicas}
+	if cl := c.NATS.Cluster; cl.Listen != "" {
+		host, port, _ := splitHostPort(cl.Listen) // validated
+		nc.Cluster = embedded.ClusterConfig{Name: cl.Name, Host: host, Port: port, Routes: cl.Routes}
+	}
 	if c.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
 		// The default nats.conf is optional: without it the built-in
 		// defaults (the same as the file in the repository) apply.
@@ -708,4 +737,17 @@ func (c config) natsConfig() embedded.Config {
 		nc.Port = *c.NATS.Port
 	}
 	return nc
+}
+
+// splitHostPort parses a host:port listen address.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 1..65535", p)
+	}
+	return host, port, nil
 }

@@ -79,7 +79,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	s.blobIndex = blobcore.New(blobSQL, runner{s})
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
+	// Nodes starting together race on IF NOT EXISTS: the loser gets a
+	// unique violation on the catalog, and the schema exists.
+	var pe *pgconn.PgError
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
 	}
