@@ -80,23 +80,12 @@ func New(cfg Config) (*Store, error) {
 // sweep.
 func (s *Store) Start(ctx context.Context) error {
 	return s.life.Start(func() error {
-		js := s.cfg.JetStream
-		obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:      s.bucket,
-			Description: "syncnode blob bytes, one object per accepted upload (blob-<hex>-<nuid>)",
-			Storage:     jetstream.FileStorage,
-			Replicas:    s.cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			obs, err = js.ObjectStore(ctx, s.bucket)
+		// Members of a cluster starting together may find JetStream
+		// without a meta leader for a moment: set up in short attempts,
+		// as the segment store does.
+		if err := bus.RetrySetup(ctx, s.bind, func(error) bool { return false }); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
-		}
-		if s.stream, err = js.Stream(ctx, bus.ObjectStream(s.bucket)); err != nil {
-			return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
-		}
-		s.obs = obs
 		if s.cfg.SweepInterval > 0 {
 			lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			s.cancel, s.loopDone = cancel, make(chan struct{})
@@ -104,6 +93,32 @@ func (s *Store) Start(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// bind opens (creating if absent) the bucket at the node's replication
+// factor.
+func (s *Store) bind(ctx context.Context) error {
+	js := s.cfg.JetStream
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      s.bucket,
+		Description: "syncnode blob bytes, one object per accepted upload (blob-<hex>-<nuid>)",
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		obs, err = js.ObjectStore(ctx, s.bucket)
+	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
+	}
+	if err != nil {
+		return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
+	}
+	if s.stream, err = js.Stream(ctx, bus.ObjectStream(s.bucket)); err != nil {
+		return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
+	}
+	s.obs = obs
+	return nil
 }
 
 // Stop ends the background sweep, waiting for a pass in progress within

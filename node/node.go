@@ -144,7 +144,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	// replication factor of its NATS (3 on a cluster of three or more).
 	replicas := max(n.NATS.Replicas(), 1)
 	cfg.Relay.Streams.Commits.Replicas, cfg.Relay.Streams.Control.Replicas = replicas, replicas
-	cfg.Gate.Replicas, cfg.Segments.Replicas = replicas, replicas
+	cfg.Gate.Replicas, cfg.Segments.Replicas, cfg.Blobs.Replicas = replicas, replicas, replicas
 
 	if n.Relay, err = relay.New(js, n.Store, cfg.Relay); err != nil {
 		return fmt.Errorf("relay: %w", err)
