@@ -300,8 +300,15 @@ func TestDiscovery(t *testing.T) {
 			t.Errorf("INFO lacks %s (has %v)", bus.AdminSubject(ep.Name), subjects)
 		}
 	}
-	if len(subjects) != 13 {
-		t.Errorf("%d endpoints, want 13: %v", len(subjects), subjects)
+	// The admin's own 13 and the 5 reactions.* endpoints the node
+	// registers through an Extension.
+	if len(subjects) != 18 {
+		t.Errorf("%d endpoints, want 18: %v", len(subjects), subjects)
+	}
+	for _, name := range []string{"list", "show", "retry", "prune", "stats"} {
+		if !slices.Contains(subjects, bus.AdminSubject("reactions."+name)) {
+			t.Errorf("INFO lacks reactions.%s (has %v)", name, subjects)
+		}
 	}
 }
 
