@@ -220,10 +220,6 @@ type Runner struct {
 	// leases are the Go handlers running or waiting for their completion
 	// to be recorded, for heartbeats.
 	leases map[storage.ReactionKey]*job
-	// leaseWrites serializes the runner's batch lease writes (complete,
-	// extend): both lock many rows, and two such statements on
-	// overlapping rows can deadlock on PostgreSQL.
-	leaseWrites sync.Mutex
 
 	acks    chan *job
 	jobCtx  context.Context
