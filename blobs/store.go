@@ -168,11 +168,17 @@ func (s *Store) Put(ctx context.Context, partition, blobID, mediaType string, de
 	if declared > s.cfg.MaxBytes {
 		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body of %d bytes exceeds the blob size cap of %d", declared, s.cfg.MaxBytes))
 	}
-	if _, ok, err := s.cfg.Store.BlobTouch(ctx, partition, blobID, s.nowMs()); err != nil || ok {
-		if ok {
-			s.m.UploadsExisting.Add(1)
+	// A read first: a new upload costs no write here.
+	if _, held, err := s.cfg.Store.BlobGet(ctx, partition, blobID); err != nil {
+		return false, err
+	} else if held {
+		// Held, unless swept since the read: then it is uploaded anew.
+		if _, ok, err := s.cfg.Store.BlobTouch(ctx, partition, blobID, s.nowMs()); err != nil || ok {
+			if ok {
+				s.m.UploadsExisting.Add(1)
+			}
+			return ok, err
 		}
-		return ok, err
 	}
 	hexDigest := blobID[len("sha256:"):]
 	sum, _ := hex.DecodeString(hexDigest)
