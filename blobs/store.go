@@ -183,20 +183,26 @@ func (s *Store) Put(ctx context.Context, partition, blobID, mediaType string, de
 	if declared > s.cfg.MaxBytes {
 		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body of %d bytes exceeds the blob size cap of %d", declared, s.cfg.MaxBytes))
 	}
-	if _, ok, err := s.cfg.Store.BlobTouch(ctx, partition, blobID, s.nowMs()); err != nil || ok {
-		if ok {
-			s.m.UploadsExisting.Add(1)
+	// A read first: a new upload costs no write here.
+	if _, held, err := s.cfg.Store.BlobGet(ctx, partition, blobID); err != nil {
+		return false, err
+	} else if held {
+		// Held, unless swept since the read: then it is uploaded anew.
+		if _, ok, err := s.cfg.Store.BlobTouch(ctx, partition, blobID, s.nowMs()); err != nil || ok {
+			if ok {
+				s.m.UploadsExisting.Add(1)
+			}
+			return ok, err
 		}
-		return ok, err
 	}
 	hexDigest := blobID[len("sha256:"):]
 	sum, _ := hex.DecodeString(hexDigest)
 	want := "SHA-256=" + base64.URLEncoding.EncodeToString(sum)
 	name := bus.BlobObject(hexDigest, nuid.Next())
 	cr := &capReader{r: body, max: s.cfg.MaxBytes}
-	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.cfg.ChunkSize)}}, cr)
+	info, err := bus.PutObject(ctx, s.cfg.JetStream, s.stream, s.bucket, name, s.cfg.ChunkSize, cr)
 	if err != nil {
-		s.deleteObject(ctx, name) // the Object Store purges a failed put's chunks; its meta may remain
+		s.deleteObject(ctx, name) // a failed put purged its chunks; its meta may have been written
 		if cr.over {
 			return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body exceeds the blob size cap of %d bytes", s.cfg.MaxBytes))
 		}

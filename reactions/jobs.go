@@ -185,9 +185,7 @@ func (r *Runner) complete(batch []*job) {
 	for i, j := range batch {
 		leases[i] = j.lease
 	}
-	r.leaseWrites.Lock()
 	done, err := r.cfg.Store.ReactionComplete(context.WithoutCancel(r.jobCtx), storage.ReactionCompleteParams{Leases: leases, NowMs: now.UnixMilli()})
-	r.leaseWrites.Unlock()
 	r.mu.Lock()
 	for _, j := range batch {
 		delete(r.leases, j.lease.ReactionKey) // a worker's job was never there
@@ -234,9 +232,7 @@ func (r *Runner) heartbeat() {
 			for i, j := range chunk {
 				leases[i] = j.lease
 			}
-			r.leaseWrites.Lock()
 			ok, err := r.cfg.Store.ReactionExtend(context.WithoutCancel(r.jobCtx), storage.ReactionExtendParams{Leases: leases, UntilMs: r.now().Add(r.cfg.Lease).UnixMilli()})
-			r.leaseWrites.Unlock()
 			if err != nil {
 				r.log.Warn("reactions: extending leases failed", "err", err)
 				break

@@ -68,6 +68,32 @@ func TestHandlerRunsOnCommitEvent(t *testing.T) {
 
 // Work left in the table (a previous process died after COMMIT) runs when
 // a runner starts, without a new commit.
+// Commits one after the other, each made as soon as the previous
+// reaction's handler started (so its event tends to arrive while the
+// claim that found the previous one is still finishing): every reaction
+// runs on its commit event, none waits for the sweep (an hour away).
+func TestNoLostWakeups(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		started := make(chan string, 1)
+		e.runner(Config{Handlers: map[string]Handler{"t": func(_ context.Context, r storage.Reaction) error {
+			started <- r.IdempotencyKey
+			return nil
+		}}})
+		for i := range 300 {
+			k := e.commit("p", plan{key: "k", typ: "t"})[0]
+			select {
+			case got := <-started:
+				if got != k.IdempotencyKey {
+					t.Fatalf("commit %d: handler ran %s, want %s", i, got, k.IdempotencyKey)
+				}
+			case <-time.After(wait):
+				t.Fatalf("commit %d: its reaction never ran (a lost wake-up)", i)
+			}
+		}
+	})
+}
+
 func TestStartRunsBacklog(t *testing.T) {
 	e := newEnv(t, backends[0])
 	keys := e.commit("p", plan{key: "a", typ: "t"}, plan{key: "b", typ: "t"})

@@ -16,7 +16,7 @@ import (
 // imageBatch is how many rows one INSERT statement carries: SQLite binds
 // at most 32,766 parameters, and a wide statement amortizes the per-call
 // cost of the driver.
-const imageBatch = 256
+const imageBatch = 1024
 
 // WriteImage writes a SQLite-image segment (SPEC.md §5.3) of layout l to
 // w: the data table and the _syncular_segment row holding m, with
@@ -53,6 +53,7 @@ func buildImage(ctx context.Context, path string, l sqliteimage.Layout, m sqlite
 	q := url.Values{}
 	// A scratch file: no journal, no syncs, one connection, the page
 	// cache large enough to hold a big image before it is written out.
+	q.Add("_pragma", "page_size(16384)")
 	q.Add("_pragma", "journal_mode(OFF)")
 	q.Add("_pragma", "synchronous(OFF)")
 	q.Add("_pragma", "locking_mode(EXCLUSIVE)")
