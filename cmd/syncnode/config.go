@@ -45,6 +45,7 @@ type config struct {
 	Log       logConfig       `toml:"log"`
 	Admin     adminConfig     `toml:"admin"`
 	Hooks     hooksConfig     `toml:"hooks"`
+	Runtime   runtimeConfig   `toml:"runtime"`
 	TestMode  testModeConfig  `toml:"-"`
 }
 
@@ -233,6 +234,7 @@ func defaultConfig() config {
 		Reactions: reactionsConfig{Enabled: true},
 		Log:       logConfig{Level: "info", Format: "text"},
 		Admin:     adminConfig{Enabled: true},
+		Runtime:   runtimeConfig{MemoryLimit: DefaultMemoryLimit},
 		Hooks: hooksConfig{
 			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
@@ -375,6 +377,7 @@ func (c *config) validate() error {
 		}
 	}
 	c.Realtime.validate(bad)
+	c.Runtime.validate(bad)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
