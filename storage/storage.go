@@ -36,6 +36,12 @@ type Store interface {
 	// when the stored value is older than TouchGranularityMs.
 	PartitionTouch(ctx context.Context, partition string, nowMs int64) (Partition, error)
 
+	// PartitionTouchClient is PartitionTouch that also returns clientID's
+	// record (ok=false when it has none), read in one statement with the
+	// partition row: the start of a sync request in one read. A partition
+	// created by the touch has no client records.
+	PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (p Partition, c Client, ok bool, err error)
+
 	// PartitionGet returns the registry row without touching it
 	// (CodeStoragePartitionUnregistered when absent).
 	PartitionGet(ctx context.Context, partition string) (Partition, error)

@@ -39,6 +39,49 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 	if err != nil {
 		return p, fmt.Errorf("touch partition: %w", err)
 	}
+	return s.touched(ctx, partition, nowMs, p, ok)
+}
+
+// qPartitionClient reads a partition row and one client record of it in
+// one statement; the client columns are defaults when it has none.
+const qPartitionClient = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
+	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
+	FROM sync_partitions p LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = $2 WHERE p.id = $1`
+
+// PartitionTouchClient implements storage.Store like PartitionTouch, the
+// client record read in the partition row's statement (one round trip).
+func (s *Store) PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (storage.Partition, storage.Client, bool, error) {
+	var (
+		p     storage.Partition
+		cl    = storage.Client{Partition: partition, ClientID: clientID}
+		hasCl bool
+		wire  int32
+		subs  *string
+	)
+	err := s.pool.QueryRow(ctx, qPartitionClient, partition, clientID).Scan(
+		&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+		&hasCl, &cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+	ok := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil {
+		return p, storage.Client{}, false, fmt.Errorf("touch partition: %w", err)
+	}
+	if p, err = s.touched(ctx, partition, nowMs, p, ok); err != nil || !hasCl {
+		return p, storage.Client{}, false, err
+	}
+	cl.WireVersion = uint16(wire)
+	if subs != nil {
+		cl.Subscriptions = []byte(*subs)
+	}
+	return p, cl, true, nil
+}
+
+// touched completes a touch after the read of p (ok: the row exists): it
+// creates the row, or refreshes a stale last-seen time.
+func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p storage.Partition, ok bool) (storage.Partition, error) {
+	var err error
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}

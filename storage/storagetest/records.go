@@ -23,6 +23,7 @@ var clientTests = []test{
 	{"PutKeepsBinding", testClientPutKeepsBinding},
 	{"BindFirstWins", testClientBind},
 	{"Ack", testClientAck},
+	{"TouchWithClient", testPartitionTouchClient},
 }
 
 var constraintTests = []test{
@@ -171,6 +172,53 @@ func testClientPutGet(t *testing.T, e *env) {
 	got, _, err = s.ClientGet(ctx, p.ID, "c1")
 	check(t, err)
 	assertClient(t, got, c2)
+}
+
+// testPartitionTouchClient: the touch that reads a client record returns
+// the partition row PartitionTouch does and the record ClientGet does —
+// none for an unknown id or a partition the touch creates — and refreshes
+// last-seen by the same rule.
+func testPartitionTouchClient(t *testing.T, e *env) {
+	s, _ := e.store()
+	ctx := t.Context()
+	const t0 = 7_000_000
+	p, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0)
+	check(t, err)
+	if ok || p.ID != "fresh" || !epochRE.MatchString(p.LogEpoch) || p.CreatedAtMs != t0 || p.LastSeenMs != t0 {
+		t.Fatalf("first touch = %+v, client %+v %v", p, cl, ok)
+	}
+	c := storage.Client{Partition: "fresh", ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 12, UpdatedAtMs: 500,
+		Subscriptions: json.RawMessage(`[{"id":"s1"}]`)}
+	check(t, s.ClientPut(ctx, c))
+	check(t, s.ClientPut(ctx, storage.Client{Partition: "fresh", ClientID: "c2", ActorID: "bob", WireVersion: 1, Cursor: -1, UpdatedAtMs: 1}))
+	p2, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+1)
+	check(t, err)
+	if !ok || p2 != p {
+		t.Fatalf("touch = %+v, %v; want %+v with the record", p2, ok, p)
+	}
+	assertClient(t, cl, c)
+	// No subscription list, another id.
+	_, cl, ok, err = s.PartitionTouchClient(ctx, "fresh", "c2", t0+1)
+	check(t, err)
+	if !ok || cl.Subscriptions != nil || cl.ActorID != "bob" || cl.Cursor != -1 {
+		t.Fatalf("c2 = %+v, %v", cl, ok)
+	}
+	if _, _, ok, err := s.PartitionTouchClient(ctx, "fresh", "nobody", t0+1); err != nil || ok {
+		t.Fatalf("unknown client = %v, %v", ok, err)
+	}
+	// Past the granularity last-seen moves, and the record still comes.
+	p3, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+storage.TouchGranularityMs+1)
+	check(t, err)
+	want := p
+	want.LastSeenMs = t0 + storage.TouchGranularityMs + 1
+	if p3 != want || !ok {
+		t.Fatalf("touch past granularity = %+v, %v; want %+v", p3, ok, want)
+	}
+	assertClient(t, cl, c)
+	// Another partition's record of the same id is not this one's.
+	if _, _, ok, err := s.PartitionTouchClient(ctx, "other", "c1", t0); err != nil || ok {
+		t.Fatalf("other partition = %v, %v", ok, err)
+	}
 }
 
 // testClientPutKeepsBinding: a put never rebinds a client id to another
