@@ -175,12 +175,13 @@ func jsonInts(vs []int64) string {
 // The changes of candidate commits for one table, in log order: the IN
 // list is walked in order against the primary key, so rows stream without
 // a sort and reading stops as soon as the window is full.
-const qWindowChanges = `SELECT seq, row_id, op, row_version, scopes, row FROM sync_changes
-	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) AND tbl = ?
-	ORDER BY seq, idx`
-
-const qCommitHeaders = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version FROM sync_commits
-	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq`
+// qWindowChanges reads the table's changes of the candidate commits with
+// their commit headers, one statement for the whole window.
+const qWindowChanges = `SELECT ch.seq, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row,
+	c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version
+	FROM sync_changes ch JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
+	WHERE ch.partition = ? AND ch.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
+	ORDER BY ch.seq, ch.idx`
 
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
@@ -241,9 +242,6 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 		}
 		cursor = seqs[len(seqs)-1]
 	}
-	if err := t.fillHeaders(ctx, p.Partition, w.Commits()); err != nil {
-		return storage.Window{}, err
-	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
 
@@ -281,16 +279,18 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 			ver    *int64
 			scopes []byte
 		)
-		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+		var hdr storage.Commit
+		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row,
+			&hdr.CreatedAtMs, &hdr.ActorID, &hdr.ClientID, &hdr.ClientCommitID, &hdr.SchemaVersion); err != nil {
 			return false, t.fail("commit window", "", err)
 		}
-		if seq != cur.CommitSeq && cur.CommitSeq != 0 {
-			if !w.Offer(cur) {
+		if seq != cur.CommitSeq {
+			if cur.CommitSeq != 0 && !w.Offer(cur) {
 				return false, nil
 			}
-			cur = storage.Commit{}
+			cur = hdr
+			cur.CommitSeq = seq
 		}
-		cur.CommitSeq = seq
 		ch.Table, ch.Op = table, storage.Op(op)
 		if ver != nil {
 			ch.RowVersion = *ver
@@ -307,37 +307,6 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 		return w.Offer(cur), nil
 	}
 	return true, nil
-}
-
-// fillHeaders completes the delivered commits with their metadata.
-func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storage.Commit) error {
-	if len(commits) == 0 {
-		return nil
-	}
-	seqs := make([]int64, len(commits))
-	for i, c := range commits {
-		seqs[i] = c.CommitSeq
-	}
-	rows, err := t.c.query(ctx, qCommitHeaders, partition, jsonInts(seqs))
-	if err != nil {
-		return t.fail("commit window", "", err)
-	}
-	defer rows.Close()
-	i := 0
-	for rows.Next() {
-		c := &commits[i]
-		if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
-			return t.fail("commit window", "", err)
-		}
-		i++
-	}
-	if err := rows.Err(); err != nil {
-		return t.fail("commit window", "", err)
-	}
-	if i != len(commits) {
-		return fmt.Errorf("commit window: %d of %d commit headers found", i, len(commits))
-	}
-	return nil
 }
 
 // CommitRange implements storage.Store, reading commits and changes in one
