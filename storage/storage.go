@@ -103,6 +103,11 @@ type Store interface {
 	// publishes from it.
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
 
+	// PartitionCommitRange is CommitRange with the partition's registry
+	// row read in the same snapshot (CodeStoragePartitionUnregistered when
+	// it has none): the commits are the log of that row's epoch.
+	PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (Partition, []Commit, error)
+
 	// Prune raises the partition's horizon and deletes commits, changes,
 	// scope-index entries and tombstones at or below it, in one transaction
 	// holding the

@@ -312,67 +312,94 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 // CommitRange implements storage.Store, reading commits and changes in one
 // snapshot.
 func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
+	_, out, err := s.commitRange(ctx, partition, afterSeq, limit, false)
+	return out, err
+}
+
+// PartitionCommitRange implements storage.Store: CommitRange with the
+// partition row, in the same snapshot.
+func (s *Store) PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (storage.Partition, []storage.Commit, error) {
+	return s.commitRange(ctx, partition, afterSeq, limit, true)
+}
+
+func (s *Store) commitRange(ctx context.Context, partition string, afterSeq int64, limit int, withPartition bool) (storage.Partition, []storage.Commit, error) {
+	var p storage.Partition
 	if err := commitlog.CheckRange(limit); err != nil {
-		return nil, err
+		return p, nil, err
 	}
 	var out []storage.Commit
 	err := s.withReader(ctx, func(c *conn) error {
-		return readTx(ctx, c, func() error {
-			rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
-				FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var cm storage.Commit
-				if err := rows.Scan(&cm.CommitSeq, &cm.CreatedAtMs, &cm.ActorID, &cm.ClientID, &cm.ClientCommitID, &cm.SchemaVersion); err != nil {
-					rows.Close()
+		return readTx(ctx, c, func() (err error) {
+			if withPartition {
+				var ok bool
+				if p, ok, err = readPartition(ctx, c, partition); err != nil {
 					return err
 				}
-				out = append(out, cm)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil || len(out) == 0 {
-				return err
-			}
-			rows, err = c.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
-				WHERE partition = ? AND seq >= ? AND seq <= ? ORDER BY seq, idx`,
-				partition, out[0].CommitSeq, out[len(out)-1].CommitSeq)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			i := 0
-			for rows.Next() {
-				var (
-					seq    int64
-					ch     storage.Change
-					op     int64
-					ver    *int64
-					scopes []byte
-				)
-				if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
-					return err
+				if !ok {
+					return unregistered("commit range", partition)
 				}
-				ch.Op = storage.Op(op)
-				if ver != nil {
-					ch.RowVersion = *ver
-				}
-				if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-					return err
-				}
-				for out[i].CommitSeq != seq {
-					i++
-				}
-				out[i].Changes = append(out[i].Changes, ch)
 			}
-			return rows.Err()
+			out, err = readCommitRange(ctx, c, partition, afterSeq, limit)
+			return err
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("commit range: %w", err)
+		return storage.Partition{}, nil, fmt.Errorf("commit range: %w", err)
 	}
-	return out, nil
+	return p, out, nil
+}
+
+// readCommitRange reads whole commits after afterSeq in c's transaction.
+func readCommitRange(ctx context.Context, c *conn, partition string, afterSeq int64, limit int) (out []storage.Commit, err error) {
+	rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
+		FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var cm storage.Commit
+		if err := rows.Scan(&cm.CommitSeq, &cm.CreatedAtMs, &cm.ActorID, &cm.ClientID, &cm.ClientCommitID, &cm.SchemaVersion); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, cm)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	rows, err = c.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
+		WHERE partition = ? AND seq >= ? AND seq <= ? ORDER BY seq, idx`,
+		partition, out[0].CommitSeq, out[len(out)-1].CommitSeq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var (
+			seq    int64
+			ch     storage.Change
+			op     int64
+			ver    *int64
+			scopes []byte
+		)
+		if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+			return nil, err
+		}
+		ch.Op = storage.Op(op)
+		if ver != nil {
+			ch.RowVersion = *ver
+		}
+		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+			return nil, err
+		}
+		for out[i].CommitSeq != seq {
+			i++
+		}
+		out[i].Changes = append(out[i].Changes, ch)
+	}
+	return out, rows.Err()
 }
 
 // CommitMaxSeq implements storage.Store.
