@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -93,6 +94,16 @@ type Store interface {
 	// actorID, and logEpoch is still the partition's current epoch. It never
 	// creates a record. It reports whether the record was updated.
 	ClientAck(ctx context.Context, p ClientAckParams) (bool, error)
+
+	// ClientAdvance is ClientAck for a cursor advance whose loss is
+	// harmless (the pull path's: the client holds its own cursor, and an
+	// older stored one only keeps more log and replays more deltas). The
+	// store may acknowledge it before it is durable: it becomes durable
+	// with a later write transaction of the store, at most
+	// ClientAdvanceDelay later while the store is open, and a crash may
+	// lose it, leaving the previous cursor. Reads may not see it until
+	// then. A ClientPut of the same client supersedes a pending advance.
+	ClientAdvance(ctx context.Context, p ClientAckParams) error
 
 	// CommitMaxSeq returns the partition's highest commitSeq (0 when none).
 	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
@@ -350,6 +361,10 @@ const MaxScanLimit = 50001
 
 // MaxWindowLimit bounds WindowParams.Limit (SPEC.md §4.1 limitCommits).
 const MaxWindowLimit = 1000
+
+// ClientAdvanceDelay bounds how long a ClientAdvance may wait for a write
+// transaction to carry it.
+const ClientAdvanceDelay = 100 * time.Millisecond
 
 // MaxCommitRangeLimit bounds CommitRange pages.
 const MaxCommitRangeLimit = 10000

@@ -416,6 +416,25 @@ func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool,
 	return tag.RowsAffected() == 1, nil
 }
 
+// ClientAdvance implements storage.Store: ClientAck in a transaction
+// that commits with synchronous_commit off, so it waits for no WAL flush
+// (a crash may lose it; PostgreSQL flushes it within a few wal_writer
+// delays). One round trip.
+func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO OFF")
+	b.Queue(`UPDATE sync_clients SET cursor = greatest(cursor, $1), updated_at_ms = greatest(updated_at_ms, $2)
+		WHERE partition = $3 AND client_id = $4 AND actor_id = $5
+		AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = $3 AND log_epoch = $6)`,
+		p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.LogEpoch)
+	b.Queue("COMMIT")
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("advance client: %w", err)
+	}
+	return nil
+}
+
 // Prune implements storage.Store under the partition row lock.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
 	p, err := commitlog.NormalizePrune(p)

@@ -38,6 +38,7 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	advances   advances // cursor advances waiting for a write (advance.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -202,7 +203,7 @@ func (s *Store) Close() error {
 		var errs []error
 		if s.writerDone != nil {
 			<-s.writerDone
-			errs = append(errs, s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
+			errs = append(errs, s.closeAdvances(), s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
 		}
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -24,6 +26,7 @@ var clientTests = []test{
 	{"BindFirstWins", testClientBind},
 	{"Ack", testClientAck},
 	{"TouchWithClient", testPartitionTouchClient},
+	{"Advance", testClientAdvance},
 }
 
 var constraintTests = []test{
@@ -219,6 +222,61 @@ func testPartitionTouchClient(t *testing.T, e *env) {
 	if _, _, ok, err := s.PartitionTouchClient(ctx, "other", "c1", t0); err != nil || ok {
 		t.Fatalf("other partition = %v, %v", ok, err)
 	}
+}
+
+// testClientAdvance: an advance raises the cursor like ClientAck, never
+// lowers it, changes nothing for another actor or an old epoch; it is
+// stored once a later write of the store returned, or within
+// ClientAdvanceDelay without one; a ClientPut supersedes a pending one.
+func testClientAdvance(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	subs := json.RawMessage(`[{"id":"s1"}]`)
+	rec := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 10, UpdatedAtMs: 1, Subscriptions: subs}
+	check(t, s.ClientPut(ctx, rec))
+	get := func() storage.Client {
+		t.Helper()
+		c, ok, err := s.ClientGet(ctx, p.ID, "c1")
+		if err != nil || !ok {
+			t.Fatalf("ClientGet = %v, %v", ok, err)
+		}
+		return c
+	}
+	// A write of the store carries what is pending.
+	aWrite := func() {
+		t.Helper()
+		check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "other", ActorID: "bob", WireVersion: 2, Cursor: 1, UpdatedAtMs: 1}))
+	}
+	adv := func(cursor, now int64, actor, epoch string) {
+		t.Helper()
+		check(t, s.ClientAdvance(ctx, storage.ClientAckParams{Partition: p.ID, ClientID: "c1", ActorID: actor, LogEpoch: epoch, Cursor: cursor, NowMs: now}))
+	}
+	adv(15, 2, "alice", p.LogEpoch)
+	adv(12, 3, "alice", p.LogEpoch) // a lower cursor never lowers it
+	aWrite()
+	want := rec
+	want.Cursor, want.UpdatedAtMs = 15, 3
+	assertClient(t, get(), want)
+
+	adv(30, 4, "mallory", p.LogEpoch)
+	adv(31, 5, "alice", "0123456789abcdef0123456789abcdef")
+	aWrite()
+	assertClient(t, get(), want)
+
+	// Without another write it is stored within the delay (the deadline
+	// leaves room for a loaded machine).
+	adv(20, 6, "alice", p.LogEpoch)
+	want.Cursor, want.UpdatedAtMs = 20, 6
+	poll.Until(t, storage.ClientAdvanceDelay+10*time.Second, "the advance stored without another write", func() bool { return get().Cursor == 20 })
+	assertClient(t, get(), want)
+
+	// A put after an advance wins, even with a lower cursor.
+	adv(40, 7, "alice", p.LogEpoch)
+	reset := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: -1, UpdatedAtMs: 8, Subscriptions: subs}
+	check(t, s.ClientPut(ctx, reset))
+	aWrite()
+	assertClient(t, get(), reset)
 }
 
 // testClientPutKeepsBinding: a put never rebinds a client id to another
