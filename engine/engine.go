@@ -401,7 +401,19 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if err := checkIdentity(r.id); err != nil {
 		return err
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	// The partition row and the client record come from one read when the
+	// client id can reach SQL; a bad id is refused below, in its turn.
+	var (
+		part      storage.Partition
+		client    storage.Client
+		hasClient bool
+		err       error
+	)
+	if checkClientID(hdr.ClientID) == nil {
+		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
+	} else {
+		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	}
 	if err != nil {
 		return internal("touch partition", err)
 	}
@@ -426,17 +438,10 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		return e.headerOnly(r, &ssp2.RespHeader{LogEpoch: part.LogEpoch, ResetRequired: true})
 	}
 
-	if strings.HasPrefix(hdr.ClientID, reservedClientIDPrefix) {
-		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	if err := checkClientID(hdr.ClientID); err != nil {
+		return err
 	}
-	if err := ids.Check("the client id", hdr.ClientID); err != nil {
-		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
-	}
-	client, ok, err := e.cfg.Store.ClientGet(ctx, r.id.Partition, hdr.ClientID)
-	if err != nil {
-		return internal("read client record", err)
-	}
-	if !ok {
+	if !hasClient {
 		// Every request binds its client id, a push-only one included:
 		// an unbound id is anyone's to take (SPEC.md §1.5).
 		client, err = e.cfg.Store.ClientBind(ctx, storage.Client{
@@ -476,6 +481,18 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	}
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
+	return nil
+}
+
+// checkClientID refuses a request's client id that is reserved or that
+// the stores cannot hold (SPEC.md §1.5, package ids).
+func checkClientID(id string) error {
+	if strings.HasPrefix(id, reservedClientIDPrefix) {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	}
+	if err := ids.Check("the client id", id); err != nil {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
+	}
 	return nil
 }
 

@@ -30,7 +30,7 @@ import (
 type LogReader interface {
 	Partitions(ctx context.Context) ([]storage.Partition, error)
 	PartitionGet(ctx context.Context, partition string) (storage.Partition, error)
-	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error)
+	PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (storage.Partition, []storage.Commit, error)
 }
 
 var _ LogReader = storage.Store(nil)
@@ -629,7 +629,7 @@ var (
 type chunk struct {
 	after   int64
 	part    storage.Partition // read before the commits
-	again   storage.Partition // read after them
+	again   storage.Partition // read with them, in their snapshot
 	commits []storage.Commit
 	events  []bus.CommitMsg
 	err     error
@@ -650,19 +650,15 @@ func (r *Relay) readChunk(ctx context.Context, p bus.Partition, after int64, par
 			return ch
 		}
 	}
-	commits, err := r.log.CommitRange(ctx, p.ID(), after, r.cfg.CommitsPerRead)
+	// The commits belong to part.LogEpoch only if no rotation happened
+	// around the read: again is the row of the commits' own snapshot.
+	again, commits, err := r.log.PartitionCommitRange(ctx, p.ID(), after, r.cfg.CommitsPerRead)
 	if err != nil {
 		ch.err = fmt.Errorf("read commits after %d: %w", after, err)
 		return ch
 	}
-	ch.commits = commits
+	ch.again, ch.commits = again, commits
 	if len(commits) == 0 {
-		return ch
-	}
-	// The commits belong to part.LogEpoch only if no rotation happened
-	// around the read.
-	if ch.again, err = r.log.PartitionGet(ctx, p.ID()); err != nil {
-		ch.err = fmt.Errorf("read partition: %w", err)
 		return ch
 	}
 	if ch.again.LogEpoch != ch.part.LogEpoch {

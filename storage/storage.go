@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -35,6 +36,12 @@ type Store interface {
 	// To keep the request path free of writes it refreshes last-seen only
 	// when the stored value is older than TouchGranularityMs.
 	PartitionTouch(ctx context.Context, partition string, nowMs int64) (Partition, error)
+
+	// PartitionTouchClient is PartitionTouch that also returns clientID's
+	// record (ok=false when it has none), read in one statement with the
+	// partition row: the start of a sync request in one read. A partition
+	// created by the touch has no client records.
+	PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (p Partition, c Client, ok bool, err error)
 
 	// PartitionGet returns the registry row without touching it
 	// (CodeStoragePartitionUnregistered when absent).
@@ -88,6 +95,16 @@ type Store interface {
 	// creates a record. It reports whether the record was updated.
 	ClientAck(ctx context.Context, p ClientAckParams) (bool, error)
 
+	// ClientAdvance is ClientAck for a cursor advance whose loss is
+	// harmless (the pull path's: the client holds its own cursor, and an
+	// older stored one only keeps more log and replays more deltas). The
+	// store may acknowledge it before it is durable: it becomes durable
+	// with a later write transaction of the store, at most
+	// ClientAdvanceDelay later while the store is open, and a crash may
+	// lose it, leaving the previous cursor. Reads may not see it until
+	// then. A ClientPut of the same client supersedes a pending advance.
+	ClientAdvance(ctx context.Context, p ClientAckParams) error
+
 	// CommitMaxSeq returns the partition's highest commitSeq (0 when none).
 	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
 
@@ -96,6 +113,11 @@ type Store interface {
 	// outside 1..MaxCommitRangeLimit: CodeStorageInvalidLimit). The relay
 	// publishes from it.
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
+
+	// PartitionCommitRange is CommitRange with the partition's registry
+	// row read in the same snapshot (CodeStoragePartitionUnregistered when
+	// it has none): the commits are the log of that row's epoch.
+	PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (Partition, []Commit, error)
 
 	// Prune raises the partition's horizon and deletes commits, changes,
 	// scope-index entries and tombstones at or below it, in one transaction
@@ -349,6 +371,10 @@ const MaxScanLimit = 50001
 
 // MaxWindowLimit bounds WindowParams.Limit (SPEC.md §4.1 limitCommits).
 const MaxWindowLimit = 1000
+
+// ClientAdvanceDelay bounds how long a ClientAdvance may wait for a write
+// transaction to carry it.
+const ClientAdvanceDelay = 100 * time.Millisecond
 
 // MaxCommitRangeLimit bounds CommitRange pages.
 const MaxCommitRangeLimit = 10000

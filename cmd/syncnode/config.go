@@ -52,6 +52,7 @@ type config struct {
 	// segment URLs (SPEC.md §5.3, §5.4).
 	Images     imagesConfig     `toml:"images"`
 	SignedURLs signedURLsConfig `toml:"signed_urls"`
+	Runtime    runtimeConfig    `toml:"runtime"`
 	TestMode   testModeConfig   `toml:"-"`
 }
 
@@ -290,6 +291,7 @@ func defaultConfig() config {
 		SignedURLs: signedURLsConfig{TTL: duration{signedurl.DefaultTTL}},
 		Log:        logConfig{Level: "info", Format: "text"},
 		Admin:      adminConfig{Enabled: true},
+		Runtime:    runtimeConfig{MemoryLimit: DefaultMemoryLimit},
 		Hooks: hooksConfig{
 			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
@@ -464,6 +466,7 @@ func (c *config) validate() error {
 		}
 	}
 	c.Realtime.validate(bad)
+	c.Runtime.validate(bad)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

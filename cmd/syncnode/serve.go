@@ -44,6 +44,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if testMode {
 		warnTestModes(stderr, log, cfg.TestMode)
 	}
+	cfg.Runtime.applyMemoryLimit(log, os.Getenv)
+	if _, err := cfg.Runtime.startPprof(ctx, log); err != nil {
+		return err
+	}
 
 	sch, err := loadSchema(cfg.Schema)
 	if cfg.TestMode.LoadFixture {

@@ -39,6 +39,7 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
+	advances   advances // cursor advances waiting for a write (advance.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -67,9 +68,12 @@ func dsn(cfg Config, reader bool) string {
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Add("_pragma", "cache_size(-32000)")
-	// Reads come from a memory map rather than through the page cache:
-	// scans and log windows spend much less per page.
-	q.Add("_pragma", "mmap_size(268435456)")
+	// No memory map: SQLite unmaps and remaps the file in every read
+	// transaction that begins after another connection committed, so
+	// under a steady write load the mapping costs munmap/mmap and TLB
+	// shootdowns on every request, more than reading pages through the
+	// page cache saves. Reads go through the page cache (cache_size).
+	q.Add("_pragma", "mmap_size(0)")
 	if reader {
 		q.Add("_pragma", "query_only(ON)")
 	}
@@ -203,7 +207,7 @@ func (s *Store) Close() error {
 		var errs []error
 		if s.writerDone != nil {
 			<-s.writerDone
-			errs = append(errs, s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
+			errs = append(errs, s.closeAdvances(), s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
 		}
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())
