@@ -256,7 +256,7 @@ func TestAdminStatsRunner(t *testing.T) {
 	var err error
 	poll.Until(t, wait, "the runner to complete the reaction and free its slot", func() bool {
 		st, err = api.Stats(e.ctx)
-		return err != nil || st.Runner != nil && st.Runner.Completed == 1 && st.Runner.InFlight == 0
+		return err != nil || st.Counts.Completed == 1 && st.Runner != nil && st.Runner.Completed == 1 && st.Runner.InFlight == 0
 	})
 	if err != nil || st.Runner == nil || st.Runner.Completed != 1 || st.Runner.Claimed != 1 || st.Runner.InFlight != 0 || st.Counts.Completed != 1 {
 		t.Fatalf("stats = %+v (runner %+v)", st, st.Runner)
