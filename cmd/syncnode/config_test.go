@@ -287,6 +287,9 @@ func TestConfigFileRefusals(t *testing.T) {
 		{"nats.namespace", "[nats]\nnamespace = \"blue\"\n[admin]\nenabled = false\n[hooks.token]\nenabled = true"},
 		{"limits.inline_segment_max_bytes", "[limits]\ninline_segment_max_bytes = -1"},
 		{"realtime.max_connections", "[http]\nmax_connections = 100\n[realtime]\nmax_connections = 100"},
+		{"nats.replicas", "[nats]\nreplicas = 7"},
+		{"nats.cluster.listen", "[nats.cluster]\nlisten = \"nohost\""},
+		{"nats.cluster", "[nats]\nmode = \"external\"\nurls = [\"nats://a:4222\"]\n[nats.cluster]\nlisten = \"0.0.0.0:6222\""},
 	} {
 		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
@@ -335,5 +338,19 @@ base_url = "https://cdn.example/sync/"
 		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
 		}
+	}
+}
+
+// TestClusterConfig: [nats.cluster] and nats.replicas reach the node's
+// embedded NATS configuration.
+func TestClusterConfig(t *testing.T) {
+	c, err := parseConfigFile(t, "[nats]\nreplicas = 3\n[nats.cluster]\nname = \"east\"\nlisten = \"127.0.0.1:6222\"\n"+
+		"routes = [\"nats-route://a:6222\", \"nats-route://b:6222\", \"nats-route://c:6222\"]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := c.natsConfig()
+	if nc.Replicas != 3 || nc.Cluster.Name != "east" || nc.Cluster.Host != "127.0.0.1" || nc.Cluster.Port != 6222 || len(nc.Cluster.Routes) != 3 {
+		t.Fatalf("nats config = %+v", nc)
 	}
 }
