@@ -74,9 +74,9 @@ type Config struct {
 	Gate   ServeGate
 	Logger *slog.Logger
 
-	// MaxOperations caps the operations of one request (0: the default,
-	// 500).
-	MaxOperations int
+	// MaxOperations caps the operations of one request: nil means the
+	// default (500), 0 refuses every push (a read-only node).
+	MaxOperations *int
 	// MaxSubscriptions caps the subscriptions of one request (default
 	// 500): with the clamped page count per bootstrap it bounds the work
 	// of one pull.
@@ -183,8 +183,8 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxOperations == 0 {
-		c.MaxOperations = DefaultMaxOperations
+	if c.MaxOperations == nil {
+		c.MaxOperations = new(DefaultMaxOperations)
 	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions
@@ -206,8 +206,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("engine config: "+format, args...)) }
-	if c.MaxOperations < 1 {
-		bad("MaxOperations %d must be positive", c.MaxOperations)
+	if p := c.MaxOperations; p != nil && *p < 0 {
+		bad("MaxOperations %d must not be negative", *p)
 	}
 	if c.MaxSubscriptions < 1 {
 		bad("MaxSubscriptions %d must be positive", c.MaxSubscriptions)
@@ -413,8 +413,8 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	for _, c := range req.Commits {
 		ops += len(c.Operations)
 	}
-	if ops > e.cfg.MaxOperations {
-		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, e.cfg.MaxOperations)
+	if ops > *e.cfg.MaxOperations {
+		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, *e.cfg.MaxOperations)
 	}
 
 	if err := e.validatePull(req); err != nil {

@@ -72,7 +72,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		}
 		ttl = time.Duration(*lim.SegmentTTLMs) * time.Millisecond
 	}
-	if lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes != nil && *lim.InlineSegmentMaxBytes < 0 ||
+	if lim.MaxOperationsPerRequest != nil && *lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes != nil && *lim.InlineSegmentMaxBytes < 0 ||
 		lim.MaxDeltaBytes < 0 || lim.MaxPresenceBytes < 0 || lim.MaxCascadeOperations < 0 {
 		return nil, badf("limits must not be negative")
 	}

@@ -335,8 +335,8 @@ func (c *config) validate() error {
 	if c.Auth.JWTSecret != "" && len(c.Auth.JWTSecret) < 32 {
 		bad("auth.jwt_secret", "must be at least 32 bytes")
 	}
-	if n := c.Limits.MaxOperationsPerRequest; n < 1 || n > 100_000 {
-		bad("limits.max_operations_per_request", "%d is outside 1..100000", n)
+	if n := c.Limits.MaxOperationsPerRequest; n < 0 || n > 100_000 {
+		bad("limits.max_operations_per_request", "%d is outside 0..100000 (0: pushes refused)", n)
 	}
 	if n := c.Limits.MaxSubscriptionsPerRequest; n < 1 || n > 100_000 {
 		bad("limits.max_subscriptions_per_request", "%d is outside 1..100000", n)
@@ -580,7 +580,7 @@ func (c config) node() (node.Config, error) {
 			MaxInflightBodyBytes: c.HTTP.MaxInflightBodyBytes,
 		},
 		Engine: engine.Config{
-			MaxOperations:         c.Limits.MaxOperationsPerRequest,
+			MaxOperations:         new(c.Limits.MaxOperationsPerRequest),
 			MaxSubscriptions:      c.Limits.MaxSubscriptionsPerRequest,
 			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
 		},

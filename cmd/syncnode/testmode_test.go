@@ -797,3 +797,30 @@ func TestServeRefusesBadValidators(t *testing.T) {
 		t.Fatalf("serve with a bad rules file: %v, stdout %q", err, out.String())
 	}
 }
+
+// TestTestModesMintNoDevToken: a test mode replaces authentication, so it
+// generates no development secret and prints no token, and it announces
+// itself exactly once. The node's own routes then refuse every request.
+func TestTestModesMintNoDevToken(t *testing.T) {
+	for _, modes := range [][]string{{"--test-control"}, {"--load-fixture"}, {"--test-control", "--load-fixture"}} {
+		t.Run(strings.Join(modes, ","), func(t *testing.T) {
+			s := startServe(t, modes...)
+			errOut := s.stderr.String()
+			if n := strings.Count(errOut, "TEST MODE"); n != 1 {
+				t.Errorf("the TEST MODE banner printed %d times:\n%s", n, errOut)
+			}
+			if strings.Contains(errOut, "development authentication") || strings.Contains(errOut, "eyJ") {
+				t.Errorf("a test mode printed a development token:\n%s", errOut)
+			}
+			if _, err := os.Stat(filepath.Join(s.dataDir, "dev-jwt-secret")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a test mode generated a development secret: %v", err)
+			}
+			if len(modes) == 1 && modes[0] == "--test-control" {
+				var pe protocolError
+				if st := call(t, "GET", s.url+"/segments/x", nil, &pe); st != http.StatusUnauthorized || pe.Code != string(ssp2.CodeAuthRequired) {
+					t.Errorf("GET /segments/x on a test-control node: %d %+v, want 401 sync.auth_required", st, pe)
+				}
+			}
+		})
+	}
+}
