@@ -151,7 +151,7 @@ type createRequest struct {
 // limits are an instance's limits (0 or absent: the default).
 type limits struct {
 	MaxOperationsPerRequest *int   `json:"maxOperationsPerRequest"` // absent: the default; 0: every push refused
-	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"` // absent: the default; 0: never inline
+	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"`   // absent: the default; 0: never inline
 	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
 	MaxDeltaBytes           int    `json:"maxDeltaBytes"`
 	MaxPresenceBytes        int    `json:"maxPresenceBytes"`
