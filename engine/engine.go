@@ -109,6 +109,10 @@ type Config struct {
 	// and writes one stored state, so clients of different versions
 	// converge.
 	WireWindow ssp2.WireWindow
+	// Leases issues auth leases on every resolved round and authorizes
+	// requests by them during a resolver outage (SPEC.md §7.3); nil turns
+	// the feature off (no LEASE frame, an outage fails closed).
+	Leases LeaseAuthority
 	// CascadeLimit caps the operations reference enforcement may append
 	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
 	// is refused whole with sync.reference_violation, reason
@@ -277,7 +281,8 @@ type request struct {
 	registered map[string]registeredSub
 	served     map[string]map[string][]string
 	scopes     resolvedScopes
-	ticket     Ticket // the serve gate's admission, checked in every transaction
+	ticket     Ticket      // the serve gate's admission, checked in every transaction
+	lease      *ssp2.Lease // the LEASE frame to send, if any
 	enc        *ssp2.ResponseEncoder
 	w          *clientWriter
 	now        int64
@@ -428,8 +433,23 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		}
 		return err
 	}
-	if rs.err != nil {
+	rs, leased, err := e.withLease(ctx, rs, r.id, hdr.ClientID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rs.err != nil:
 		e.log.Warn("scope resolution failed; failing closed", "partition", r.id.Partition, "actor", r.id.ActorID, "err", rs.err)
+	case !leased && e.cfg.Leases != nil:
+		// A resolved round issues or slides the lease; a leased one
+		// cannot re-resolve, so its window ticks down.
+		l, ok, err := e.cfg.Leases.Refresh(ctx, r.id.Partition, hdr.ClientID, r.id.ActorID, rs.allowed, r.now)
+		if err != nil {
+			return internal("refresh lease", err)
+		}
+		if ok {
+			r.lease = &l
+		}
 	}
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
@@ -510,6 +530,11 @@ func (e *Engine) stream(ctx context.Context, r *request) error {
 	}
 	if err := r.enc.WriteFrame(h); err != nil {
 		return err
+	}
+	if r.lease != nil {
+		if err := r.enc.WriteFrame(r.lease); err != nil {
+			return err
+		}
 	}
 	if len(r.req.Commits) > 0 {
 		r.done = make(map[string]storage.PushRecord, len(r.req.Commits))

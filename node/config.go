@@ -18,6 +18,7 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
@@ -85,6 +86,9 @@ type Config struct {
 	// the production admin subjects: a node in another namespace must
 	// disable it.
 	Admin AdminConfig
+	// Leases turns auth leases on (SPEC.md §7.3) when Leases.TTL is set;
+	// the zero value leaves them off.
+	Leases LeasesConfig
 
 	// Routes, when set, runs once every component is up and before HTTP
 	// serves: it returns the handler to serve in place of the protocol
@@ -93,6 +97,10 @@ type Config struct {
 	// before the components stop.
 	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
 }
+
+// LeasesConfig configures auth leases (package leases): off unless TTL
+// is set; Key signs the stored records. Store and Logger are the node's.
+type LeasesConfig = leases.Config
 
 // ReactionsConfig configures durable reactions (package reactions).
 type ReactionsConfig struct {
@@ -289,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if c.Bus == nil {
 		errs = append(errs, c.NATS.Validate())
+	}
+	if c.Leases.TTL != 0 || c.Leases.Key != nil {
+		errs = append(errs, c.Leases.Validate())
 	}
 	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Gate.Validate(), c.Relay.Validate())
 	if !c.Reactions.Disabled {

@@ -24,7 +24,7 @@ import (
 // Capabilities are the optional features of the conformance driver seam
 // this build implements. Leases, blobs, signed URLs and the fault hooks
 // join when they exist.
-var Capabilities = []string{"validators", "commit-validators", "realtime"}
+var Capabilities = []string{"validators", "commit-validators", "realtime", "leases"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
@@ -82,6 +82,7 @@ func New(cfg Config) (*Control, error) {
 	c.handle("POST /__test/i/{id}/clock/advance", (*instance).serveClockAdvance)
 	c.handle("POST /__test/i/{id}/prune", (*instance).servePrune)
 	c.handle("POST /__test/i/{id}/resolver", (*instance).serveResolver)
+	c.handle("POST /__test/i/{id}/leases/revoke", (*instance).serveLeaseRevoke)
 	c.handle("POST /__test/i/{id}/validators", (*instance).serveValidators)
 	c.handle("POST /__test/i/{id}/commit-validator", (*instance).serveCommitValidator)
 	c.mux.HandleFunc("/__test/", func(w http.ResponseWriter, _ *http.Request) {
@@ -180,9 +181,6 @@ func (c *Control) serveCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	case present(req.SignedURLs):
 		writeControlError(w, http.StatusBadRequest, errors.New("signedUrls: this build does not issue signed URLs"))
-		return
-	case present(req.Leases):
-		writeControlError(w, http.StatusBadRequest, errors.New("leases: this build has no auth leases"))
 		return
 	}
 	id := newID()

@@ -2,6 +2,7 @@ package testctl
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,21 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		lim.MaxDeltaBytes < 0 || lim.MaxPresenceBytes < 0 || lim.MaxCascadeOperations < 0 {
 		return nil, badf("limits must not be negative")
 	}
+	var lc node.LeasesConfig
+	if present(req.Leases) {
+		var lo struct {
+			TTLMs *int64 `json:"ttlMs"`
+		}
+		if err := json.Unmarshal(req.Leases, &lo); err != nil {
+			return nil, badf("leases: %v", err)
+		}
+		if lo.TTLMs == nil || *lo.TTLMs < 1000 {
+			return nil, badf("leases.ttlMs must be at least 1000")
+		}
+		// A key per instance: its records live and die with it.
+		lc = node.LeasesConfig{TTL: time.Duration(*lo.TTLMs) * time.Millisecond, Key: make([]byte, 32)}
+		_, _ = rand.Read(lc.Key)
+	}
 	names, err := namespace(id)
 	if err != nil {
 		return nil, err
@@ -119,6 +135,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		Segments:  segments.Config{TTL: ttl, MaintenanceInterval: -1},
 		Realtime:  rt,
 		Reactions: rc,
+		Leases:    lc,
 		// The admin API and host hooks answer on production subjects,
 		// which an instance's namespace does not own.
 		Admin: node.AdminConfig{Disabled: true},
@@ -188,7 +205,7 @@ func (in *instance) authenticate(r *http.Request) (engine.Identity, error) {
 
 var (
 	errResolverFailing = errors.New("injected: scope resolver failure")
-	errResolverOutage  = errors.New("injected: scope resolver outage (no leases in this build)")
+	errResolverOutage  = fmt.Errorf("injected: %w", engine.ErrResolverOutage)
 )
 
 // resolve is the instance's scope resolver: an actor without a grant
@@ -404,6 +421,33 @@ func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]int64{"horizonSeq": res.HorizonSeq})
+}
+
+func (in *instance) serveLeaseRevoke(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		LeaseID string `json:"leaseId"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if in.node.Leases == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("this instance was created without leases"))
+		return
+	}
+	if req.LeaseID == "" {
+		writeControlError(w, http.StatusBadRequest, errors.New("leaseId is required"))
+		return
+	}
+	ok, err := in.node.Leases.Revoke(r.Context(), in.partition, req.LeaseID)
+	if err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if !ok {
+		writeControlError(w, http.StatusNotFound, fmt.Errorf("unknown lease %q", req.LeaseID))
+		return
+	}
+	writeJSON(w, struct{}{})
 }
 
 func (in *instance) serveResolver(w http.ResponseWriter, r *http.Request) {

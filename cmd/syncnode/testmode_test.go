@@ -290,7 +290,7 @@ func TestTestControl(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		var caps []string
 		mustCall(t, "GET", h.s.url+"/__test/capabilities", nil, &caps)
-		if strings.Join(caps, ",") != "validators,commit-validators,realtime" {
+		if strings.Join(caps, ",") != "validators,commit-validators,realtime,leases" {
 			t.Fatalf("capabilities = %v", caps)
 		}
 	})
@@ -301,7 +301,7 @@ func TestTestControl(t *testing.T) {
 			"bad schema":   {"schema": map[string]any{"version": 1}, "partition": "p", "nowMs": 1},
 			"no partition": {"schema": json.RawMessage(conformanceSchema), "nowMs": 1},
 			"no clock":     {"schema": json.RawMessage(conformanceSchema), "partition": "p"},
-			"leases":       {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "leases": map[string]any{"ttlMs": 1000}},
+			"tiny lease":   {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "leases": map[string]any{"ttlMs": 999}},
 			"tiny ttl":     {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "limits": map[string]any{"segmentTtlMs": 10}},
 		} {
 			var out map[string]string

@@ -24,7 +24,7 @@ var layers = [][]string{
 	{"node"},
 	{"loadfix"},
 	{"realtime", "admin"},
-	{"relay", "segments", "gate", "httpapi", "backfill", "rules", "reactions", "hooks"},
+	{"relay", "segments", "gate", "httpapi", "backfill", "rules", "reactions", "hooks", "leases"},
 	{"engine", "bus", "storage/sqlitestore", "storage/pgstore"},
 	{"storage/internal"},
 	{"storage", "auth", "client"},
