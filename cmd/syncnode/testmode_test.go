@@ -50,6 +50,9 @@ type served struct {
 	url     string
 	dataDir string
 	stderr  *syncBuffer
+	// stop stops the node (SIGTERM's path) and reports serve's error;
+	// cleanup calls it too.
+	stop func() error
 }
 
 var listeningRE = regexp.MustCompile(`^syncnode: listening on (http://\S+)$`)
@@ -63,7 +66,13 @@ func serveArgs(dataDir string, extra ...string) []string {
 // returns once it printed its listening line. The node stops at cleanup.
 func startServe(t *testing.T, extra ...string) *served {
 	t.Helper()
-	s := &served{dataDir: t.TempDir(), stderr: &syncBuffer{}}
+	return startServeIn(t, t.TempDir(), extra...)
+}
+
+// startServeIn is startServe on a given data directory.
+func startServeIn(t *testing.T, dataDir string, extra ...string) *served {
+	t.Helper()
+	s := &served{dataDir: dataDir, stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -88,9 +97,17 @@ func startServe(t *testing.T, extra ...string) *served {
 		t.Fatalf("serve exited before listening: %v\n%s", <-done, s.stderr.String())
 	}
 	s.url = u
+	var once sync.Once
+	var stopErr error
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			stopErr = <-done
+		})
+		return stopErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := s.stop(); err != nil {
 			t.Errorf("serve: %v\n%s", err, s.stderr.String())
 		}
 	})
