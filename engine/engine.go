@@ -143,6 +143,9 @@ type Engine struct {
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
+	// failLookup fails the next optimistic idempotency lookup
+	// (FailNextIdempotencyLookup).
+	failLookup atomic.Bool
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.

@@ -117,3 +117,38 @@ func TestLeasesThroughServe(t *testing.T) {
 		t.Fatal("an instance without leases issued one")
 	}
 }
+
+// TestIdempotencyFaultThroughServe: faults/idempotency-lookup fails the
+// next optimistic lookup: that commit is answered with the retryable
+// sync.idempotency_cache_miss and stays queued, and the next round
+// applies it once.
+func TestIdempotencyFaultThroughServe(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	id := h.instance("acme", nil)
+	h.grant(id, "alice", map[string][]string{"project_id": {"p1"}})
+	c := h.client(id, "alice", 3)
+	if _, err := c.SyncUntilIdle(ctx); err != nil { // acquire the epoch
+		t.Fatal(err)
+	}
+	mustCall(t, "POST", h.ctl(id, "/faults/idempotency-lookup"), nil, nil)
+	if _, err := c.Upsert(ctx, "tasks", task("t1", "p1", "once")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Pushed) != 1 || !res.Pushed[0].Retry || len(c.Pending()) != 1 {
+		t.Fatalf("faulted push: %+v, %d pending", res.Pushed, len(c.Pending()))
+	}
+	if n := h.value(id, "/max-commit-seq"); n != 0 {
+		t.Fatalf("the faulted commit was written: max commit seq %d", n)
+	}
+	if _, err := c.SyncUntilIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pending()) != 0 || h.value(id, "/max-commit-seq") != 1 || len(h.rows(id)) != 1 {
+		t.Fatalf("after the retry: %d pending, seq %d, %d rows", len(c.Pending()), h.value(id, "/max-commit-seq"), len(h.rows(id)))
+	}
+}
