@@ -24,7 +24,7 @@ import (
 // Capabilities are the optional features of the conformance driver seam
 // this build implements. Leases, blobs, signed URLs and the fault hooks
 // join when they exist.
-var Capabilities = []string{"validators", "commit-validators", "realtime", "leases", "idempotency-fault"}
+var Capabilities = []string{"validators", "commit-validators", "realtime", "leases", "backup-restore", "idempotency-fault"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
@@ -83,6 +83,8 @@ func New(cfg Config) (*Control, error) {
 	c.handle("POST /__test/i/{id}/prune", (*instance).servePrune)
 	c.handle("POST /__test/i/{id}/resolver", (*instance).serveResolver)
 	c.handle("POST /__test/i/{id}/leases/revoke", (*instance).serveLeaseRevoke)
+	c.handle("POST /__test/i/{id}/backup/capture", (*instance).serveBackupCapture)
+	c.handle("POST /__test/i/{id}/backup/restore", (*instance).serveBackupRestore)
 	c.handle("POST /__test/i/{id}/faults/idempotency-lookup", func(in *instance, w http.ResponseWriter, _ *http.Request) {
 		in.node.Engine.FailNextIdempotencyLookup()
 		writeJSON(w, struct{}{})

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ type instance struct {
 	names     bus.Names
 	clock     *clock.Manual
 	node      *node.Node
+	nodeCfg   node.Config // to start the node again after a restore
 	cfg       Config
 	inflight  sync.WaitGroup
 
@@ -50,6 +52,7 @@ type instance struct {
 	commit   engine.CommitValidator
 	closeErr error
 	closed   bool
+	backups  []string // captured backup files; the id is the index
 }
 
 // namespace is the bus namespace of instance id: i-<id>.
@@ -118,7 +121,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	}
 	rc := cfg.Reactions
 	rc.Planner = nil
-	n, err := node.New(node.Config{
+	in.nodeCfg = node.Config{
 		Name: "testctl-" + id, DataDir: in.dir, Schema: sc, Names: names, Clock: in.clock,
 		Logger: cfg.Logger.With("instance", id),
 		Bus:    cfg.Bus,
@@ -139,7 +142,8 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		// The admin API and host hooks answer on production subjects,
 		// which an instance's namespace does not own.
 		Admin: node.AdminConfig{Disabled: true},
-	})
+	}
+	n, err := node.New(in.nodeCfg)
 	if err != nil {
 		return nil, badRequest{err}
 	}
@@ -153,8 +157,83 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	return in, nil
 }
 
-// handler is the instance's protocol handler.
-func (in *instance) handler() http.Handler { return in.node.Handler }
+// handler is the instance's protocol handler (a restore replaces the
+// node).
+func (in *instance) handler() http.Handler {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return in.node.Handler
+}
+
+func (in *instance) serveBackupCapture(w http.ResponseWriter, r *http.Request) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	id := strconv.Itoa(len(in.backups) + 1)
+	out := filepath.Join(in.dir, "backup-"+id+".db")
+	if _, err := sqlitestore.Backup(r.Context(), in.nodeCfg.Store.SQLite.Path, out); err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	in.backups = append(in.backups, out)
+	writeJSON(w, map[string]string{"backupId": id})
+}
+
+// serveBackupRestore stops the instance's node, puts the backup back,
+// starts the node again and rotates the partition's log epoch, so clients
+// ahead of the backup re-bootstrap (SPEC.md §2.1). Validators stay
+// installed.
+func (in *instance) serveBackupRestore(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		BackupID string `json:"backupId"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	i, err := strconv.Atoi(req.BackupID)
+	if err != nil || i < 1 || i > len(in.backups) {
+		writeControlError(w, http.StatusNotFound, fmt.Errorf("unknown backup %q", req.BackupID))
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if err := in.node.Stop(ctx); err != nil {
+		writeControlError(w, http.StatusInternalServerError, fmt.Errorf("stop: %w", err))
+		return
+	}
+	fail := func(err error) {
+		in.cfg.Logger.Error("restore test instance", "id", in.id, "err", err)
+		writeControlError(w, http.StatusInternalServerError, err)
+	}
+	if err := sqlitestore.Restore(ctx, in.backups[i-1], in.nodeCfg.Store.SQLite.Path); err != nil {
+		fail(err)
+		return
+	}
+	n, err := node.New(in.nodeCfg)
+	if err == nil {
+		err = n.Start(ctx)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	in.node = n
+	if err := n.Engine.SetValidators(in.rows, in.commit); err != nil {
+		fail(err)
+		return
+	}
+	epoch := ""
+	p, err := n.Gate.RotateEpoch(ctx, in.partition)
+	switch {
+	case err == nil:
+		epoch = p.LogEpoch
+	case ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered: // captured before the first request
+	default:
+		fail(err)
+		return
+	}
+	writeJSON(w, map[string]string{"logEpoch": epoch})
+}
 
 func (in *instance) nowMs() int64 { return in.clock.Now().UnixMilli() }
 

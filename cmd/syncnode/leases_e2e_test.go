@@ -152,3 +152,44 @@ func TestIdempotencyFaultThroughServe(t *testing.T) {
 		t.Fatalf("after the retry: %d pending, seq %d, %d rows", len(c.Pending()), h.value(id, "/max-commit-seq"), len(h.rows(id)))
 	}
 }
+
+// TestBackupControlThroughServe: backup/capture then backup/restore puts
+// an instance back to the captured state and rotates its log epoch: a
+// client that synced past the capture re-bootstraps and converges.
+func TestBackupControlThroughServe(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	id := h.instance("acme", nil)
+	h.grant(id, "alice", map[string][]string{"project_id": {"p1"}})
+	c := h.client(id, "alice", 3)
+	if err := c.Subscribe("s", "tasks", map[string][]string{"project_id": {"p1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rj := push(t, c, task("t1", "p1", "kept")); rj != nil {
+		t.Fatal(rj)
+	}
+	var b struct{ BackupID string }
+	mustCall(t, "POST", h.ctl(id, "/backup/capture"), nil, &b)
+	if rj := push(t, c, task("t2", "p1", "lost")); rj != nil {
+		t.Fatal(rj)
+	}
+	epoch := c.LogEpoch()
+	var out struct{ LogEpoch string }
+	mustCall(t, "POST", h.ctl(id, "/backup/restore"), map[string]string{"backupId": b.BackupID}, &out)
+	if out.LogEpoch == "" || out.LogEpoch == epoch {
+		t.Fatalf("restore answered epoch %q (was %q)", out.LogEpoch, epoch)
+	}
+	if rows := h.rows(id); len(rows) != 1 || rows[0].RowID != "t1" {
+		t.Fatalf("rows after the restore: %+v", rows)
+	}
+	res, err := c.SyncUntilIdle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.EpochReset || c.Count("tasks") != 1 || c.LogEpoch() != out.LogEpoch {
+		t.Fatalf("client after the restore: reset %v, %d rows, epoch %s", res.EpochReset, c.Count("tasks"), c.LogEpoch())
+	}
+	if st := call(t, "POST", h.ctl(id, "/backup/restore"), map[string]string{"backupId": "9"}, nil); st != http.StatusNotFound {
+		t.Fatalf("restore of an unknown backup: %d", st)
+	}
+}

@@ -307,7 +307,7 @@ func TestTestControl(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		var caps []string
 		mustCall(t, "GET", h.s.url+"/__test/capabilities", nil, &caps)
-		if strings.Join(caps, ",") != "validators,commit-validators,realtime,leases,idempotency-fault" {
+		if strings.Join(caps, ",") != "validators,commit-validators,realtime,leases,backup-restore,idempotency-fault" {
 			t.Fatalf("capabilities = %v", caps)
 		}
 	})
