@@ -182,6 +182,24 @@ type Client struct {
 	outbox   []*PendingCommit
 	stopped  error // a stop state (schema floor): returned by every Sync
 	rt       *Realtime
+	lease    *Lease
+}
+
+// Lease returns the auth lease of the last LEASE frame (SPEC.md §7.3.5);
+// ok is false when no server has issued one.
+func (c *Client) Lease() (Lease, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease == nil {
+		return Lease{}, false
+	}
+	return *c.lease, true
+}
+
+func (c *Client) setLease(l Lease) {
+	c.mu.Lock()
+	c.lease = &l
+	c.mu.Unlock()
 }
 
 // New validates cfg, loads the stored state and returns the client.
@@ -229,7 +247,7 @@ func (c *Client) restore(st *State) error {
 	if c.cfg.ClientID != "" && st.ClientID != c.cfg.ClientID {
 		return fmt.Errorf("stored state belongs to client %q, not %q", st.ClientID, c.cfg.ClientID)
 	}
-	c.clientID, c.epoch, c.counter = st.ClientID, st.LogEpoch, st.CommitCounter
+	c.clientID, c.epoch, c.counter, c.lease = st.ClientID, st.LogEpoch, st.CommitCounter, st.Lease
 	for i := range st.Outbox {
 		pc := st.Outbox[i]
 		for _, o := range pc.Operations {
@@ -270,7 +288,7 @@ func (c *Client) snapshot() *State {
 	c.mu.Lock()
 	st := &State{
 		Format: stateFormat, ClientID: c.clientID, SchemaVersion: c.schema.Version,
-		LogEpoch: c.epoch, CommitCounter: c.counter,
+		LogEpoch: c.epoch, CommitCounter: c.counter, Lease: c.lease,
 		Subscriptions: make([]SubscriptionState, len(c.subs)),
 		Outbox:        make([]PendingCommit, len(c.outbox)),
 	}

@@ -414,8 +414,10 @@ func (r *roundState) run(body io.Reader) (again bool, err error) {
 		case *ssp2.ErrorFrame:
 			r.sec = nil
 			inBand = frameError(f)
+		case *ssp2.Lease:
+			r.c.setLease(Lease{ID: f.LeaseID, ExpiresAtMs: f.ExpiresAtMs})
 		}
-		// LEASE and unknown frames carry nothing this client uses.
+		// Unknown frames carry nothing this client uses.
 	}
 	if inBand != nil {
 		return false, inBand

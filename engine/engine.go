@@ -88,9 +88,9 @@ type Config struct {
 	Gate   ServeGate
 	Logger *slog.Logger
 
-	// MaxOperations caps the operations of one request (0: the default,
-	// 500).
-	MaxOperations int
+	// MaxOperations caps the operations of one request: nil means the
+	// default (500), 0 refuses every push (a read-only node).
+	MaxOperations *int
 	// MaxSubscriptions caps the subscriptions of one request (default
 	// 500): with the clamped page count per bootstrap it bounds the work
 	// of one pull.
@@ -134,6 +134,10 @@ type Config struct {
 	// and writes one stored state, so clients of different versions
 	// converge.
 	WireWindow ssp2.WireWindow
+	// Leases issues auth leases on every resolved round and authorizes
+	// requests by them during a resolver outage (SPEC.md §7.3); nil turns
+	// the feature off (no LEASE frame, an outage fails closed).
+	Leases LeaseAuthority
 	// CascadeLimit caps the operations reference enforcement may append
 	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
 	// is refused whole with sync.reference_violation, reason
@@ -168,6 +172,9 @@ type Engine struct {
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
+	// failLookup fails the next optimistic idempotency lookup
+	// (FailNextIdempotencyLookup).
+	failLookup atomic.Bool
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -223,8 +230,8 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxOperations == 0 {
-		c.MaxOperations = DefaultMaxOperations
+	if c.MaxOperations == nil {
+		c.MaxOperations = new(DefaultMaxOperations)
 	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions
@@ -246,8 +253,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("engine config: "+format, args...)) }
-	if c.MaxOperations < 1 {
-		bad("MaxOperations %d must be positive", c.MaxOperations)
+	if p := c.MaxOperations; p != nil && *p < 0 {
+		bad("MaxOperations %d must not be negative", *p)
 	}
 	if c.MaxSubscriptions < 1 {
 		bad("MaxSubscriptions %d must be positive", c.MaxSubscriptions)
@@ -320,7 +327,8 @@ type request struct {
 	registered map[string]registeredSub
 	served     map[string]map[string][]string
 	scopes     resolvedScopes
-	ticket     Ticket // the serve gate's admission, checked in every transaction
+	ticket     Ticket      // the serve gate's admission, checked in every transaction
+	lease      *ssp2.Lease // the LEASE frame to send, if any
 	enc        *ssp2.ResponseEncoder
 	w          *clientWriter
 	now        int64
@@ -461,8 +469,8 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	for _, c := range req.Commits {
 		ops += len(c.Operations)
 	}
-	if ops > e.cfg.MaxOperations {
-		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, e.cfg.MaxOperations)
+	if ops > *e.cfg.MaxOperations {
+		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, *e.cfg.MaxOperations)
 	}
 
 	if err := e.validatePull(req); err != nil {
@@ -476,8 +484,23 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		}
 		return err
 	}
-	if rs.err != nil {
+	rs, leased, err := e.withLease(ctx, rs, r.id, hdr.ClientID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rs.err != nil:
 		e.log.Warn("scope resolution failed; failing closed", "partition", r.id.Partition, "actor", r.id.ActorID, "err", rs.err)
+	case !leased && e.cfg.Leases != nil:
+		// A resolved round issues or slides the lease; a leased one
+		// cannot re-resolve, so its window ticks down.
+		l, ok, err := e.cfg.Leases.Refresh(ctx, r.id.Partition, hdr.ClientID, r.id.ActorID, rs.allowed, r.now)
+		if err != nil {
+			return internal("refresh lease", err)
+		}
+		if ok {
+			r.lease = &l
+		}
 	}
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
@@ -570,6 +593,11 @@ func (e *Engine) stream(ctx context.Context, r *request) error {
 	}
 	if err := r.enc.WriteFrame(h); err != nil {
 		return err
+	}
+	if r.lease != nil {
+		if err := r.enc.WriteFrame(r.lease); err != nil {
+			return err
+		}
 	}
 	if len(r.req.Commits) > 0 {
 		r.done = make(map[string]storage.PushRecord, len(r.req.Commits))

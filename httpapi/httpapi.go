@@ -187,7 +187,34 @@ func New(cfg Config) (*Handler, error) {
 	})
 	h.mux.HandleFunc("GET /readyz", h.serveReady)
 	h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	h.mux.HandleFunc("/", h.serveNoRoute)
 	return h, nil
+}
+
+// routeMethods are the methods serveNoRoute tries for a 405.
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
+
+// serveNoRoute answers a path no route serves with 404 sync.not_found,
+// and a route asked with another method with 405 and Allow, both in the
+// SSP2 JSON error shape (SPEC.md §10.1) rather than the mux's plain text.
+func (h *Handler) serveNoRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range routeMethods {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErrorStatus(w, http.StatusMethodNotAllowed, ssp2.Errorf(ssp2.CodeInvalidRequest, "%s is not served for %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // ServeHTTP dispatches to the routes.

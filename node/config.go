@@ -20,6 +20,7 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
@@ -97,6 +98,9 @@ type Config struct {
 	// the production admin subjects: a node in another namespace must
 	// disable it.
 	Admin AdminConfig
+	// Leases turns auth leases on (SPEC.md §7.3) when Leases.TTL is set;
+	// the zero value leaves them off.
+	Leases LeasesConfig
 
 	// Routes, when set, runs once every component is up and before HTTP
 	// serves: it returns the handler to serve in place of the protocol
@@ -151,6 +155,10 @@ func (c SignedURLsConfig) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// LeasesConfig configures auth leases (package leases): off unless TTL
+// is set; Key signs the stored records. Store and Logger are the node's.
+type LeasesConfig = leases.Config
 
 // ReactionsConfig configures durable reactions (package reactions).
 type ReactionsConfig struct {
@@ -351,6 +359,9 @@ func (c Config) Validate() error {
 		errs = append(errs, c.NATS.Validate())
 	}
 	errs = append(errs, c.SignedURLs.validate())
+	if c.Leases.TTL != 0 || c.Leases.Key != nil {
+		errs = append(errs, c.Leases.Validate())
+	}
 	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Blobs.Validate(), c.Gate.Validate(), c.Relay.Validate())
 	if !c.Reactions.Disabled {
 		errs = append(errs, c.Reactions.Runner.Validate())

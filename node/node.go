@@ -34,6 +34,7 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/lifecycle"
+	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
@@ -70,6 +71,8 @@ type Node struct {
 	Realtime *realtime.Hub
 	// Admin is the admin API (nil when Admin.Disabled).
 	Admin *admin.Admin
+	// Leases is the auth lease authority (nil when leases are off).
+	Leases *leases.Leases
 
 	ownNATS    bool // NATS was started by this node (not Config.Bus)
 	adminConn  *nats.Conn
@@ -207,6 +210,17 @@ func (n *Node) start(ctx context.Context) (err error) {
 		ec.SignedURLs, ec.SignedURLBase = n.SignedURLs, cfg.SignedURLs.BaseURL
 	}
 	ec.OnReactions = n.reactionsEnqueued
+	if cfg.Leases.TTL != 0 {
+		lc := cfg.Leases
+		lc.Store, lc.Logger = n.Store, n.log.With("component", "leases")
+		if n.Leases, err = leases.New(lc); err != nil {
+			return err
+		}
+		ec.Leases = n.Leases
+		if err = registerLeaseMetrics(ac.Registry, n.Leases.Metrics()); err != nil {
+			return err
+		}
+	}
 	if n.Engine, err = engine.New(ec); err != nil {
 		return err
 	}
@@ -428,4 +442,22 @@ func (n *Node) gateChanged(partition string) {
 	if n.cfg.Gate.OnChange != nil {
 		n.cfg.Gate.OnChange(partition)
 	}
+}
+
+// registerLeaseMetrics exports the lease authority's counters as
+// syncnode_auth_leases_total{event}.
+func registerLeaseMetrics(reg prometheus.Registerer, m *leases.Metrics) error {
+	for event, v := range map[string]*atomic.Int64{
+		"issued": &m.Issued, "refreshed": &m.Refreshed, "served": &m.Served,
+		"required": &m.Required, "revoked": &m.Revoked, "bad_record": &m.BadRecords,
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "syncnode_auth_leases_total", Help: "Auth lease events: issued, refreshed, served during an outage, refused (required, revoked), records failing their signature.",
+			ConstLabels: prometheus.Labels{"event": event},
+		}, func() float64 { return float64(v.Load()) })
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register lease metrics: %w", err)
+		}
+	}
+	return nil
 }

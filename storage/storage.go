@@ -15,6 +15,8 @@ import (
 // The interface is large on purpose (one seam, two dialects, one contract
 // suite); consumers should declare the narrow interface they need.
 type Store interface {
+	LeaseStore
+
 	// EnsureSchema installs or migrates the internal tables and one
 	// application table per schema table, then records a schema marker
 	// (version and per-table layouts). It refuses, changing nothing:

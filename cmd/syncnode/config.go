@@ -53,6 +53,7 @@ type config struct {
 	Images     imagesConfig     `toml:"images"`
 	SignedURLs signedURLsConfig `toml:"signed_urls"`
 	Runtime    runtimeConfig    `toml:"runtime"`
+	Leases     leasesConfig     `toml:"leases"`
 	TestMode   testModeConfig   `toml:"-"`
 }
 
@@ -70,6 +71,30 @@ type signedURLsConfig struct {
 	KeyFile string   `toml:"key_file"`
 	TTL     duration `toml:"ttl"`
 	BaseURL string   `toml:"base_url"`
+}
+
+// leasesConfig is [leases]: auth leases (SPEC.md §7.3), off unless ttl
+// is set. The key signs the stored records; every node sharing the
+// database needs the same one.
+type leasesConfig struct {
+	TTL     duration `toml:"ttl"`
+	Key     string   `toml:"key"`
+	KeyFile string   `toml:"key_file"`
+}
+
+// key reads the signing key ("" when none is configured).
+func (l leasesConfig) key() ([]byte, error) {
+	switch {
+	case l.Key != "":
+		return []byte(l.Key), nil
+	case l.KeyFile != "":
+		b, err := os.ReadFile(l.KeyFile)
+		if err != nil {
+			return nil, &fieldError{Field: "leases.key_file", Reason: err.Error()}
+		}
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	return nil, nil
 }
 
 type httpConfig struct {
@@ -426,8 +451,20 @@ func (c *config) validate() error {
 	if c.Auth.JWTSecret != "" && len(c.Auth.JWTSecret) < 32 {
 		bad("auth.jwt_secret", "must be at least 32 bytes")
 	}
-	if n := c.Limits.MaxOperationsPerRequest; n < 1 || n > 100_000 {
-		bad("limits.max_operations_per_request", "%d is outside 1..100000", n)
+	if l := c.Leases; l.TTL.Duration != 0 || l.Key != "" || l.KeyFile != "" {
+		switch {
+		case l.TTL.Duration < time.Second:
+			bad("leases.ttl", "%v must be at least 1s", l.TTL.Duration)
+		case l.Key != "" && l.KeyFile != "":
+			bad("leases.key_file", "set either key or key_file, not both")
+		case l.Key == "" && l.KeyFile == "":
+			bad("leases.key", "a signing key (key or key_file, at least 32 bytes) is required with leases")
+		case l.Key != "" && len(l.Key) < 32:
+			bad("leases.key", "must be at least 32 bytes")
+		}
+	}
+	if n := c.Limits.MaxOperationsPerRequest; n < 0 || n > 100_000 {
+		bad("limits.max_operations_per_request", "%d is outside 0..100000 (0: pushes refused)", n)
 	}
 	if n := c.Limits.MaxSubscriptionsPerRequest; n < 1 || n > 100_000 {
 		bad("limits.max_subscriptions_per_request", "%d is outside 1..100000", n)
@@ -673,7 +710,7 @@ func (c config) node() (node.Config, error) {
 			MaxInflightBodyBytes: c.HTTP.MaxInflightBodyBytes,
 		},
 		Engine: engine.Config{
-			MaxOperations:         c.Limits.MaxOperationsPerRequest,
+			MaxOperations:         new(c.Limits.MaxOperationsPerRequest),
 			MaxSubscriptions:      c.Limits.MaxSubscriptionsPerRequest,
 			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
 		},
@@ -690,6 +727,13 @@ func (c config) node() (node.Config, error) {
 	}
 	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
 		return node.Config{}, err
+	}
+	if c.Leases.TTL.Duration != 0 {
+		key, err := c.Leases.key()
+		if err != nil {
+			return node.Config{}, err
+		}
+		nc.Leases = node.LeasesConfig{TTL: c.Leases.TTL.Duration, Key: key}
 	}
 	if c.Storage.PostgresURL != "" {
 		nc.Store.Postgres.URL, nc.Store.Postgres.Schema = c.Storage.PostgresURL, c.Storage.PostgresSchema

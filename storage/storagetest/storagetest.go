@@ -116,6 +116,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Reaction", reactionTests},
 		{"Columns", columnTests},
 		{"Blob", blobTests},
+		{"Lease", leaseTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
