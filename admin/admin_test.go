@@ -300,8 +300,15 @@ func TestDiscovery(t *testing.T) {
 			t.Errorf("INFO lacks %s (has %v)", bus.AdminSubject(ep.Name), subjects)
 		}
 	}
-	if len(subjects) != 13 {
-		t.Errorf("%d endpoints, want 13: %v", len(subjects), subjects)
+	// The node adds the reactions endpoints (package reactions, through
+	// Extension) to the built-in ones.
+	for _, ep := range []string{bus.AdminReactionsList, bus.AdminReactionsShow, bus.AdminReactionsRetry, bus.AdminReactionsPrune, bus.AdminReactionsStats} {
+		if !slices.Contains(subjects, bus.AdminSubject(ep)) {
+			t.Errorf("INFO lacks %s (has %v)", bus.AdminSubject(ep), subjects)
+		}
+	}
+	if want := len(n.Admin.Endpoints()) + 5; len(subjects) != want {
+		t.Errorf("%d endpoints, want %d: %v", len(subjects), want, subjects)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/reactions"
 )
 
 // BenchmarkAdminRequest is one admin request over loopback TCP, as `nats
@@ -26,6 +27,7 @@ func BenchmarkAdminRequest(b *testing.B) {
 	}
 	b.Cleanup(nc.Close)
 	api := admin.NewClient(nc, 10*time.Second)
+	rx := reactions.NewAdminClient(api)
 	acme := "acme"
 	for _, bc := range []struct {
 		name string
@@ -34,6 +36,8 @@ func BenchmarkAdminRequest(b *testing.B) {
 		{"checkpoints.list", func() error { _, err := api.Checkpoints(ctx, admin.CheckpointsRequest{Partition: &acme}); return err }},
 		{"partitions.info", func() error { _, err := api.PartitionInfo(ctx, admin.PartitionRequest{Partition: acme}); return err }},
 		{"node.info", func() error { _, err := api.NodeInfo(ctx); return err }},
+		{"reactions.list", func() error { _, err := rx.List(ctx, reactions.ListRequest{Partition: &acme}); return err }},
+		{"reactions.stats", func() error { _, err := rx.Stats(ctx); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)

@@ -9,7 +9,7 @@
 //	partitions.prune         prune a partition's commit log (SPEC.md §4.6)
 //	checkpoints.*            every `syncnode checkpoints` operation: list, declare, activate, gate, rotate-epoch, republish
 //	segments.stats|prune     the bootstrap segment store
-//	reactions.*              reserved: the reactions package adds them through Extension
+//	reactions.*              list, show, retry, prune, stats: package reactions adds them through Extension
 //
 // *Admin runs the operations over a node's components (Config) and, once
 // started, answers them; *Client calls them over NATS. Both implement API,

@@ -115,7 +115,7 @@ func (a *Admin) Start(context.Context) error {
 	svc, err := micro.AddService(a.cfg.Conn, micro.Config{
 		Name:        bus.AdminService,
 		Version:     serviceVersion(a.cfg.Version),
-		Description: "syncnode admin API: node, partitions, checkpoints, segments",
+		Description: "syncnode admin API: node, partitions, checkpoints, segments, reactions",
 		Metadata:    map[string]string{"node": a.cfg.Node, "version": a.cfg.Version, "storage": a.cfg.Storage},
 		QueueGroup:  bus.AdminQueueGroup,
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {

@@ -49,9 +49,15 @@ const (
 	AdminCheckpointsRepublish = "checkpoints.republish"
 	AdminSegmentsStats        = "segments.stats"
 	AdminSegmentsPrune        = "segments.prune"
-	// AdminReactionsGroup is reserved for the reactions endpoints
-	// (syncnode.admin.reactions.<op>).
+	// AdminReactionsGroup is the group of the reactions endpoints
+	// (syncnode.admin.reactions.<op>), which package reactions registers
+	// through admin.Extension.
 	AdminReactionsGroup = "reactions"
+	AdminReactionsList  = AdminReactionsGroup + ".list"
+	AdminReactionsShow  = AdminReactionsGroup + ".show"
+	AdminReactionsRetry = AdminReactionsGroup + ".retry"
+	AdminReactionsPrune = AdminReactionsGroup + ".prune"
+	AdminReactionsStats = AdminReactionsGroup + ".stats"
 )
 
 // AdminSubject is syncnode.admin.<endpoint>, endpoint one of the Admin*

@@ -82,6 +82,7 @@
 //	sync_gate      KV                gate.<partition>, schema.current
 //	sync_leases    KV                leases (History 1)
 //	sync_segments  object store      bootstrap segments
+//	sync_blobs     object store      blob bytes, one object per upload (blob-<hex>-<nuid>)
 //
 // # The relay
 //

@@ -164,8 +164,10 @@ func DeleteNamespace(ctx context.Context, js jetstream.JetStream, n Names) error
 			errs = append(errs, fmt.Errorf("delete bucket %s: %w", b, err))
 		}
 	}
-	if err := js.DeleteObjectStore(ctx, n.SegmentsBucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		errs = append(errs, fmt.Errorf("delete bucket %s: %w", n.SegmentsBucket(), err))
+	for _, b := range []string{n.SegmentsBucket(), n.BlobsBucket()} {
+		if err := js.DeleteObjectStore(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			errs = append(errs, fmt.Errorf("delete bucket %s: %w", b, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -277,3 +277,25 @@ func IsAPIError(err error, codes ...jetstream.ErrorCode) bool {
 	}
 	return slices.Contains(codes, apiErr.ErrorCode)
 }
+
+// KVStream is the stream backing a JetStream KV bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// EnsureReplicas sets the replication factor of an existing stream (a KV
+// bucket's or an object store's backing stream too) to replicas, so a
+// bucket created by a single node follows it into a cluster.
+func EnsureReplicas(ctx context.Context, js jetstream.JetStream, stream string, replicas int) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Replicas == replicas {
+		return nil
+	}
+	cfg.Replicas = replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: set replicas %d: %w", stream, replicas, err)
+	}
+	return nil
+}

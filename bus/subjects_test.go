@@ -63,6 +63,7 @@ func TestNames(t *testing.T) {
 		{prod.GateBucket(), "sync_gate"}, {ns.GateBucket(), "i-7f_sync_gate"},
 		{prod.LeaseBucket(), "sync_leases"}, {ns.LeaseBucket(), "i-7f_sync_leases"},
 		{prod.SegmentsBucket(), "sync_segments"}, {ns.SegmentsBucket(), "i-7f_sync_segments"},
+		{prod.BlobsBucket(), "sync_blobs"}, {ns.BlobsBucket(), "i-7f_sync_blobs"},
 		{prod.CommitSubjects(), "sync.*.commit.*"}, {ns.CommitSubjects(), "i-7f.sync.*.commit.*"},
 		{prod.AllCommits(), "sync.>"}, {ns.AllCommits(), "i-7f.sync.>"},
 		{prod.ControlSubjects(), "syncctl.>"}, {ns.ControlSubjects(), "i-7f.syncctl.>"},

@@ -12,7 +12,7 @@ import (
 // seedOps is the commit size seed uses; servers that are seeded allow it.
 const seedOps = 5000
 
-func allowSeeding(cfg *engine.Config) { cfg.MaxOperations = seedOps }
+func allowSeeding(cfg *engine.Config) { cfg.MaxOperations = new(seedOps) }
 
 // seed pushes n task rows into project through a client of its own.
 func seed(t testing.TB, srv *server, n int, project string) {

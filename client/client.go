@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -51,6 +52,12 @@ type Config struct {
 	// AcceptEncoding is sent on /sync requests (default "zstd, gzip";
 	// "identity" asks for an uncompressed response).
 	AcceptEncoding string
+	// SegmentAcceptEncoding is sent on segment downloads (default
+	// "zstd, gzip").
+	SegmentAcceptEncoding string
+	// NowFunc is the client's clock, which signed URLs are not fetched
+	// past (default time.Now).
+	NowFunc func() time.Time
 	// MaxRounds bounds SyncUntilIdle (default 10 000).
 	MaxRounds int
 	// WireVersion is the SSP2 wire version spoken: 3 (the default) pushes
@@ -70,9 +77,10 @@ type PullOptions struct {
 	LimitCommits      int32
 	LimitSnapshotRows int32
 	MaxSnapshotPages  int32
-	// Accept is the delivery bitmask: bit 0 inline rows segments, bit 1
-	// referenced rows segments (default both, 3). The client does not
-	// implement SQLite images (bit 2) or signed URLs (bit 3).
+	// Accept is the delivery bitmask (SPEC.md §4.2): bit 0 inline rows
+	// segments, bit 1 referenced rows segments (default both, 3), bit 2
+	// SQLite images (ssp2.AcceptSQLite), bit 3 signed URLs
+	// (ssp2.AcceptSignedURLs).
 	Accept uint8
 }
 
@@ -101,6 +109,12 @@ func (c Config) WithDefaults() Config {
 	if c.AcceptEncoding == "" {
 		c.AcceptEncoding = DefaultAcceptEncoding
 	}
+	if c.SegmentAcceptEncoding == "" {
+		c.SegmentAcceptEncoding = DefaultAcceptEncoding
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = DefaultMaxRounds
 	}
@@ -125,8 +139,8 @@ func (c Config) Validate() error {
 	if c.Pull.Accept&(ssp2.AcceptInlineRows|ssp2.AcceptExternalRows) == 0 {
 		bad("Pull.Accept", "0x%02x allows neither inline nor referenced rows segments", c.Pull.Accept)
 	}
-	if c.Pull.Accept&^(ssp2.AcceptInlineRows|ssp2.AcceptExternalRows) != 0 {
-		bad("Pull.Accept", "0x%02x asks for SQLite images or signed URLs, which this client does not implement", c.Pull.Accept)
+	if c.Pull.Accept&0xF0 != 0 {
+		bad("Pull.Accept", "0x%02x sets reserved bits 4–7", c.Pull.Accept)
 	}
 	if c.Pull.LimitCommits < 0 || c.Pull.LimitSnapshotRows < 0 || c.Pull.MaxSnapshotPages < 0 {
 		bad("Pull", "limits must not be negative")
@@ -168,6 +182,24 @@ type Client struct {
 	outbox   []*PendingCommit
 	stopped  error // a stop state (schema floor): returned by every Sync
 	rt       *Realtime
+	lease    *Lease
+}
+
+// Lease returns the auth lease of the last LEASE frame (SPEC.md §7.3.5);
+// ok is false when no server has issued one.
+func (c *Client) Lease() (Lease, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease == nil {
+		return Lease{}, false
+	}
+	return *c.lease, true
+}
+
+func (c *Client) setLease(l Lease) {
+	c.mu.Lock()
+	c.lease = &l
+	c.mu.Unlock()
 }
 
 // New validates cfg, loads the stored state and returns the client.
@@ -215,7 +247,7 @@ func (c *Client) restore(st *State) error {
 	if c.cfg.ClientID != "" && st.ClientID != c.cfg.ClientID {
 		return fmt.Errorf("stored state belongs to client %q, not %q", st.ClientID, c.cfg.ClientID)
 	}
-	c.clientID, c.epoch, c.counter = st.ClientID, st.LogEpoch, st.CommitCounter
+	c.clientID, c.epoch, c.counter, c.lease = st.ClientID, st.LogEpoch, st.CommitCounter, st.Lease
 	for i := range st.Outbox {
 		pc := st.Outbox[i]
 		for _, o := range pc.Operations {
@@ -256,7 +288,7 @@ func (c *Client) snapshot() *State {
 	c.mu.Lock()
 	st := &State{
 		Format: stateFormat, ClientID: c.clientID, SchemaVersion: c.schema.Version,
-		LogEpoch: c.epoch, CommitCounter: c.counter,
+		LogEpoch: c.epoch, CommitCounter: c.counter, Lease: c.lease,
 		Subscriptions: make([]SubscriptionState, len(c.subs)),
 		Outbox:        make([]PendingCommit, len(c.outbox)),
 	}

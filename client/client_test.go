@@ -426,7 +426,7 @@ func TestErrors(t *testing.T) {
 // TestMaxOperationsSplitsRounds: an outbox larger than the per-request cap
 // drains over several requests, in order.
 func TestMaxOperationsSplitsRounds(t *testing.T) {
-	srv := newServer(t, func(cfg *engine.Config) { cfg.MaxOperations = 10 })
+	srv := newServer(t, func(cfg *engine.Config) { cfg.MaxOperations = new(10) })
 	c := srv.client("alice", []string{"p1"}, func(cfg *Config) { cfg.MaxOperations = 10 })
 	for i := range 7 {
 		mustCommit(t, c, Upsert("tasks", task(fmt.Sprintf("a%d", i), "p1", "x")), Upsert("tasks", task(fmt.Sprintf("b%d", i), "p1", "x")),

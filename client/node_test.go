@@ -33,7 +33,7 @@ func startNode(t testing.TB, inlineMax int, mods ...func(*node.Config)) (*server
 	ctx := context.Background()
 	cfg := node.Config{
 		DataDir: t.TempDir(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"}, NATS: embedded.Config{Port: -1}, Schema: s,
-		Engine: engine.Config{MaxOperations: seedOps, InlineSegmentMaxBytes: &inlineMax},
+		Engine: engine.Config{MaxOperations: new(seedOps), InlineSegmentMaxBytes: &inlineMax},
 		API: httpapi.Config{Auth: httpapi.AuthenticatorFunc(func(r *http.Request) (engine.Identity, error) {
 			p, err := v.VerifyHeader(r.Header.Get("Authorization"))
 			if err != nil {

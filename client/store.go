@@ -51,6 +51,15 @@ type State struct {
 	// Rows is the replica by table, ordered by rowId; nil when the store
 	// does not keep rows.
 	Rows map[string][]StoredRow `json:"rows,omitempty"`
+	// Lease is the auth lease of the last LEASE frame (SPEC.md §7.3.5).
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// Lease is an auth lease as the server issued it: opaque, never
+// verified by the client (SPEC.md §7.3.5).
+type Lease struct {
+	ID          string `json:"leaseId"`
+	ExpiresAtMs int64  `json:"expiresAtMs"`
 }
 
 // SubscriptionState is one registered subscription.

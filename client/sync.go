@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -30,6 +29,10 @@ type Result struct {
 	Segments    int
 	Downloads   int
 	SegmentRows int64
+	// Images counts the SQLite-image segments applied (also counted in
+	// Segments), SignedDownloads the segments fetched by signed URL.
+	Images          int
+	SignedDownloads int
 	// CommitSeqs are the commitSeqs of the applied COMMIT frames, in the
 	// order they were applied.
 	CommitSeqs []int64
@@ -64,6 +67,8 @@ func (r *Result) add(o Result) {
 	r.Segments += o.Segments
 	r.Downloads += o.Downloads
 	r.SegmentRows += o.SegmentRows
+	r.Images += o.Images
+	r.SignedDownloads += o.SignedDownloads
 	r.CommitSeqs = append(r.CommitSeqs, o.CommitSeqs...)
 	r.SocketRounds += o.SocketRounds
 	r.EpochReset = r.EpochReset || o.EpochReset
@@ -409,8 +414,10 @@ func (r *roundState) run(body io.Reader) (again bool, err error) {
 		case *ssp2.ErrorFrame:
 			r.sec = nil
 			inBand = frameError(f)
+		case *ssp2.Lease:
+			r.c.setLease(Lease{ID: f.LeaseID, ExpiresAtMs: f.ExpiresAtMs})
 		}
-		// LEASE and unknown frames carry nothing this client uses.
+		// Unknown frames carry nothing this client uses.
 	}
 	if inBand != nil {
 		return false, inBand
@@ -670,12 +677,18 @@ func (r *roundState) commit(f *ssp2.Commit) error {
 	return nil
 }
 
-// segmentRef downloads a referenced rows segment and applies it.
+// segmentRef downloads a referenced segment — a rows page or a SQLite
+// image — and applies it.
 func (r *roundState) segmentRef(f *ssp2.SegmentRef) error {
-	if f.MediaType != ssp2.MediaRows {
+	accept := r.c.cfg.Pull.Accept
+	switch {
+	case f.MediaType == ssp2.MediaSQLite && accept&ssp2.AcceptSQLite == 0,
+		f.MediaType != ssp2.MediaRows && f.MediaType != ssp2.MediaSQLite:
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "SEGMENT_REF of media type %s was not accepted", f.MediaType)
+	case f.MediaType == ssp2.MediaSQLite && (f.RowCursor != nil || f.NextRowCursor != nil):
+		return ssp2.Errorf(ssp2.CodeInvalidRequest, "a sqlite SEGMENT_REF carries row cursors; an image is its whole table")
 	}
-	if f.URL != nil {
+	if f.URL != nil && accept&ssp2.AcceptSignedURLs == 0 {
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "SEGMENT_REF carries a url, but signed URLs were not accepted")
 	}
 	if f.Table != r.sec.sub.table.Name {
@@ -689,6 +702,12 @@ func (r *roundState) segmentRef(f *ssp2.SegmentRef) error {
 		return err
 	}
 	r.res.Downloads++
+	if f.URL != nil {
+		r.res.SignedDownloads++
+	}
+	if f.MediaType == ssp2.MediaSQLite {
+		return r.image(data, f)
+	}
 	return r.segment(data, f.RowCursor == nil)
 }
 
@@ -732,15 +751,8 @@ func (r *roundState) segment(data []byte, first bool) error {
 				return errors.New("segment row without a primary key")
 			}
 			start := len(ids)
-			switch pkType {
-			case ssp2.TypeString, ssp2.TypeJSON:
-				ids = append(ids, v.Bytes...)
-			case ssp2.TypeInteger:
-				ids = strconv.AppendInt(ids, v.Int, 10)
-			case ssp2.TypeBoolean:
-				ids = strconv.AppendBool(ids, v.Bool)
-			default:
-				return fmt.Errorf("primary key type %s has no rowId form", pkType)
+			if ids, err = appendRowID(ids, pkType, v); err != nil {
+				return err
 			}
 			row := sr.Row()
 			size += len(row)

@@ -78,24 +78,39 @@ func (c *Client) post(ctx context.Context, body []byte) (io.ReadCloser, error) {
 	return DecodedBody(resp)
 }
 
-// download fetches one segment through GET /segments/{id} with the
-// subscription's requested scopes, and verifies its content address and
-// length before returning it (SPEC.md §5.1, §5.5).
+// download fetches one segment and verifies its content address and
+// length before returning it (SPEC.md §5.1). A descriptor with a signed
+// url is fetched from that url alone, with no credential attached, and
+// never at or after its expiry (§5.4); any other through GET
+// /segments/{id} with the subscription's requested scopes (§5.5).
 func (c *Client) download(ctx context.Context, ref *ssp2.SegmentRef, requested map[string][]string) ([]byte, error) {
-	tok, err := c.token(ctx)
-	if err != nil {
-		return nil, err
+	var req *http.Request
+	if ref.URL != nil {
+		if c.cfg.NowFunc().UnixMilli() >= *ref.URLExpiresAtMs {
+			return nil, &Error{Op: "download segment", Code: ssp2.CodeSegmentExpired, Message: "the signed url expired before the fetch"}
+		}
+		u, err := c.baseURL.Parse(*ref.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, ssp2.Errorf(ssp2.CodeInvalidRequest, "SEGMENT_REF url %q is not an http(s) URL", *ref.URL)
+		}
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil); err != nil {
+			return nil, fmt.Errorf("download segment: %w", err)
+		}
+	} else {
+		tok, err := c.token(ctx)
+		if err != nil {
+			return nil, err
+		}
+		u := c.baseURL.JoinPath("segments", ref.SegmentID)
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil); err != nil {
+			return nil, fmt.Errorf("download segment: %w", err)
+		}
+		req.Header.Set("X-Syncular-Scopes", string(ssp2.CanonicalScopes(requested)))
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
-	u := c.baseURL.JoinPath("segments", ref.SegmentID)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("download segment: %w", err)
-	}
-	req.Header.Set("X-Syncular-Scopes", string(ssp2.CanonicalScopes(requested)))
-	req.Header.Set("Accept-Encoding", "zstd, gzip")
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
+	req.Header.Set("Accept-Encoding", c.cfg.SegmentAcceptEncoding)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("download segment: %w", err)

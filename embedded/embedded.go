@@ -1,11 +1,13 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -81,6 +83,14 @@ type Config struct {
 	// jetstream { domain }. External: the domain to bind to.
 	Domain string
 
+	// Cluster, when its Port is set, makes the embedded server a member
+	// of a NATS cluster, overriding the file's cluster {} block.
+	Cluster ClusterConfig
+	// Replicas is the replication factor of every stream, KV bucket and
+	// object store the node creates (1..5). Zero detects it: 3 when the
+	// cluster has three or more servers (Server.Replicas), else 1.
+	Replicas int
+
 	// URLs are the servers to connect to in external mode.
 	URLs []string
 	// CredentialsFile is a NATS .creds file for external mode.
@@ -104,6 +114,24 @@ type Config struct {
 	// override (embedded mode). embeddedtest uses it for cluster setups.
 	OptionsFunc func(*server.Options)
 }
+
+// ClusterConfig is the embedded server's cluster {} block: where it
+// listens for routes and the routes of every member. List every member,
+// this one included (the server ignores the route to itself): the
+// replica detection counts them.
+type ClusterConfig struct {
+	// Name is the cluster's name, the same on every member (default
+	// "syncnode").
+	Name string
+	// Host and Port are the route listener (Port -1 picks a free one).
+	Host string
+	Port int
+	// Routes are the members' nats-route://host:port URLs.
+	Routes []string
+}
+
+// set reports whether the cluster block is configured.
+func (c ClusterConfig) set() bool { return c.Port != 0 || len(c.Routes) > 0 }
 
 // WithDefaults returns c with unset fields defaulted.
 func (c Config) WithDefaults() Config {
@@ -135,6 +163,16 @@ func (c Config) Validate() error {
 		if c.Port < RandomPort || c.Port > 65535 {
 			return fmt.Errorf("nats config: Port %d out of range (-1..65535)", c.Port)
 		}
+		if c.Cluster.set() {
+			if c.Cluster.Port < RandomPort || c.Cluster.Port > 65535 || c.Cluster.Port == 0 {
+				return fmt.Errorf("nats config: Cluster.Port %d out of range (-1, 1..65535)", c.Cluster.Port)
+			}
+			for _, r := range c.Cluster.Routes {
+				if u, err := url.Parse(r); err != nil || u.Host == "" || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") {
+					return fmt.Errorf("nats config: Cluster.Routes: %q is not a nats-route://host:port URL", r)
+				}
+			}
+		}
 	case ModeExternal:
 		if len(c.URLs) == 0 {
 			return fmt.Errorf("nats config: URLs are required in external mode")
@@ -142,11 +180,17 @@ func (c Config) Validate() error {
 		if c.ConfigFile != "" {
 			return fmt.Errorf("nats config: ConfigFile is for embedded mode")
 		}
+		if c.Cluster.set() {
+			return fmt.Errorf("nats config: Cluster is for embedded mode")
+		}
 	default:
 		return fmt.Errorf("nats config: unknown Mode %q (want %q or %q)", c.Mode, ModeEmbedded, ModeExternal)
 	}
 	if c.ReadyTimeout < 0 {
 		return fmt.Errorf("nats config: ReadyTimeout must not be negative")
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("nats config: Replicas %d outside 0..5 (0 detects)", c.Replicas)
 	}
 	if c.Password != "" && c.User == "" {
 		return fmt.Errorf("nats config: Password needs a User")
@@ -169,6 +213,7 @@ type Server struct {
 	srv      *server.Server // nil in external mode
 	connOpts []nats.Option  // how to open more connections
 	urls     string         // external mode
+	replicas int
 	logger   *slog.Logger
 
 	life lifecycle.Once
@@ -237,6 +282,12 @@ func LoadOptions(cfg Config) (*server.Options, error) {
 	if cfg.DontListen {
 		opts.DontListen = true
 	}
+	if c := cfg.Cluster; c.set() {
+		opts.Cluster.Name = cmp.Or(c.Name, opts.Cluster.Name, "syncnode")
+		opts.Cluster.Host = cmp.Or(c.Host, opts.Cluster.Host, opts.Host)
+		opts.Cluster.Port = c.Port
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	}
 	if cfg.OptionsFunc != nil {
 		cfg.OptionsFunc(opts)
 	}
@@ -294,11 +345,15 @@ func (s *Server) startEmbedded(ctx context.Context) error {
 		return fail(fmt.Errorf("start nats: %w", err))
 	}
 	domain, err := waitJetStream(ctx, js, adapter, deadline)
+	if err == nil {
+		err = waitMetaCurrent(ctx, srv, deadline)
+	}
 	if err != nil {
 		nc.Close()
 		return fail(err)
 	}
 	s.nc, s.js, s.domain, s.srv, s.connOpts = nc, js, domain, srv, connOpts
+	s.replicas = replicasFor(cfg.Replicas, clusterSize(opts))
 	cfg.Logger.Info("nats: embedded server ready",
 		"server", opts.ServerName, "client_url", s.ClientURL(), "domain", domain, "store_dir", filepath.Join(opts.StoreDir, JetStreamDir))
 	return nil
@@ -344,7 +399,34 @@ func (s *Server) connectExternal(ctx context.Context) error {
 	}
 	cfg.Logger.Info("nats: connected to external deployment", "urls", urls, "domain", domain)
 	s.nc, s.js, s.domain, s.connOpts, s.urls = nc, js, domain, connOpts, urls
+	s.replicas = replicasFor(cfg.Replicas, len(nc.Servers()))
 	return nil
+}
+
+// clusterSize is the number of servers the embedded server's cluster
+// block names: its distinct routes (every member, itself included), or 1
+// when it is not clustered.
+func clusterSize(opts *server.Options) int {
+	if opts.Cluster.Port == 0 {
+		return 1
+	}
+	seen := map[string]bool{}
+	for _, r := range opts.Routes {
+		seen[r.Host] = true
+	}
+	return max(len(seen), 1)
+}
+
+// replicasFor is the configured replication factor, or the detected one:
+// 3 on a cluster of three or more servers, else 1 (R2 survives no loss).
+func replicasFor(configured, servers int) int {
+	if configured > 0 {
+		return configured
+	}
+	if servers >= 3 {
+		return 3
+	}
+	return 1
 }
 
 // requiresAuth reports whether the server's options authenticate clients.
@@ -407,6 +489,25 @@ func waitJetStream(ctx context.Context, js jetstream.JetStream, adapter *logAdap
 	}
 }
 
+// waitMetaCurrent waits until a clustered server follows a JetStream meta
+// leader: before that, the account answers but creating a stream or a
+// bucket blocks for the client's whole timeout (NATS-NOTES pitfall 11).
+func waitMetaCurrent(ctx context.Context, srv *server.Server, deadline time.Time) error {
+	for !srv.JetStreamIsCurrent() {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("nats jetstream: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats jetstream: %w: no meta leader", ErrNotReady)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // checkPortsFree refuses to start when a fixed listener port is taken. The
 // server would otherwise log a fatal error from its accept loop and never
 // become ready.
@@ -444,6 +545,11 @@ func checkPortsFree(opts *server.Options) error {
 	}
 	return nil
 }
+
+// Replicas is the replication factor of the streams, KV buckets and
+// object stores the node creates: Config.Replicas, or the detected one
+// (3 on a cluster of three or more servers, else 1). Zero before Start.
+func (s *Server) Replicas() int { return s.replicas }
 
 // Mode reports whether the server is embedded or external.
 func (s *Server) Mode() Mode { return s.mode }

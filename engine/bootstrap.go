@@ -75,6 +75,22 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 		return 0, false, err
 	}
 	digest := ssp2.ScopeDigest(eff)
+	if cursor == "" && e.imageEligible(lim, t) {
+		// Only at the start of a table: a resumed bootstrap stays on the
+		// rows lane at its pin (SPEC.md §5.3).
+		pub, ok, err := e.image(ctx, r, t, eff, part, digest, asOf, lim)
+		if err != nil {
+			return 0, false, err
+		}
+		if ok {
+			e.metrics.RowsBootstrapped.Add(pub.RowCount)
+			e.metrics.ImageRefs.Add(1)
+			if err := r.enc.WriteFrame(e.segmentRef(r, pub, ssp2.MediaSQLite, t.Name, asOf, digest, lim)); err != nil {
+				return 0, false, err
+			}
+			return asOf, true, r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: asOf})
+		}
+	}
 	for page := 0; page < lim.pages; page++ {
 		key := storage.SegmentKey{
 			Partition: r.id.Partition, LogEpoch: part.LogEpoch, Table: t.Name,
@@ -99,11 +115,7 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 			}
 		} else {
 			e.metrics.SegmentRefs.Add(1)
-			ref := &ssp2.SegmentRef{
-				SegmentID: pub.SegmentID, MediaType: ssp2.MediaRows, Table: t.Name,
-				ByteLength: pub.ByteLength, RowCount: pub.RowCount,
-				AsOfCommitSeq: asOf, ScopeDigest: digest,
-			}
+			ref := e.segmentRef(r, pub, ssp2.MediaRows, t.Name, asOf, digest, lim)
 			if cursor != "" {
 				c := cursor
 				ref.RowCursor = &c
@@ -122,6 +134,24 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 		}
 	}
 	return asOf, true, r.enc.WriteFrame(&ssp2.SubEnd{NextCursor: asOf, BootstrapState: encodeToken(asOf, t.Name, cursor)})
+}
+
+// segmentRef is the descriptor of a stored segment, with a signed url
+// when the client accepts them (accept bit 3) and the node mints them
+// (SPEC.md §5.4): minted here, inside the pull, right after the scopes
+// were resolved, for exactly the digest they produced.
+func (e *Engine) segmentRef(r *request, pub storage.SegmentPublication, mt ssp2.MediaType, table string, asOf int64, digest string, lim pullLimits) *ssp2.SegmentRef {
+	ref := &ssp2.SegmentRef{
+		SegmentID: pub.SegmentID, MediaType: mt, Table: table,
+		ByteLength: pub.ByteLength, RowCount: pub.RowCount,
+		AsOfCommitSeq: asOf, ScopeDigest: digest,
+	}
+	if lim.accept&ssp2.AcceptSignedURLs != 0 && e.cfg.SignedURLs != nil {
+		url, exp := e.signedURL(r.id, pub.SegmentID, digest)
+		ref.URL, ref.URLExpiresAtMs = &url, &exp
+		e.metrics.SignedURLs.Add(1)
+	}
+	return ref
 }
 
 var errNoSegmentStore = ssp2.Errorf(ssp2.CodeInternalError, "the client accepts only referenced segments and no segment store is configured")

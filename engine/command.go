@@ -199,8 +199,8 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		if len(ops) == 0 {
 			return ErrEmptyCommand
 		}
-		if len(ops) > e.cfg.MaxOperations {
-			return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", len(ops), e.cfg.MaxOperations)
+		if len(ops) > *e.cfg.MaxOperations {
+			return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", len(ops), *e.cfg.MaxOperations)
 		}
 		done, err = e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
 		return err

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,8 @@ import (
 	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/signedurl"
+	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -49,7 +52,18 @@ type SegmentStore interface {
 	// epoch that are live at nowMs: sync.not_found when there are none at
 	// all, sync.segment_expired when none is live (SPEC.md §5.5).
 	Grants(ctx context.Context, segmentID, partition, logEpoch string, nowMs int64) ([]storage.SegmentPublication, error)
+	// Find returns the live publication for key at nowMs, if any: a read
+	// of the key cache or SQL, never a build.
+	Find(ctx context.Context, key storage.SegmentKey, nowMs int64) (storage.SegmentPublication, bool, error)
+	// Get returns a segment with its publications in every partition;
+	// an unknown id is sync.not_found.
+	Get(ctx context.Context, segmentID string) (storage.Segment, error)
 }
+
+// ImageWriterFunc writes a SQLite-image segment (SPEC.md §5.3) of layout
+// l and metadata m (RowCount filled in) from rows to w, returning the
+// rows written: sqlitestore.WriteImage, bound to a temporary directory.
+type ImageWriterFunc func(ctx context.Context, w io.Writer, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (int64, error)
 
 // BuildFunc writes one bootstrap page's SSG2 segment to w and reports its
 // row count and the continuation cursor ("" on the table's last page).
@@ -74,9 +88,9 @@ type Config struct {
 	Gate   ServeGate
 	Logger *slog.Logger
 
-	// MaxOperations caps the operations of one request (0: the default,
-	// 500).
-	MaxOperations int
+	// MaxOperations caps the operations of one request: nil means the
+	// default (500), 0 refuses every push (a read-only node).
+	MaxOperations *int
 	// MaxSubscriptions caps the subscriptions of one request (default
 	// 500): with the clamped page count per bootstrap it bounds the work
 	// of one pull.
@@ -85,6 +99,17 @@ type Config struct {
 	// the client accepts both lanes; nil means the default (256 KiB), 0
 	// never inlines when a reference is accepted.
 	InlineSegmentMaxBytes *int
+	// ImageWriter builds SQLite-image segments (image.go); nil turns the
+	// image lane off. It needs Segments: images travel by reference only.
+	ImageWriter ImageWriterFunc
+	// SignedURLs mints the url of SEGMENT_REF descriptors for clients that
+	// accept signed URLs (accept bit 3) and verifies it on download
+	// (signed.go); nil mints none.
+	SignedURLs *signedurl.Signer
+	// SignedURLBase is the absolute base a signed URL's
+	// "segments/{id}?st=…" is appended to (a CDN in front of the node);
+	// empty takes the request's own mount (Identity.MountURL).
+	SignedURLBase string
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -109,6 +134,10 @@ type Config struct {
 	// and writes one stored state, so clients of different versions
 	// converge.
 	WireWindow ssp2.WireWindow
+	// Leases issues auth leases on every resolved round and authorizes
+	// requests by them during a resolver outage (SPEC.md §7.3); nil turns
+	// the feature off (no LEASE frame, an outage fails closed).
+	Leases LeaseAuthority
 	// CascadeLimit caps the operations reference enforcement may append
 	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
 	// is refused whole with sync.reference_violation, reason
@@ -127,6 +156,10 @@ type Identity struct {
 	Partition string
 	ActorID   string
 	Scopes    Resolver
+	// MountURL is the absolute URL of the mount the request came in on
+	// ("https://host/sync-prefix/"), the base of the signed URLs minted
+	// for it when Config.SignedURLBase is empty.
+	MountURL string
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -139,6 +172,9 @@ type Engine struct {
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
+	// failLookup fails the next optimistic idempotency lookup
+	// (FailNextIdempotencyLookup).
+	failLookup atomic.Bool
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -161,6 +197,17 @@ type Metrics struct {
 	SegmentsInline   atomic.Int64
 	SegmentRefs      atomic.Int64
 	RowsBootstrapped atomic.Int64
+	// ImagesBuilt and ImagesReused count SQLite-image segments, ImageRefs
+	// the image descriptors sent, SignedURLs the urls minted and
+	// SignedRefusals the signed downloads refused.
+	ImagesBuilt  atomic.Int64
+	ImagesReused atomic.Int64
+	// ImageBuildNanos sums the time image builds took (rows read and the
+	// database written; the store's upload excluded).
+	ImageBuildNanos atomic.Int64
+	ImageRefs       atomic.Int64
+	SignedURLs      atomic.Int64
+	SignedRefusals  atomic.Int64
 }
 
 // Defaults.
@@ -183,8 +230,8 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxOperations == 0 {
-		c.MaxOperations = DefaultMaxOperations
+	if c.MaxOperations == nil {
+		c.MaxOperations = new(DefaultMaxOperations)
 	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions
@@ -206,8 +253,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("engine config: "+format, args...)) }
-	if c.MaxOperations < 1 {
-		bad("MaxOperations %d must be positive", c.MaxOperations)
+	if p := c.MaxOperations; p != nil && *p < 0 {
+		bad("MaxOperations %d must not be negative", *p)
 	}
 	if c.MaxSubscriptions < 1 {
 		bad("MaxSubscriptions %d must be positive", c.MaxSubscriptions)
@@ -220,6 +267,9 @@ func (c Config) Validate() error {
 	}
 	if c.CascadeLimit < 1 {
 		bad("CascadeLimit %d must be positive", c.CascadeLimit)
+	}
+	if c.SignedURLBase != "" && !strings.HasSuffix(c.SignedURLBase, "/") {
+		bad("SignedURLBase %q must end with /", c.SignedURLBase)
 	}
 	return errors.Join(errs...)
 }
@@ -277,7 +327,8 @@ type request struct {
 	registered map[string]registeredSub
 	served     map[string]map[string][]string
 	scopes     resolvedScopes
-	ticket     Ticket // the serve gate's admission, checked in every transaction
+	ticket     Ticket      // the serve gate's admission, checked in every transaction
+	lease      *ssp2.Lease // the LEASE frame to send, if any
 	enc        *ssp2.ResponseEncoder
 	w          *clientWriter
 	now        int64
@@ -358,7 +409,19 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if err := checkIdentity(r.id); err != nil {
 		return err
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	// The partition row and the client record come from one read when the
+	// client id can reach SQL; a bad id is refused below, in its turn.
+	var (
+		part      storage.Partition
+		client    storage.Client
+		hasClient bool
+		err       error
+	)
+	if checkClientID(hdr.ClientID) == nil {
+		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
+	} else {
+		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	}
 	if err != nil {
 		return internal("touch partition", err)
 	}
@@ -383,17 +446,10 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		return e.headerOnly(r, &ssp2.RespHeader{LogEpoch: part.LogEpoch, ResetRequired: true})
 	}
 
-	if strings.HasPrefix(hdr.ClientID, reservedClientIDPrefix) {
-		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	if err := checkClientID(hdr.ClientID); err != nil {
+		return err
 	}
-	if err := ids.Check("the client id", hdr.ClientID); err != nil {
-		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
-	}
-	client, ok, err := e.cfg.Store.ClientGet(ctx, r.id.Partition, hdr.ClientID)
-	if err != nil {
-		return internal("read client record", err)
-	}
-	if !ok {
+	if !hasClient {
 		// Every request binds its client id, a push-only one included:
 		// an unbound id is anyone's to take (SPEC.md §1.5).
 		client, err = e.cfg.Store.ClientBind(ctx, storage.Client{
@@ -413,8 +469,8 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	for _, c := range req.Commits {
 		ops += len(c.Operations)
 	}
-	if ops > e.cfg.MaxOperations {
-		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, e.cfg.MaxOperations)
+	if ops > *e.cfg.MaxOperations {
+		return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", ops, *e.cfg.MaxOperations)
 	}
 
 	if err := e.validatePull(req); err != nil {
@@ -428,11 +484,38 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		}
 		return err
 	}
-	if rs.err != nil {
+	rs, leased, err := e.withLease(ctx, rs, r.id, hdr.ClientID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rs.err != nil:
 		e.log.Warn("scope resolution failed; failing closed", "partition", r.id.Partition, "actor", r.id.ActorID, "err", rs.err)
+	case !leased && e.cfg.Leases != nil:
+		// A resolved round issues or slides the lease; a leased one
+		// cannot re-resolve, so its window ticks down.
+		l, ok, err := e.cfg.Leases.Refresh(ctx, r.id.Partition, hdr.ClientID, r.id.ActorID, rs.allowed, r.now)
+		if err != nil {
+			return internal("refresh lease", err)
+		}
+		if ok {
+			r.lease = &l
+		}
 	}
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
+	return nil
+}
+
+// checkClientID refuses a request's client id that is reserved or that
+// the stores cannot hold (SPEC.md §1.5, package ids).
+func checkClientID(id string) error {
+	if strings.HasPrefix(id, reservedClientIDPrefix) {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "client ids starting with %s are reserved for server commands", reservedClientIDPrefix)
+	}
+	if err := ids.Check("the client id", id); err != nil {
+		return ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
+	}
 	return nil
 }
 
@@ -510,6 +593,11 @@ func (e *Engine) stream(ctx context.Context, r *request) error {
 	}
 	if err := r.enc.WriteFrame(h); err != nil {
 		return err
+	}
+	if r.lease != nil {
+		if err := r.enc.WriteFrame(r.lease); err != nil {
+			return err
+		}
 	}
 	if len(r.req.Commits) > 0 {
 		r.done = make(map[string]storage.PushRecord, len(r.req.Commits))

@@ -197,7 +197,7 @@ func TestCommitLevelRejections(t *testing.T) {
 }
 
 func TestRequestLevelFailures(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxOperations = 2 })
+	h := newHarness(t, func(c *Config) { c.MaxOperations = new(2) })
 	alice := id("alice", "p1")
 	ep := h.epoch(alice)
 	pull := &ssp2.PullHeader{Accept: 3}
@@ -386,8 +386,8 @@ func readInline(t *testing.T, h *harness, segs []*ssp2.SegmentInline) []string {
 // inline), and negative values are refused by name.
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	def := Config{}.WithDefaults()
-	if def.MaxOperations != DefaultMaxOperations || def.InlineSegmentMaxBytes == nil || *def.InlineSegmentMaxBytes != DefaultInlineSegmentMaxBytes {
-		t.Fatalf("defaults: MaxOperations %d, InlineSegmentMaxBytes %v", def.MaxOperations, def.InlineSegmentMaxBytes)
+	if def.MaxOperations == nil || *def.MaxOperations != DefaultMaxOperations || def.InlineSegmentMaxBytes == nil || *def.InlineSegmentMaxBytes != DefaultInlineSegmentMaxBytes {
+		t.Fatalf("defaults: MaxOperations %v, InlineSegmentMaxBytes %v", def.MaxOperations, def.InlineSegmentMaxBytes)
 	}
 	if err := def.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
@@ -395,13 +395,13 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	if zero := (Config{InlineSegmentMaxBytes: new(0)}).WithDefaults(); *zero.InlineSegmentMaxBytes != 0 || zero.Validate() != nil {
 		t.Fatalf("InlineSegmentMaxBytes 0 became %d (%v)", *zero.InlineSegmentMaxBytes, zero.Validate())
 	}
-	err := (Config{MaxOperations: -1, InlineSegmentMaxBytes: new(-1)}).WithDefaults().Validate()
+	err := (Config{MaxOperations: new(-1), InlineSegmentMaxBytes: new(-1)}).WithDefaults().Validate()
 	for _, field := range []string{"MaxOperations", "InlineSegmentMaxBytes"} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("Validate = %v, want an error naming %s", err, field)
 		}
 	}
-	if _, err := New(Config{MaxOperations: -1}); err == nil {
+	if _, err := New(Config{MaxOperations: new(-1)}); err == nil {
 		t.Error("New accepted MaxOperations -1")
 	}
 }

@@ -227,7 +227,8 @@ func widens(was, now map[string][]string) bool {
 // active sections' cursors (else the previous cursor) and the pull's
 // subscription list, which replaces the old one (SPEC.md §4.5, §8.1). An
 // unchanged record that is still fresh is not rewritten, keeping steady
-// pulls free of writes.
+// pulls free of writes, and a record whose cursor alone moved on is
+// advanced (storage.Store.ClientAdvance) rather than rewritten.
 func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) error {
 	c := storage.Client{
 		Partition:   r.id.Partition,
@@ -249,8 +250,22 @@ func (e *Engine) saveClient(ctx context.Context, r *request, cursors []int64) er
 		return internal("encode subscriptions", err)
 	}
 	c.Subscriptions = b
-	if r.client.Cursor == c.Cursor && r.client.WireVersion == c.WireVersion &&
-		bytes.Equal(r.client.Subscriptions, c.Subscriptions) && r.now-r.client.UpdatedAtMs < clientRefreshMs {
+	same := r.client.WireVersion == c.WireVersion && bytes.Equal(r.client.Subscriptions, c.Subscriptions)
+	switch {
+	case same && r.client.Cursor == c.Cursor && r.now-r.client.UpdatedAtMs < clientRefreshMs:
+		return nil
+	case same && c.Cursor > r.client.Cursor:
+		// Only the cursor moved on, as on every steady push+pull round:
+		// an advance, which the store may batch into a later write. Its
+		// loss in a crash leaves the older cursor, which keeps more log
+		// and replays more deltas, never fewer; the subscription list,
+		// which decides resets, is never written this way.
+		if err := e.cfg.Store.ClientAdvance(ctx, storage.ClientAckParams{
+			Partition: c.Partition, ClientID: c.ClientID, ActorID: c.ActorID,
+			LogEpoch: r.part.LogEpoch, Cursor: c.Cursor, NowMs: c.UpdatedAtMs,
+		}); err != nil {
+			return internal("advance client cursor", err)
+		}
 		return nil
 	}
 	if err := e.cfg.Store.ClientPut(ctx, c); err != nil {

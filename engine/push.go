@@ -26,6 +26,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if rec, ok := r.done[key]; ok {
 		return false, e.replay(r, key, rec)
 	}
+	if e.failLookup.CompareAndSwap(true, false) {
+		return false, e.cacheMiss(r, key, "the idempotency lookup of this commit failed (injected)")
+	}
 	rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, r.id.Partition, r.req.Header.ClientID, key)
 	if err != nil {
 		return false, internal("idempotency lookup", err)
@@ -131,6 +134,26 @@ func (e *Engine) countPush(res *ssp2.PushResult) {
 	}
 }
 
+// cacheMiss answers a commit with the retryable
+// sync.idempotency_cache_miss, persisting nothing (SPEC.md §6.3): the
+// client keeps the commit queued and sends it again.
+func (e *Engine) cacheMiss(r *request, key, msg string) error {
+	e.metrics.PushRejected.Add(1)
+	return r.enc.WriteFrame(&ssp2.PushResult{
+		ClientCommitID: key,
+		Status:         ssp2.PushRejected,
+		Results: []ssp2.OpResult{{
+			OpIndex: 0, Status: ssp2.OpError,
+			Code: string(ssp2.CodeIdempotencyCacheMiss), Message: msg, Retryable: true,
+		}},
+	})
+}
+
+// FailNextIdempotencyLookup makes the next optimistic idempotency lookup
+// fail, answering that commit with sync.idempotency_cache_miss: a fault
+// hook for the test-control surface (POST faults/idempotency-lookup).
+func (e *Engine) FailNextIdempotencyLookup() { e.failLookup.Store(true) }
+
 // replay writes a persisted result again: applied becomes cached, a
 // rejection replays as itself; an unreadable record answers
 // sync.idempotency_cache_miss without persisting anything (SPEC.md §6.3).
@@ -138,18 +161,7 @@ func (e *Engine) replay(r *request, key string, rec storage.PushRecord) error {
 	res, details, err := decodeRecord(rec)
 	if err != nil {
 		e.log.Error("stored push result unreadable", "partition", r.id.Partition, "clientCommitId", key, "err", err)
-		miss := &ssp2.PushResult{
-			ClientCommitID: key,
-			Status:         ssp2.PushRejected,
-			Results: []ssp2.OpResult{{
-				OpIndex: 0, Status: ssp2.OpError,
-				Code:      string(ssp2.CodeIdempotencyCacheMiss),
-				Message:   "the stored result of this commit could not be read",
-				Retryable: true,
-			}},
-		}
-		e.metrics.PushRejected.Add(1)
-		return r.enc.WriteFrame(miss)
+		return e.cacheMiss(r, key, "the stored result of this commit could not be read")
 	}
 	if res.Status == ssp2.PushApplied {
 		res.Status = ssp2.PushCached
@@ -477,6 +489,9 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	}
 	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
 		return nil, ev, rej, nil
+	}
+	if rej, err := st.checkBlobs(ctx, i, t, vals); err != nil || rej != nil {
+		return nil, ev, rej, err
 	}
 	version, err := st.tx.RowUpsert(ctx, t.Name, storage.RowWrite{RowID: op.RowID, Values: vals, Scopes: scopes, Payload: payload})
 	if err != nil {

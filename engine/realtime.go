@@ -108,6 +108,12 @@ func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Atta
 		}
 		rs = resolvedScopes{err: err}
 	}
+	if rs, _, err = e.withLease(ctx, rs, id, clientID); err != nil {
+		// No valid lease during an outage: like a failed resolver, the
+		// connection registers nothing; its rounds get the lease code.
+		e.log.Warn("scope resolver outage without a valid lease; the realtime connection registers nothing", "partition", id.Partition, "actor", id.ActorID, "err", err)
+		return a, nil
+	}
 	if rs.err != nil {
 		e.log.Warn("scope resolution failed; the realtime connection registers nothing", "partition", id.Partition, "actor", id.ActorID, "err", rs.err)
 		return a, nil

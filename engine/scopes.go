@@ -49,10 +49,30 @@ func (s StaticScopes) ResolveScopes(context.Context, string, string) (Allowed, e
 // errResolverFailed marks a failed resolution inside a request.
 var errResolverFailed = errors.New("scope resolver failed")
 
+// ErrResolverOutage is how a resolver signals that the live authority is
+// unavailable rather than that resolution failed (SPEC.md §7.3.3): return
+// an error wrapping it. With auth leases on (Config.Leases) the request is
+// then served with the client's valid lease, or refused with
+// sync.auth_lease_required / sync.auth_lease_revoked; without leases it
+// fails closed like any failed resolution.
+var ErrResolverOutage = errors.New("scope resolver outage")
+
+// LeaseAuthority issues and consults auth leases (SPEC.md §7.3);
+// *leases.Leases implements it.
+type LeaseAuthority interface {
+	// Refresh issues or slides the client's lease after the resolver
+	// granted allowed; ok=false sends no LEASE frame (a revoked lease).
+	Refresh(ctx context.Context, partition, clientID, actorID string, allowed Allowed, nowMs int64) (lease ssp2.Lease, ok bool, err error)
+	// Authorize returns the scopes of the client's valid lease during an
+	// outage, or an *ssp2.Error with the lease code that refuses it.
+	Authorize(ctx context.Context, partition, clientID, actorID string, nowMs int64) (Allowed, error)
+}
+
 // resolvedScopes is the memoized outcome of one request's resolution.
 type resolvedScopes struct {
 	allowed Allowed
 	err     error // non-nil: fail closed
+	outage  bool  // err wraps ErrResolverOutage
 }
 
 // resolve runs the resolver once and validates its result: a key no table
@@ -67,7 +87,7 @@ func resolve(ctx context.Context, r Resolver, s *schema.Schema, partition, actor
 		if ctx.Err() != nil {
 			return resolvedScopes{}, ctx.Err()
 		}
-		return resolvedScopes{err: fmt.Errorf("%w: %w", errResolverFailed, err)}, nil
+		return resolvedScopes{err: fmt.Errorf("%w: %w", errResolverFailed, err), outage: errors.Is(err, ErrResolverOutage)}, nil
 	}
 	for k := range allowed {
 		if !s.HasVariable(k) {
@@ -75,6 +95,20 @@ func resolve(ctx context.Context, r Resolver, s *schema.Schema, partition, actor
 		}
 	}
 	return resolvedScopes{allowed: allowed}, nil
+}
+
+// withLease resolves a request's scopes for clientID (SPEC.md §7.3.3): an
+// outage with leases on is answered from the client's valid lease (or
+// refused with its code); otherwise the resolution stands.
+func (e *Engine) withLease(ctx context.Context, rs resolvedScopes, id Identity, clientID string) (resolvedScopes, bool, error) {
+	if !rs.outage || e.cfg.Leases == nil {
+		return rs, false, nil
+	}
+	allowed, err := e.cfg.Leases.Authorize(ctx, id.Partition, clientID, id.ActorID, e.nowMs())
+	if err != nil {
+		return resolvedScopes{}, false, internal("authorize by lease", err)
+	}
+	return resolvedScopes{allowed: allowed}, true, nil
 }
 
 // effectiveScopes intersects requested scopes with allowed ones (SPEC.md

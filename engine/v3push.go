@@ -273,6 +273,9 @@ func (st *stager) write(ctx context.Context, i int, t *schema.Table, op ssp2.Op,
 	if rej := st.e.validateRow(ctx, st.r, i, t, &ssp2.Operation{Table: t.Name, RowID: rowID, Op: op}, row, stored, validator); rej != nil {
 		return nil, rej, nil
 	}
+	if rej, err := st.checkBlobs(ctx, i, t, w.vals); err != nil || rej != nil {
+		return nil, rej, err
+	}
 	payload, err := t.Codec.AppendRow(nil, w.vals)
 	if err != nil {
 		return nil, nil, internal("encode row", err)

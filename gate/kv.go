@@ -162,6 +162,9 @@ func (g *Gate) bind(ctx context.Context) (jetstream.KeyValue, error) {
 			kv, err = g.cfg.JetStream.KeyValue(actx, g.cfg.Names.GateBucket())
 		}
 	}
+	if err == nil {
+		err = bus.EnsureReplicas(actx, g.cfg.JetStream, bus.KVStream(g.cfg.Names.GateBucket()), g.cfg.Replicas)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", g.cfg.Names.GateBucket(), err)
 	}

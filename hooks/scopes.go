@@ -151,5 +151,17 @@ func (s *Scopes) ResolveScopes(ctx context.Context, partition, actorID string) (
 	if hit {
 		s.m.cacheHit(bus.HookScopes)
 	}
+	var he *Error
+	if errors.As(err, &he) && he.Code == OutageCode {
+		// The host says its authority is down: auth leases may serve.
+		return nil, fmt.Errorf("%w: %w", engine.ErrResolverOutage, err)
+	}
 	return allowed, err
 }
+
+// OutageCode is the error code a scopes hook answers to signal that the
+// live authority is unavailable rather than that the actor has no
+// grant: {"error": {"code": "outage"}}. With auth leases on, the request
+// is then served with the client's valid lease (SPEC.md §7.3.3); any other
+// error fails closed.
+const OutageCode = "outage"

@@ -1,5 +1,6 @@
-// Package httpapi serves the SSP2 HTTP binding (SPEC.md §1.1): POST /sync
-// and GET /segments/{id}, plus /healthz, /readyz and Prometheus /metrics.
+// Package httpapi serves the SSP2 HTTP binding (SPEC.md §1.1): POST /sync,
+// GET /segments/{id} and /blobs/{id} (PUT, GET, POST …/upload-grant), plus
+// /healthz, /readyz and Prometheus /metrics.
 //
 // Errors found before a response starts are JSON with the SSP2 error shape
 // and the status of their code; after it starts they travel in-band as
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/internal/ids"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 )
 
@@ -61,6 +64,8 @@ type Config struct {
 	// Auth authenticates requests. Required.
 	Auth     Authenticator
 	Segments SegmentSource // nil: no segment downloads
+	// Blobs serves /blobs/{id} (SPEC.md §5.9); nil answers blob.not_found.
+	Blobs BlobSource
 	// MaxRequestBytes bounds a /sync body, after decompression (default
 	// DefaultMaxRequestBytes).
 	MaxRequestBytes int64
@@ -99,7 +104,7 @@ type Config struct {
 const (
 	DefaultMaxRequestBytes     = 32 << 20
 	DefaultSegmentCacheBytes   = 64 << 20
-	DefaultStreamSegmentsAbove = 8 << 20
+	DefaultStreamSegmentsAbove = 16 << 20
 )
 
 // WithDefaults returns c with unset fields defaulted.
@@ -175,6 +180,7 @@ func New(cfg Config) (*Handler, error) {
 	h.m = m
 	h.mux.Handle("POST /sync", h.instrument("sync", http.HandlerFunc(h.serveSync)))
 	h.mux.Handle("GET /segments/{id}", h.instrument("segment", http.HandlerFunc(h.serveSegment)))
+	h.routeBlobs()
 	if cfg.Realtime != nil {
 		// Not instrumented: a socket's lifetime is no request latency.
 		h.mux.Handle("GET /realtime", cfg.Realtime)
@@ -189,7 +195,34 @@ func New(cfg Config) (*Handler, error) {
 	})
 	h.mux.HandleFunc("GET /readyz", h.serveReady)
 	h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	h.mux.HandleFunc("/", h.serveNoRoute)
 	return h, nil
+}
+
+// routeMethods are the methods serveNoRoute tries for a 405.
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
+
+// serveNoRoute answers a path no route serves with 404 sync.not_found,
+// and a route asked with another method with 405 and Allow, both in the
+// SSP2 JSON error shape (SPEC.md §10.1) rather than the mux's plain text.
+func (h *Handler) serveNoRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range routeMethods {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErrorStatus(w, http.StatusMethodNotAllowed, ssp2.Errorf(ssp2.CodeInvalidRequest, "%s is not served for %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // ServeHTTP dispatches to the routes.
@@ -218,6 +251,7 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	id.MountURL = MountURL(r, "sync")
 	l := &lease{b: h.budget}
 	defer l.release()
 	body, status, err := readBody(r, h.cfg.MaxRequestBytes, l)
@@ -348,6 +382,10 @@ func bodyError(err error, limit int64) (int, error) {
 // serveSegment is GET /segments/{id}: re-authorized on every call.
 func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	segmentID := r.PathValue("id")
+	if r.URL.Query().Has(signedurl.Param) {
+		h.serveSignedSegment(w, r, segmentID)
+		return
+	}
 	id, ok := h.authenticate(w, r)
 	if !ok {
 		return
@@ -397,6 +435,69 @@ func (h *Handler) serveSegment(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = dw.Write(body)
+}
+
+// serveSignedSegment is GET /segments/{id}?st=…: the token is the whole
+// grant (SPEC.md §5.4), so no host authentication is read. The bytes are
+// served as stored, uncompressed (§5.8: the signed path's compression is
+// the CDN's concern), with the segment's immutable ETag.
+func (h *Handler) serveSignedSegment(w http.ResponseWriter, r *http.Request, segmentID string) {
+	pub, err := h.cfg.Engine.AuthorizeSignedSegment(r.Context(), segmentID, r.URL.Query().Get(signedurl.Param))
+	if err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeInternalError {
+			h.log.Error("signed segment authorization failed", "segment", segmentID, "err", err)
+		}
+		writeError(w, err)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("ETag", `"`+segmentID+`"`)
+	hdr.Set("Cache-Control", "private, max-age=0")
+	if etagMatch(r.Header.Get("If-None-Match"), segmentID) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if h.cfg.Segments == nil {
+		writeError(w, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment"))
+		return
+	}
+	dw := newDeadlineWriter(w, h.cfg.WriteTimeout)
+	if pub.ByteLength > h.cfg.StreamSegmentsAbove {
+		h.streamSegment(dw, r, segmentID, encIdentity)
+		return
+	}
+	body, err := h.cfg.Segments.Bytes(r.Context(), segmentID)
+	if err != nil {
+		h.log.Error("read segment", "segment", segmentID, "err", err)
+		writeError(w, ssp2.Errorf(ssp2.CodeInternalError, "internal error"))
+		return
+	}
+	hdr.Set("Content-Type", "application/octet-stream")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = dw.Write(body)
+}
+
+// MountURL is the absolute URL of the mount a request came in on: its
+// scheme (https behind TLS or X-Forwarded-Proto), host, and the path it
+// was sent to (before any prefix was stripped) less the route's last
+// element, e.g. "http://h/i/abc/" for POST /i/abc/sync.
+func MountURL(r *http.Request, route string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+		scheme = p
+	}
+	path := r.URL.EscapedPath()
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && r.RequestURI != "" {
+		path = u.EscapedPath()
+	}
+	path = strings.TrimSuffix(path, route)
+	if !strings.HasSuffix(path, "/") {
+		path += "/"
+	}
+	return scheme + "://" + r.Host + path
 }
 
 // streamSegment sends a large segment straight from the store, compressed

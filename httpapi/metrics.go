@@ -44,8 +44,15 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics, budget *bodyBudget
 		{"syncnode_segments_inline_total", "Segments delivered inline.", em.SegmentsInline.Load},
 		{"syncnode_segment_refs_total", "Segments delivered by reference.", em.SegmentRefs.Load},
 		{"syncnode_rows_bootstrapped_total", "Rows delivered in bootstrap segments.", em.RowsBootstrapped.Load},
+		{"syncnode_images_built_total", "SQLite-image segments built.", em.ImagesBuilt.Load},
+		{"syncnode_images_reused_total", "SQLite-image segments served from an earlier build.", em.ImagesReused.Load},
+		{"syncnode_image_refs_total", "SQLite-image descriptors sent.", em.ImageRefs.Load},
+		{"syncnode_signed_urls_total", "Signed segment URLs minted.", em.SignedURLs.Load},
+		{"syncnode_signed_url_refusals_total", "Downloads by signed URL refused.", em.SignedRefusals.Load},
 	}
-	cs := []prometheus.Collector{m.requests, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	cs := []prometheus.Collector{m.requests, m.latency, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "syncnode_image_build_seconds_total", Help: "Time spent building SQLite-image segments.",
+	}, func() float64 { return float64(em.ImageBuildNanos.Load()) / 1e9 }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "syncnode_http_inflight_body_bytes", Help: "Request body bytes held by in-flight requests (the in-flight budget in use).",
 	}, func() float64 { return float64(budget.held.Load()) })}
 	for _, c := range counters {

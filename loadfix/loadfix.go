@@ -142,9 +142,12 @@ type engineCounts struct {
 
 func (f *Fixture) engineCounts() *engineCounts {
 	m := f.cfg.Engine.Metrics()
+	// An image (SPEC.md §5.3) is a stored bootstrap segment like a rows
+	// page: built once per key, reused by every client with that key.
 	c := &engineCounts{
-		segmentsBuilt: m.SegmentsBuilt.Load(), segmentsReused: m.SegmentsReused.Load(),
-		pushApplied: m.PushApplied.Load(), pushConflicted: m.PushConflicted.Load(), pushRejected: m.PushRejected.Load(),
+		segmentsBuilt:  m.SegmentsBuilt.Load() + m.ImagesBuilt.Load(),
+		segmentsReused: m.SegmentsReused.Load() + m.ImagesReused.Load(),
+		pushApplied:    m.PushApplied.Load(), pushConflicted: m.PushConflicted.Load(), pushRejected: m.PushRejected.Load(),
 	}
 	if r := f.cfg.Realtime; r != nil {
 		c.realtimeDeltas, c.realtimeWakes = r.Deltas.Load(), r.Wakes()

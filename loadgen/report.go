@@ -183,10 +183,14 @@ const (
 )
 
 // ReplaceReport returns doc with the text between the report markers
-// replaced by report.
+// replaced by report. A marker counts only on a line of its own, so prose
+// that quotes it (the README's does) is left alone.
 func ReplaceReport(doc, report []byte) ([]byte, error) {
-	i := bytes.Index(doc, []byte(ReportBegin))
-	j := bytes.Index(doc, []byte(ReportEnd))
+	i := markerLine(doc, ReportBegin, 0)
+	j := -1
+	if i >= 0 {
+		j = markerLine(doc, ReportEnd, i)
+	}
 	if i < 0 || j < i {
 		return nil, errors.New("no " + ReportBegin + " … " + ReportEnd + " section")
 	}
@@ -197,6 +201,24 @@ func ReplaceReport(doc, report []byte) ([]byte, error) {
 	out.WriteString("\n")
 	out.Write(doc[j:])
 	return out.Bytes(), nil
+}
+
+// markerLine is the offset of the first line of doc at or after from that
+// is exactly marker, or -1.
+func markerLine(doc []byte, marker string, from int) int {
+	for from <= len(doc) {
+		k := bytes.Index(doc[from:], []byte(marker))
+		if k < 0 {
+			return -1
+		}
+		k += from
+		end := k + len(marker)
+		if (k == 0 || doc[k-1] == '\n') && (end == len(doc) || doc[end] == '\n' || doc[end] == '\r') {
+			return k
+		}
+		from = end
+	}
+	return -1
 }
 
 // row is one scenario's figures as the tables print them.

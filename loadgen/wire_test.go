@@ -193,6 +193,13 @@ func TestReplaceReport(t *testing.T) {
 	if _, err := ReplaceReport([]byte("no markers"), nil); err == nil {
 		t.Fatal("no markers: no error")
 	}
+	// Prose that quotes the markers is not the section.
+	prose := "between `" + ReportBegin + "` and `" + ReportEnd + "`;\n"
+	doc = []byte(prose + ReportBegin + "\nold\n" + ReportEnd + "\n")
+	got, err = ReplaceReport(doc, []byte("| new |"))
+	if err != nil || string(got) != prose+ReportBegin+"\n| new |\n"+ReportEnd+"\n" {
+		t.Fatalf("quoted markers: got %q, %v", got, err)
+	}
 }
 
 func TestFormatting(t *testing.T) {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
@@ -18,12 +20,14 @@ import (
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
@@ -58,6 +62,8 @@ type Config struct {
 	Store StoreConfig
 	// NATS configures the node's own NATS: an embedded server or a
 	// connection to an external one. DataDir and Logger are the node's.
+	// Its Replicas (or the detected factor of Bus) becomes the Replicas of
+	// the relay's streams, the gate's bucket and the segment store.
 	NATS embedded.Config
 	// Bus, when set, is a running NATS the node uses instead of starting
 	// its own (NATS must then be empty); the node never stops it. The
@@ -69,8 +75,15 @@ type Config struct {
 	API      httpapi.Config  // the protocol handler; API.Auth is required unless Hooks.Token is set
 	Engine   engine.Config   // limits, validators, mergers, wire window
 	Segments segments.Config // segment bucket, TTL, caches
+	Blobs    blobs.Config    // blob bucket, size cap, orphan grace and sweep (SPEC.md §5.9)
 	Gate     gate.Config     // serve gate: resync, timeouts, OnChange
 	Relay    relay.Config    // commit relay: streams, batching, retries
+
+	// Images configures the SQLite-image bootstrap lane (SPEC.md §5.3).
+	Images ImagesConfig
+	// SignedURLs configures signed segment URLs (SPEC.md §5.4); without a
+	// key none are minted and every ?st= download is refused.
+	SignedURLs SignedURLsConfig
 
 	// Reactions configures durable reactions: the planner of every new
 	// commit and this node's runner.
@@ -89,6 +102,9 @@ type Config struct {
 	// Operations configures the remote operations (REMOTE.md): POST
 	// /operations, GET /operations/realtime and their NATS binding.
 	Operations OperationsConfig
+	// Leases turns auth leases on (SPEC.md §7.3) when Leases.TTL is set;
+	// the zero value leaves them off.
+	Leases LeasesConfig
 
 	// Routes, when set, runs once every component is up and before HTTP
 	// serves: it returns the handler to serve in place of the protocol
@@ -97,6 +113,56 @@ type Config struct {
 	// before the components stop.
 	Routes func(ctx context.Context, n *Node, h http.Handler) (http.Handler, func(context.Context) error, error)
 }
+
+// ImagesConfig configures the SQLite-image lane: a bootstrap of a table
+// larger than one rows page, for a client that accepts images, is one
+// SQLite database built with sqlitestore.WriteImage.
+type ImagesConfig struct {
+	// Disabled serves every bootstrap on the rows lane.
+	Disabled bool
+	// TempDir is where images are built (default Segments.TempDir, else
+	// the system's temporary directory).
+	TempDir string
+}
+
+// SignedURLsConfig configures signed segment URLs (package signedurl).
+type SignedURLsConfig struct {
+	// Key is the HMAC key (at least 32 bytes), shared by every node of the
+	// deployment; empty disables signed URLs.
+	Key []byte
+	// TTL is a URL's lifetime (default 5 minutes, at most 15).
+	TTL time.Duration
+	// BaseURL is the absolute base the URLs' "segments/{id}?st=…" goes
+	// under (a CDN in front of the nodes; ends with /); empty uses the
+	// URL each request came in on.
+	BaseURL string
+}
+
+func (c SignedURLsConfig) enabled() bool { return len(c.Key) > 0 }
+
+func (c SignedURLsConfig) validate() error {
+	if !c.enabled() {
+		if c.TTL != 0 || c.BaseURL != "" {
+			return errors.New("node config: SignedURLs: TTL and BaseURL need a Key")
+		}
+		return nil
+	}
+	var errs []error
+	if err := (signedurl.Config{Key: c.Key, TTL: c.TTL}).WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("node config: SignedURLs: %w", err))
+	}
+	if c.BaseURL != "" {
+		u, err := url.Parse(c.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(c.BaseURL, "/") {
+			errs = append(errs, fmt.Errorf("node config: SignedURLs.BaseURL %q must be an absolute http(s) URL ending with /", c.BaseURL))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LeasesConfig configures auth leases (package leases): off unless TTL
+// is set; Key signs the stored records. Store and Logger are the node's.
+type LeasesConfig = leases.Config
 
 // ReactionsConfig configures durable reactions (package reactions).
 type ReactionsConfig struct {
@@ -262,6 +328,8 @@ func (c Config) WithDefaults() Config {
 	c.API = c.API.WithDefaults()
 	c.Segments.Names, c.Segments.Clock, c.Segments.Logger = c.Names, c.Clock, c.Logger.With("component", "segments")
 	c.Segments = c.Segments.WithDefaults()
+	c.Blobs.Names, c.Blobs.Clock, c.Blobs.Logger = c.Names, c.Clock, c.Logger.With("component", "blobs")
+	c.Blobs = c.Blobs.WithDefaults()
 	c.Gate.Schema, c.Gate.Names, c.Gate.Node = c.Schema, c.Names, c.Name
 	c.Gate.Declared = c.Checkpoints
 	c.Gate.Clock, c.Gate.Logger = c.Clock, c.Logger.With("component", "gate")
@@ -310,7 +378,11 @@ func (c Config) Validate() error {
 	if c.Bus == nil {
 		errs = append(errs, c.NATS.Validate())
 	}
-	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Gate.Validate(), c.Relay.Validate())
+	errs = append(errs, c.SignedURLs.validate())
+	if c.Leases.TTL != 0 || c.Leases.Key != nil {
+		errs = append(errs, c.Leases.Validate())
+	}
+	errs = append(errs, c.HTTP.validate(), c.Engine.Validate(), c.API.Validate(), c.Segments.Validate(), c.Blobs.Validate(), c.Gate.Validate(), c.Relay.Validate())
 	if !c.Reactions.Disabled {
 		errs = append(errs, c.Reactions.Runner.Validate())
 	}

@@ -50,7 +50,7 @@ func TestConfigValidate(t *testing.T) {
 			c.NATS.Port = 4000
 		}, []string{"NATS"}},
 		{"negative limits", func(c *Config) {
-			c.Engine.MaxOperations = -1
+			c.Engine.MaxOperations = new(-1)
 			c.Engine.InlineSegmentMaxBytes = new(-1)
 			c.API.StreamSegmentsAbove = -1
 			c.Segments.MaintenanceInterval = -5

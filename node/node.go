@@ -1,6 +1,6 @@
 // Package node is the only place that assembles a running syncnode: the
 // SQL store, the embedded (or external, or shared) NATS server, the commit
-// relay, the serve gate, the segment store, the host hooks, the sync
+// relay, the serve gate, the segment store, the blob store, the host hooks, the sync
 // engine, the reaction runner, the realtime hub, the HTTP handler and
 // listener, and the admin API. `syncnode serve` is a thin shell around
 // it, the operator commands open a node's data through OpenStore and
@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,18 +27,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/syncnode/syncnode/admin"
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/internal/lifecycle"
+	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/relay"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
+	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 // ErrSchemaInstall wraps a failure to install the schema (and the
@@ -52,10 +59,13 @@ type Node struct {
 	NATS     *embedded.Server
 	Relay    *relay.Relay
 	Segments *segments.Store
+	Blobs    *blobs.Store
 	Engine   *engine.Engine
-	Handler  *httpapi.Handler
-	Gate     *gate.Gate
-	Hooks    *hooks.Set
+	// SignedURLs is the signer of segment URLs, nil when they are off.
+	SignedURLs *signedurl.Signer
+	Handler    *httpapi.Handler
+	Gate       *gate.Gate
+	Hooks      *hooks.Set
 	// Reactions is the reaction runner (nil when Reactions.Disabled).
 	Reactions *reactions.Runner
 	// Realtime is the realtime hub (nil when Realtime.Disabled).
@@ -65,6 +75,8 @@ type Node struct {
 	Operations *operations.Service
 	// Admin is the admin API (nil when Admin.Disabled).
 	Admin *admin.Admin
+	// Leases is the auth lease authority (nil when leases are off).
+	Leases *leases.Leases
 
 	ownNATS    bool // NATS was started by this node (not Config.Bus)
 	adminConn  *nats.Conn
@@ -137,6 +149,11 @@ func (n *Node) start(ctx context.Context) (err error) {
 		}
 	}
 	js := n.NATS.JetStream()
+	// Every stream, bucket and object store the node creates has the
+	// replication factor of its NATS (3 on a cluster of three or more).
+	replicas := max(n.NATS.Replicas(), 1)
+	cfg.Relay.Streams.Commits.Replicas, cfg.Relay.Streams.Control.Replicas = replicas, replicas
+	cfg.Gate.Replicas, cfg.Segments.Replicas, cfg.Blobs.Replicas = replicas, replicas, replicas
 
 	if n.Relay, err = relay.New(js, n.Store, cfg.Relay); err != nil {
 		return fmt.Errorf("relay: %w", err)
@@ -163,6 +180,15 @@ func (n *Node) start(ctx context.Context) (err error) {
 		return fmt.Errorf("segment store: %w", err)
 	}
 
+	bc := cfg.Blobs
+	bc.JetStream, bc.Store = js, n.Store
+	if n.Blobs, err = blobs.New(bc); err != nil {
+		return err
+	}
+	if err = n.Blobs.Start(ctx); err != nil {
+		return fmt.Errorf("blob store: %w", err)
+	}
+
 	ac := cfg.API
 	if ac.Registry == nil {
 		ac.Registry = prometheus.NewRegistry()
@@ -174,7 +200,33 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 
 	ec.Store, ec.Segments, ec.Gate, ec.OnCommit = n.Store, n.Segments, engine.GateOf(n.Gate), n.Relay.Notify
+	if !cfg.Images.Disabled {
+		dir := cfg.Images.TempDir
+		if dir == "" {
+			dir = cfg.Segments.TempDir
+		}
+		ec.ImageWriter = func(ctx context.Context, w io.Writer, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (int64, error) {
+			return sqlitestore.WriteImage(ctx, w, dir, l, m, rows)
+		}
+	}
+	if cfg.SignedURLs.enabled() {
+		if n.SignedURLs, err = signedurl.New(signedurl.Config{Key: cfg.SignedURLs.Key, TTL: cfg.SignedURLs.TTL}); err != nil {
+			return err
+		}
+		ec.SignedURLs, ec.SignedURLBase = n.SignedURLs, cfg.SignedURLs.BaseURL
+	}
 	ec.OnReactions = n.reactionsEnqueued
+	if cfg.Leases.TTL != 0 {
+		lc := cfg.Leases
+		lc.Store, lc.Logger = n.Store, n.log.With("component", "leases")
+		if n.Leases, err = leases.New(lc); err != nil {
+			return err
+		}
+		ec.Leases = n.Leases
+		if err = registerLeaseMetrics(ac.Registry, n.Leases.Metrics()); err != nil {
+			return err
+		}
+	}
 	if n.Engine, err = engine.New(ec); err != nil {
 		return err
 	}
@@ -191,7 +243,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 		return err
 	}
 
-	ac.Engine, ac.Segments, ac.Ready = n.Engine, n.Segments, n.ready
+	ac.Engine, ac.Segments, ac.Blobs, ac.Ready = n.Engine, n.Segments, n.Blobs, n.ready
+	if err = ac.Registry.Register(n.Blobs.Collector()); err != nil {
+		return err
+	}
 	if n.Handler, err = httpapi.New(ac); err != nil {
 		return err
 	}
@@ -311,6 +366,11 @@ func (n *Node) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("reactions stop: %w", err))
 		}
 	}
+	if n.Blobs != nil {
+		if err := n.Blobs.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n.Segments != nil {
 		if err := n.Segments.Stop(ctx); err != nil {
 			errs = append(errs, err)
@@ -401,4 +461,22 @@ func (n *Node) gateChanged(partition string) {
 	if n.cfg.Gate.OnChange != nil {
 		n.cfg.Gate.OnChange(partition)
 	}
+}
+
+// registerLeaseMetrics exports the lease authority's counters as
+// syncnode_auth_leases_total{event}.
+func registerLeaseMetrics(reg prometheus.Registerer, m *leases.Metrics) error {
+	for event, v := range map[string]*atomic.Int64{
+		"issued": &m.Issued, "refreshed": &m.Refreshed, "served": &m.Served,
+		"required": &m.Required, "revoked": &m.Revoked, "bad_record": &m.BadRecords,
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "syncnode_auth_leases_total", Help: "Auth lease events: issued, refreshed, served during an outage, refused (required, revoked), records failing their signature.",
+			ConstLabels: prometheus.Labels{"event": event},
+		}, func() float64 { return float64(v.Load()) })
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register lease metrics: %w", err)
+		}
+	}
+	return nil
 }

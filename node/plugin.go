@@ -11,6 +11,7 @@ import (
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/reactions"
 )
 
 // startHooks builds the configured host hooks and returns the request
@@ -53,10 +54,17 @@ func (n *Node) startAdmin(ctx context.Context) error {
 	if n.cfg.Store.isPostgres() {
 		storage = "postgres"
 	}
+	// The reactions endpoints answer whether or not this node runs a
+	// runner: the table is the deployment's.
+	rx, err := reactions.NewAdmin(reactions.AdminConfig{Store: n.Store, Conn: nc, Names: n.cfg.Names, Node: n.cfg.Name,
+		Runner: n.Reactions, Clock: n.cfg.Clock, Logger: n.log.With("component", "admin")})
+	if err != nil {
+		return err
+	}
 	if n.Admin, err = admin.New(admin.Config{
 		Conn: nc, Node: n.cfg.Name, Version: n.cfg.Admin.Version, Storage: storage, Hooks: n.Hooks.Names(),
 		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(), Names: n.cfg.Names,
-		Ready: n.ready, Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
+		Ready: n.ready, Extensions: []admin.Extension{rx}, Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
 	}); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/reactions"
@@ -113,6 +114,23 @@ func TestNodeReactions(t *testing.T) {
 			}
 			if cs, err := n.Store.ReactionCounts(ctx); err != nil || cs != (storage.ReactionCounts{Completed: 2}) {
 				t.Fatalf("after a rejected commit: %+v, %v", cs, err)
+			}
+
+			// The node's admin API answers the reactions endpoints, with
+			// this node's runner in stats.
+			api := reactions.NewAdminClient(admin.NewClient(nc, 10*time.Second))
+			// (The runner counts a completion just after the store has it.)
+			var st reactions.AdminStats
+			poll.Until(t, 20*time.Second, "reactions.stats to count both completions", func() bool {
+				st, err = api.Stats(ctx)
+				return err != nil || st.Runner == nil || st.Runner.Completed == 2
+			})
+			if err != nil || st.Counts != (reactions.StatusCounts{Completed: 2}) || st.Node != "test-node" || st.Runner == nil || st.Runner.Completed != 2 {
+				t.Fatalf("reactions.stats = %+v, %v", st, err)
+			}
+			l, err := api.List(ctx, reactions.ListRequest{Types: []string{"email.send"}})
+			if err != nil || len(l.Reactions) != 1 || l.Reactions[0].Status != storage.ReactionCompleted || l.Reactions[0].SourceClientCommitID != ccid {
+				t.Fatalf("reactions.list = %+v, %v", l, err)
 			}
 		})
 	}

@@ -71,6 +71,15 @@
 // published with core NATS: fire and forget, for observers. The state is
 // the table: `syncnode reactions list` reads it.
 //
+// # Operating
+//
+// Admin holds the operator's operations — list, show, retry, prune,
+// stats — over the store; as an admin.Extension it adds them to the
+// node's admin service on syncnode.admin.reactions.<op>, and AdminClient
+// calls them over NATS. `syncnode reactions` uses the client against a
+// running node and Admin itself offline. This is why the package sits
+// above package admin in the import layers.
+//
 // # Why not River
 //
 // River (riverqueue/river) is the model for this package's shape — a

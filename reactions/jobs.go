@@ -20,7 +20,9 @@ type job struct {
 }
 
 // runHandler runs a Go handler, its lease extended by the heartbeat while
-// it runs.
+// it runs and, after a success, until the completion is recorded (a
+// completion queued behind a slow store must not let the lease lapse and
+// the reaction run again elsewhere).
 func (r *Runner) runHandler(j *job, h Handler) {
 	defer r.jobs.Done()
 	ctx, cancel := context.WithCancel(r.jobCtx)
@@ -31,14 +33,16 @@ func (r *Runner) runHandler(j *job, h Handler) {
 	r.mu.Unlock()
 	err := call(ctx, h, j.r)
 	r.mu.Lock()
-	delete(r.leases, j.lease.ReactionKey)
 	lost := j.lost
+	if lost || err != nil {
+		delete(r.leases, j.lease.ReactionKey)
+	}
 	r.mu.Unlock()
 	switch {
 	case lost:
 		r.lose()
 	case err == nil:
-		r.acks <- j
+		r.acks <- j // complete stops the heartbeat
 	case r.jobCtx.Err() != nil:
 		// Stopping: leave the lease to expire; another runner retries.
 		r.release(1)
@@ -182,6 +186,11 @@ func (r *Runner) complete(batch []*job) {
 		leases[i] = j.lease
 	}
 	done, err := r.cfg.Store.ReactionComplete(context.WithoutCancel(r.jobCtx), storage.ReactionCompleteParams{Leases: leases, NowMs: now.UnixMilli()})
+	r.mu.Lock()
+	for _, j := range batch {
+		delete(r.leases, j.lease.ReactionKey) // a worker's job was never there
+	}
+	r.mu.Unlock()
 	if err != nil {
 		r.log.Warn("reactions: recording completions failed; the leases expire and the reactions run again", "n", len(batch), "err", err)
 		return

@@ -210,14 +210,19 @@ type Runner struct {
 	wake chan struct{}
 	mu   sync.Mutex
 	// dirty are partitions to claim in; all asks for a claim across every
-	// partition. They stay set while claims come back full.
-	dirty map[string]bool
-	all   bool
+	// partition. They stay set while claims come back full. Each mark
+	// holds the generation it was set at (all: 0 when unset), so a claim
+	// clears only the mark it answered: a commit event arriving while the
+	// claim runs marks again and is not lost.
+	dirty map[string]uint64
+	all   uint64
+	gen   uint64
 	// nextRetry is the earliest retry this runner scheduled.
 	nextRetry time.Time
 	// inflight counts claimed reactions whose outcome is not recorded.
 	inflight int
-	// leases are the running Go handlers, for heartbeats.
+	// leases are the Go handlers running or waiting for their completion
+	// to be recorded, for heartbeats.
 	leases map[storage.ReactionKey]*job
 
 	acks    chan *job
@@ -251,7 +256,7 @@ func New(cfg Config) (*Runner, error) {
 		log:     cfg.Logger,
 		pub:     publisher{nc: cfg.Conn, names: cfg.Names, node: cfg.Node, log: cfg.Logger},
 		wake:    make(chan struct{}, 1),
-		dirty:   map[string]bool{},
+		dirty:   map[string]uint64{},
 		leases:  map[storage.ReactionKey]*job{},
 		acks:    make(chan *job, cfg.Concurrency),
 		stop:    make(chan struct{}),
@@ -359,14 +364,16 @@ func (r *Runner) signal() {
 
 func (r *Runner) markPartition(p string) {
 	r.mu.Lock()
-	r.dirty[p] = true
+	r.gen++
+	r.dirty[p] = r.gen
 	r.mu.Unlock()
 	r.signal()
 }
 
 func (r *Runner) markAll() {
 	r.mu.Lock()
-	r.all = true
+	r.gen++
+	r.all = r.gen
 	r.mu.Unlock()
 	r.signal()
 }
@@ -399,7 +406,8 @@ func (r *Runner) schedule() {
 			r.markAll()
 		case <-retry.C:
 			r.mu.Lock()
-			r.all, r.nextRetry = true, time.Time{}
+			r.gen++
+			r.all, r.nextRetry = r.gen, time.Time{}
 			r.mu.Unlock()
 		}
 		r.mu.Lock()
@@ -412,26 +420,30 @@ func (r *Runner) schedule() {
 }
 
 // next picks what to claim: every partition first, then one marked
-// partition. ok is false when nothing is marked or no slot is free.
-func (r *Runner) next() (partition string, all bool, n int, ok bool) {
+// partition, with the generation of its mark. ok is false when nothing
+// is marked or no slot is free.
+func (r *Runner) next() (partition string, all bool, n int, gen uint64, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free := r.cfg.Concurrency - r.inflight
 	if free <= 0 {
-		return "", false, 0, false
+		return "", false, 0, 0, false
 	}
 	n = min(free, r.cfg.ClaimBatch)
-	if r.all {
-		return "", true, n, true
+	if r.all != 0 {
+		return "", true, n, r.all, true
 	}
-	for p := range r.dirty {
-		return p, false, n, true
+	for p, g := range r.dirty {
+		return p, false, n, g, true
 	}
-	return "", false, 0, false
+	return "", false, 0, 0, false
 }
 
 // drain claims until nothing marked is left or every slot is taken. A
-// claim that comes back full leaves its mark: there may be more.
+// claim that comes back full leaves its mark: there may be more. A claim
+// that comes back short clears its mark unless the mark was set again
+// meanwhile (a commit event that arrived during the claim, whose rows the
+// claim may not have seen).
 func (r *Runner) drain() {
 	for {
 		select {
@@ -439,16 +451,16 @@ func (r *Runner) drain() {
 			return
 		default:
 		}
-		partition, all, n, ok := r.next()
+		partition, all, n, gen, ok := r.next()
 		if !ok {
 			return
 		}
 		got, err := r.claim(partition, all, n)
 		r.mu.Lock()
 		if err != nil || got < n {
-			if all {
-				r.all = false
-			} else {
+			if all && r.all == gen {
+				r.all = 0
+			} else if !all && r.dirty[partition] == gen {
 				delete(r.dirty, partition)
 			}
 		}
@@ -502,7 +514,7 @@ func (r *Runner) claim(partition string, all bool, n int) (int, error) {
 func (r *Runner) release(n int) {
 	r.mu.Lock()
 	r.inflight -= n
-	pending := r.all || len(r.dirty) > 0
+	pending := r.all != 0 || len(r.dirty) > 0
 	r.mu.Unlock()
 	if pending {
 		r.signal()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -67,6 +68,32 @@ func TestHandlerRunsOnCommitEvent(t *testing.T) {
 
 // Work left in the table (a previous process died after COMMIT) runs when
 // a runner starts, without a new commit.
+// Commits one after the other, each made as soon as the previous
+// reaction's handler started (so its event tends to arrive while the
+// claim that found the previous one is still finishing): every reaction
+// runs on its commit event, none waits for the sweep (an hour away).
+func TestNoLostWakeups(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		started := make(chan string, 1)
+		e.runner(Config{Handlers: map[string]Handler{"t": func(_ context.Context, r storage.Reaction) error {
+			started <- r.IdempotencyKey
+			return nil
+		}}})
+		for i := range 300 {
+			k := e.commit("p", plan{key: "k", typ: "t"})[0]
+			select {
+			case got := <-started:
+				if got != k.IdempotencyKey {
+					t.Fatalf("commit %d: handler ran %s, want %s", i, got, k.IdempotencyKey)
+				}
+			case <-time.After(wait):
+				t.Fatalf("commit %d: its reaction never ran (a lost wake-up)", i)
+			}
+		}
+	})
+}
+
 func TestStartRunsBacklog(t *testing.T) {
 	e := newEnv(t, backends[0])
 	keys := e.commit("p", plan{key: "a", typ: "t"}, plan{key: "b", typ: "t"})
@@ -152,37 +179,92 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-// A long handler keeps its lease by heartbeats: another runner that
-// sweeps all the time never gets the reaction.
+// A handler slower than its lease keeps the lease by heartbeats: another
+// runner that sweeps all the time never gets the reaction, and it runs
+// once, in one attempt.
 func TestHeartbeatKeepsLease(t *testing.T) {
-	e := newEnv(t, backends[0])
-	release := make(chan struct{})
-	started := make(chan struct{}, 1)
-	a := e.runner(Config{Node: "a", Lease: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond,
-		Handlers: map[string]Handler{"t": func(ctx context.Context, _ storage.Reaction) error {
-			started <- struct{}{}
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}}})
-	k := e.commit("p", plan{key: "k", typ: "t"})[0]
-	<-started
-	var stolen atomic.Int64
-	b := e.runner(Config{Node: "b", Conn: e.conn(), SweepInterval: 20 * time.Millisecond,
-		Handlers: map[string]Handler{"t": func(context.Context, storage.Reaction) error { stolen.Add(1); return nil }}})
-	// Watch the lease move forward past several lease lengths.
-	first := e.get(k).LeaseExpiresAtMs
-	poll.Until(t, wait, "the lease extended past 4 lease lengths", func() bool {
-		return e.get(k).LeaseExpiresAtMs > first+4*300
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		var runs atomic.Int64
+		a := e.runner(Config{Node: "a", Lease: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond,
+			Handlers: map[string]Handler{"t": func(ctx context.Context, _ storage.Reaction) error {
+				runs.Add(1)
+				started <- struct{}{}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}}})
+		k := e.commit("p", plan{key: "k", typ: "t"})[0]
+		<-started
+		var stolen atomic.Int64
+		thief := e.runner(Config{Node: "b", Conn: e.conn(), SweepInterval: 20 * time.Millisecond,
+			Handlers: map[string]Handler{"t": func(context.Context, storage.Reaction) error { stolen.Add(1); return nil }}})
+		// Watch the lease move forward past several lease lengths.
+		first := e.get(k).LeaseExpiresAtMs
+		poll.Until(t, wait, "the lease extended past 4 lease lengths", func() bool {
+			return e.get(k).LeaseExpiresAtMs > first+4*300
+		})
+		close(release)
+		poll.Until(t, wait, "completed", func() bool { return e.status(k) == storage.ReactionCompleted })
+		if stolen.Load() != 0 || thief.Stats().Claimed.Load() != 0 || a.Stats().LostLeases.Load() != 0 || runs.Load() != 1 || e.get(k).Attempts != 1 {
+			t.Fatalf("the heartbeated reaction was taken: stolen %d, b claimed %d, a lost %d, ran %d times, attempts %d",
+				stolen.Load(), thief.Stats().Claimed.Load(), a.Stats().LostLeases.Load(), runs.Load(), e.get(k).Attempts)
+		}
 	})
-	close(release)
-	poll.Until(t, wait, "completed", func() bool { return e.status(k) == storage.ReactionCompleted })
-	if stolen.Load() != 0 || b.Stats().Claimed.Load() != 0 || a.Stats().LostLeases.Load() != 0 {
-		t.Fatalf("the heartbeated reaction was taken: stolen %d, b claimed %d, a lost %d", stolen.Load(), b.Stats().Claimed.Load(), a.Stats().LostLeases.Load())
+}
+
+// slowCompletions is a real store whose completions wait for release.
+type slowCompletions struct {
+	storage.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowCompletions) ReactionComplete(ctx context.Context, p storage.ReactionCompleteParams) ([]bool, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
 	}
+	<-s.release
+	return s.Store.ReactionComplete(ctx, p)
+}
+
+// After the handler succeeded, the lease is still heartbeated until the
+// completion is recorded: a completion held up by a slow store longer
+// than the lease does not let another runner run the reaction again.
+func TestHeartbeatUntilCompletionRecorded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		st := &slowCompletions{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+		var runs atomic.Int64
+		h := func(context.Context, storage.Reaction) error { runs.Add(1); return nil }
+		a := e.runner(Config{Node: "a", Store: st, Lease: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond, Handlers: map[string]Handler{"t": h}})
+		var once sync.Once
+		open := func() { once.Do(func() { close(st.release) }) }
+		t.Cleanup(open) // before the runner's Stop, which waits for the completion
+		k := e.commit("p", plan{key: "k", typ: "t"})[0]
+		select {
+		case <-st.entered:
+		case <-time.After(wait):
+			t.Fatal("the completion was never recorded")
+		}
+		thief := e.runner(Config{Node: "b", Conn: e.conn(), SweepInterval: 20 * time.Millisecond, Handlers: map[string]Handler{"t": h}})
+		first := e.get(k).LeaseExpiresAtMs
+		poll.Until(t, wait, "the lease extended past 4 lease lengths while the completion waits", func() bool {
+			return e.get(k).LeaseExpiresAtMs > first+4*300
+		})
+		open()
+		poll.Until(t, wait, "completed", func() bool { return a.Stats().Completed.Load() == 1 })
+		if e.status(k) != storage.ReactionCompleted || runs.Load() != 1 || thief.Stats().Claimed.Load() != 0 || a.Stats().LostLeases.Load() != 0 || a.Stats().Completed.Load() != 1 {
+			t.Fatalf("ran %d times, b claimed %d, a lost %d, a completed %d", runs.Load(), thief.Stats().Claimed.Load(),
+				a.Stats().LostLeases.Load(), a.Stats().Completed.Load())
+		}
+	})
 }
 
 // When the lease is gone (another owner reclaimed it), the heartbeat
@@ -486,6 +568,63 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metric %s missing", name)
 		}
 	}
+}
+
+// The defaults of issue 14: a 30 s lease heartbeated every 10 s, a retry
+// after min(5 min, 1 s·2^(attempt−1)), completed rows kept 30 days and
+// dead letters 90.
+func TestDefaults(t *testing.T) {
+	c := Config{}.WithDefaults()
+	if c.Lease != 30*time.Second || c.Heartbeat != 10*time.Second || c.InitialBackoff != time.Second || c.MaxBackoff != 5*time.Minute ||
+		c.CompletedRetention != 30*24*time.Hour || c.DeadLetterRetention != 90*24*time.Hour || c.Concurrency != 64 || c.ClaimBatch != 64 {
+		t.Fatalf("defaults = %+v", c)
+	}
+	for attempt := int32(1); attempt <= 100; attempt++ {
+		want := 5 * time.Minute
+		if attempt < 20 {
+			want = min(want, time.Second<<(attempt-1))
+		}
+		if got := Backoff(c.InitialBackoff, c.MaxBackoff, attempt); got != want {
+			t.Errorf("default backoff of attempt %d = %s, want %s", attempt, got, want)
+		}
+	}
+}
+
+// With the default retentions, pruning removes a completed reaction once
+// it is 30 days old and a dead letter once it is 90 days old, and never a
+// pending one.
+func TestRetentionDefaults(t *testing.T) {
+	e := newEnv(t, backends[0])
+	clk := clock.NewManual(time.Now().Add(time.Minute)) // the commits below are due on it
+	r := e.runner(Config{Clock: clk, PruneInterval: -1, Types: []string{"ok", "dead"}, Handlers: map[string]Handler{
+		"ok":   func(context.Context, storage.Reaction) error { return nil },
+		"dead": func(context.Context, storage.Reaction) error { return Permanent("test.dead", nil) },
+	}})
+	keys := e.commit("p", plan{key: "a", typ: "ok"}, plan{key: "b", typ: "dead"})
+	poll.Until(t, wait, "completed and dead-lettered", func() bool {
+		return r.Stats().Completed.Load() == 1 && r.Stats().DeadLettered.Load() == 1
+	})
+	pending := e.commit("p", plan{key: "c", typ: "elsewhere"})[0] // a type this runner does not run
+	exists := func(k storage.ReactionKey) bool {
+		_, ok, err := e.store.ReactionGet(e.ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	step := func(d time.Duration, completed, dead bool) {
+		t.Helper()
+		clk.Advance(d)
+		r.prunePasses()
+		if exists(keys[0]) != completed || exists(keys[1]) != dead || !exists(pending) {
+			t.Fatalf("after %s more: completed kept %v (want %v), dead letter kept %v (want %v), pending kept %v",
+				d, exists(keys[0]), completed, exists(keys[1]), dead, exists(pending))
+		}
+	}
+	step(30*24*time.Hour-time.Minute, true, true)
+	step(2*time.Minute, false, true)
+	step(60*24*time.Hour-2*time.Minute, false, true)
+	step(2*time.Minute, false, false)
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -324,7 +324,7 @@ func rss() int64 {
 // then a catch-up round (a bootstrap of the scope) and its ack.
 func BenchmarkReconnectStorm(b *testing.B) {
 	const clients, rows = 40, 2000
-	n := startNode(b, func(c *node.Config) { c.Engine.MaxOperations = rows })
+	n := startNode(b, func(c *node.Config) { c.Engine.MaxOperations = new(rows) })
 	a := newPusher(b, n.URL(), "alice", "p1")
 	seed := make([][2]string, rows)
 	for i := range seed {

@@ -22,6 +22,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, ssp2.Errorf(ssp2.CodeAuthRequired, "authentication required"))
 		return
 	}
+	id.MountURL = httpapi.MountURL(r, "realtime")
 	clientID := r.URL.Query().Get("clientId")
 	att, err := h.cfg.Engine.Attach(r.Context(), id, clientID)
 	if err != nil {

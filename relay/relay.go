@@ -30,7 +30,7 @@ import (
 type LogReader interface {
 	Partitions(ctx context.Context) ([]storage.Partition, error)
 	PartitionGet(ctx context.Context, partition string) (storage.Partition, error)
-	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error)
+	PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (storage.Partition, []storage.Commit, error)
 }
 
 var _ LogReader = storage.Store(nil)
@@ -247,7 +247,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.state = 1
 	r.mu.Unlock()
 
-	if err := bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams); err != nil {
+	ensure := func(ctx context.Context) error { return bus.EnsureStreams(ctx, r.js, r.cfg.Names, r.cfg.Streams) }
+	if err := bus.RetrySetup(ctx, ensure, func(err error) bool { return errors.Is(err, bus.ErrStreamConflict) }); err != nil {
 		return fmt.Errorf("relay start: %w", err)
 	}
 	r.maxPayload = int(r.nc.MaxPayload())
@@ -628,7 +629,7 @@ var (
 type chunk struct {
 	after   int64
 	part    storage.Partition // read before the commits
-	again   storage.Partition // read after them
+	again   storage.Partition // read with them, in their snapshot
 	commits []storage.Commit
 	events  []bus.CommitMsg
 	err     error
@@ -649,19 +650,15 @@ func (r *Relay) readChunk(ctx context.Context, p bus.Partition, after int64, par
 			return ch
 		}
 	}
-	commits, err := r.log.CommitRange(ctx, p.ID(), after, r.cfg.CommitsPerRead)
+	// The commits belong to part.LogEpoch only if no rotation happened
+	// around the read: again is the row of the commits' own snapshot.
+	again, commits, err := r.log.PartitionCommitRange(ctx, p.ID(), after, r.cfg.CommitsPerRead)
 	if err != nil {
 		ch.err = fmt.Errorf("read commits after %d: %w", after, err)
 		return ch
 	}
-	ch.commits = commits
+	ch.again, ch.commits = again, commits
 	if len(commits) == 0 {
-		return ch
-	}
-	// The commits belong to part.LogEpoch only if no rotation happened
-	// around the read.
-	if ch.again, err = r.log.PartitionGet(ctx, p.ID()); err != nil {
-		ch.err = fmt.Errorf("read partition: %w", err)
 		return ch
 	}
 	if ch.again.LogEpoch != ch.part.LogEpoch {

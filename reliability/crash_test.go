@@ -32,9 +32,10 @@ import (
 // it holds the JSON childSpec.
 const childEnv = "SYNCNODE_RELIABILITY_CHILD"
 
-// childSpec is the store a child node runs on.
+// childSpec is the store a child node runs on, and the cluster it joins.
 type childSpec struct {
 	DataDir, PGURL, PGSchema string
+	Cluster                  *clusterSpec
 }
 
 func TestMain(m *testing.M) {
@@ -63,6 +64,9 @@ func runChild(raw string) int {
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if spec.Cluster != nil {
+		spec.Cluster.apply(&cfg)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	n, err := runNode(ctx, cfg)
@@ -71,7 +75,7 @@ func runChild(raw string) int {
 		return 1
 	}
 	ready := os.NewFile(3, "ready")
-	fmt.Fprintln(ready, n.URL())
+	fmt.Fprintln(ready, n.URL(), n.NATS.ClientURL())
 	ready.Close()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -85,35 +89,50 @@ func runChild(raw string) int {
 
 // child is a running child node.
 type child struct {
-	cmd *exec.Cmd
-	url string
-	out *bytes.Buffer
+	cmd     *exec.Cmd
+	url     string // HTTP
+	natsURL string // its embedded NATS server's client listener
+	out     *bytes.Buffer
 }
 
 func startChild(t *testing.T, st store) *child {
 	t.Helper()
-	spec, _ := json.Marshal(childSpec{DataDir: st.dataDir, PGURL: st.pgURL, PGSchema: st.pgSchema})
-	r, w, err := os.Pipe()
+	c, err := spawnChild(childSpec{DataDir: st.dataDir, PGURL: st.pgURL, PGSchema: st.pgSchema})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// spawnChild starts a child node and waits until it serves.
+func spawnChild(spec childSpec) (*child, error) {
+	raw, _ := json.Marshal(spec)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
 	defer r.Close()
 	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), out: &bytes.Buffer{}}
-	c.cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	c.cmd.ExtraFiles = []*os.File{w}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		w.Close()
+		return nil, err
 	}
 	w.Close()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil {
 		_ = c.cmd.Process.Kill()
 		_ = c.cmd.Wait()
-		t.Fatalf("child did not start (%v):\n%s", err, c.out)
+		return nil, fmt.Errorf("child did not start (%v):\n%s", err, c.out)
 	}
-	c.url = strings.TrimSpace(line)
-	return c
+	f := strings.Fields(line)
+	c.url = f[0]
+	if len(f) > 1 {
+		c.natsURL = f[1]
+	}
+	return c, nil
 }
 
 // opSpec and commitSpec are what a pusher sent, to compare with the log.

@@ -7,6 +7,11 @@
 //     again. After a restart every acknowledged commit is in the log,
 //     whole, at the seq it was acknowledged with; seqs are dense; every
 //     commit reached the bus exactly once per table.
+//   - Cluster: three child nodes on one PostgreSQL schema whose embedded
+//     NATS servers form a cluster (R3), 20 clients spread over them; one
+//     member is SIGKILLed mid storm. Its clients move to a survivor; no
+//     acknowledged commit is lost, every commit is on the bus exactly
+//     once, every client converges.
 //   - SIGTERM: a clean shutdown mid-storm leaves every acknowledged commit
 //     on the bus, without waiting for a restart.
 //   - Client-id takeover: another actor can neither read nor steal a

@@ -51,7 +51,7 @@ type Config struct {
 	// MiB; -1 disables it).
 	CacheBytes int64
 	// CacheMaxSegment: larger segments are read but not cached (default
-	// 8 MiB, at most CacheBytes).
+	// 16 MiB, at most CacheBytes: the SQLite image of a 100k-row table fits).
 	CacheMaxSegment int64
 	// KeyCacheEntries bounds the in-memory key → publication cache that
 	// GetOrBuild checks before SQL (default 10 000; -1 disables it).
@@ -84,7 +84,7 @@ const (
 	DefaultChunkSize           = 1 << 20
 	DefaultSpillBytes          = 4 << 20
 	DefaultCacheBytes          = 64 << 20
-	DefaultCacheMaxSegment     = 8 << 20
+	DefaultCacheMaxSegment     = 16 << 20
 	DefaultKeyCacheEntries     = 10_000
 	DefaultClaimTTL            = 30 * time.Second
 	DefaultUploadTimeout       = 2 * time.Minute

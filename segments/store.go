@@ -102,7 +102,7 @@ func (s *Store) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("segments: a store starts once")
 	}
-	if err := s.bind(ctx); err != nil {
+	if err := bus.RetrySetup(ctx, s.bind, func(err error) bool { return errors.Is(err, errBadBucket) }); err != nil {
 		return err
 	}
 	if s.cfg.MaintenanceInterval > 0 {
@@ -111,6 +111,10 @@ func (s *Store) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errBadBucket marks a bucket whose settings the store cannot use: no
+// retry fixes it.
+var errBadBucket = errors.New("unusable bucket")
 
 func (s *Store) bind(ctx context.Context) error {
 	js := s.cfg.JetStream
@@ -123,6 +127,9 @@ func (s *Store) bind(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		obs, err = js.ObjectStore(ctx, s.bucket)
 	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
+	}
 	if err != nil {
 		return fmt.Errorf("open segment bucket %s: %w", s.bucket, err)
 	}
@@ -132,7 +139,7 @@ func (s *Store) bind(ctx context.Context) error {
 	}
 	if st.TTL() != 0 {
 		// Chunks would expire before their meta and reads would hang.
-		return fmt.Errorf("open segment bucket %s: it has a TTL of %v; segment buckets must have none (expiry is per publication)", s.bucket, st.TTL())
+		return fmt.Errorf("open segment bucket %s: %w: it has a TTL of %v; segment buckets must have none (expiry is per publication)", s.bucket, errBadBucket, st.TTL())
 	}
 	s.obs = obs
 	if s.stream, err = js.Stream(ctx, bus.ObjectStream(s.bucket)); err != nil {
@@ -153,6 +160,9 @@ func (s *Store) bind(ctx context.Context) error {
 			kv, err = js.KeyValue(ctx, s.cfg.Names.LeaseBucket())
 		}
 	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.KVStream(s.cfg.Names.LeaseBucket()), s.cfg.Replicas)
+	}
 	if err != nil {
 		return fmt.Errorf("open lease bucket %s: %w", s.cfg.Names.LeaseBucket(), err)
 	}
@@ -163,8 +173,8 @@ func (s *Store) bind(ctx context.Context) error {
 	if ks.History() != 1 || ks.LimitMarkerTTL() <= 0 {
 		// Per-key TTLs need marker TTLs, and with History > 1 they are
 		// clamped up to LimitMarkerTTL (NATS-NOTES pitfall 4).
-		return fmt.Errorf("open lease bucket %s: History %d and LimitMarkerTTL %v; claims need History 1 and a LimitMarkerTTL",
-			s.cfg.Names.LeaseBucket(), ks.History(), ks.LimitMarkerTTL())
+		return fmt.Errorf("open lease bucket %s: %w: History %d and LimitMarkerTTL %v; claims need History 1 and a LimitMarkerTTL",
+			s.cfg.Names.LeaseBucket(), errBadBucket, ks.History(), ks.LimitMarkerTTL())
 	}
 	s.leases = kv
 	return nil

@@ -89,3 +89,31 @@ func scanCanonicalString(b []byte, i int) int {
 	}
 	return -1
 }
+
+// blobRefIDStart is where the blobId value starts in a canonical BlobRef.
+const blobRefIDStart = len(`{"blobId":"`)
+
+// BlobRefID returns the blobId ("sha256:<64 hex>") of a canonical BlobRef
+// (§5.9.1), ok=false for anything else. The key order is pinned, so the
+// id sits at a fixed offset of a value the row codec has accepted.
+func BlobRefID(b []byte) (id string, ok bool) {
+	if !validBlobRef(b) {
+		return "", false
+	}
+	return string(b[blobRefIDStart : blobRefIDStart+len("sha256:")+64]), true
+}
+
+// ValidBlobID reports whether id is a blob content address,
+// "sha256:" + 64 lowercase hex (§5.9.1).
+func ValidBlobID(id string) bool {
+	const prefix = "sha256:"
+	if len(id) != len(prefix)+64 || id[:len(prefix)] != prefix {
+		return false
+	}
+	for _, c := range []byte(id[len(prefix):]) {
+		if !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
+			return false
+		}
+	}
+	return true
+}

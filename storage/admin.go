@@ -28,10 +28,11 @@ type Admin interface {
 	// PartitionWipe deletes everything the store keeps for the partition —
 	// its rows in every table of the installed schema, commits, changes,
 	// scope-index entries, tombstones, push results, client records, segment
-	// publications, reactions, and its registry row — in one transaction
+	// publications, reactions, blob references, and its registry row — in one transaction
 	// holding the partition write lock. The next PartitionTouch registers it afresh,
 	// with a new log epoch, so clients of the old log are told to reset.
-	// Segment address rows are left for the segment store's pruning. Wiping
+	// Segment address rows are left for the segment store's pruning, blob
+	// rows (their references gone) for the orphan sweep. Wiping
 	// an unregistered partition does nothing.
 	PartitionWipe(ctx context.Context, partition string) error
 

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -14,6 +15,8 @@ import (
 // The interface is large on purpose (one seam, two dialects, one contract
 // suite); consumers should declare the narrow interface they need.
 type Store interface {
+	LeaseStore
+
 	// EnsureSchema installs or migrates the internal tables and one
 	// application table per schema table, then records a schema marker
 	// (version and per-table layouts). It refuses, changing nothing:
@@ -35,6 +38,12 @@ type Store interface {
 	// To keep the request path free of writes it refreshes last-seen only
 	// when the stored value is older than TouchGranularityMs.
 	PartitionTouch(ctx context.Context, partition string, nowMs int64) (Partition, error)
+
+	// PartitionTouchClient is PartitionTouch that also returns clientID's
+	// record (ok=false when it has none), read in one statement with the
+	// partition row: the start of a sync request in one read. A partition
+	// created by the touch has no client records.
+	PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (p Partition, c Client, ok bool, err error)
 
 	// PartitionGet returns the registry row without touching it
 	// (CodeStoragePartitionUnregistered when absent).
@@ -88,6 +97,16 @@ type Store interface {
 	// creates a record. It reports whether the record was updated.
 	ClientAck(ctx context.Context, p ClientAckParams) (bool, error)
 
+	// ClientAdvance is ClientAck for a cursor advance whose loss is
+	// harmless (the pull path's: the client holds its own cursor, and an
+	// older stored one only keeps more log and replays more deltas). The
+	// store may acknowledge it before it is durable: it becomes durable
+	// with a later write transaction of the store, at most
+	// ClientAdvanceDelay later while the store is open, and a crash may
+	// lose it, leaving the previous cursor. Reads may not see it until
+	// then. A ClientPut of the same client supersedes a pending advance.
+	ClientAdvance(ctx context.Context, p ClientAckParams) error
+
 	// CommitMaxSeq returns the partition's highest commitSeq (0 when none).
 	CommitMaxSeq(ctx context.Context, partition string) (int64, error)
 
@@ -96,6 +115,11 @@ type Store interface {
 	// outside 1..MaxCommitRangeLimit: CodeStorageInvalidLimit). The relay
 	// publishes from it.
 	CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]Commit, error)
+
+	// PartitionCommitRange is CommitRange with the partition's registry
+	// row read in the same snapshot (CodeStoragePartitionUnregistered when
+	// it has none): the commits are the log of that row's epoch.
+	PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (Partition, []Commit, error)
 
 	// Prune raises the partition's horizon and deletes commits, changes,
 	// scope-index entries and tombstones at or below it, in one transaction
@@ -110,6 +134,9 @@ type Store interface {
 
 	// SegmentIndex is the bootstrap segment index (segments.go).
 	SegmentIndex
+
+	// BlobIndex holds blob rows and the blob reference index (blobs.go).
+	BlobIndex
 
 	// GateStore holds checkpoints, the writer fence and the serve-gate
 	// read (gate.go).
@@ -219,12 +246,16 @@ type Tx interface {
 	// insert, stored version + 1 on update; it returns the new version.
 	// Typed column values come from r.Values; _sync_payload from r.Payload,
 	// _sync_column_versions from r.ColumnVersions. An insert clears the
-	// row's tombstone (SPEC.md §2.2). A unique, not-null, check or
+	// row's tombstone (SPEC.md §2.2). The row's references replace its old
+	// ones in the blob reference index, one per distinct non-NULL
+	// blob_ref value (SPEC.md §5.9.4); each needs its blob held
+	// (BlobHeld), or the transaction aborts. A unique, not-null, check or
 	// foreign-key violation is returned as a *ConstraintError.
 	RowUpsert(ctx context.Context, table string, r RowWrite) (version int64, err error)
 
-	// RowDelete deletes a row of the locked partition; it reports whether a
-	// row existed. The delete's tombstone is written by CommitAppend.
+	// RowDelete deletes a row of the locked partition and its blob
+	// references; it reports whether a row existed. The delete's tombstone
+	// is written by CommitAppend.
 	RowDelete(ctx context.Context, table, rowID string) (bool, error)
 
 	// TombstoneGet returns the commitSeq of the applied delete that left
@@ -255,6 +286,9 @@ type Tx interface {
 	// ReactionEnqueuer writes the commit's planned reactions in this
 	// transaction (reactions.go).
 	ReactionEnqueuer
+
+	// BlobChecker is the push-time blob existence check (blobs.go).
+	BlobChecker
 }
 
 // Savepoint is a rollback point inside a Tx. After Rollback or Release it
@@ -339,6 +373,10 @@ const MaxScanLimit = 50001
 
 // MaxWindowLimit bounds WindowParams.Limit (SPEC.md §4.1 limitCommits).
 const MaxWindowLimit = 1000
+
+// ClientAdvanceDelay bounds how long a ClientAdvance may wait for a write
+// transaction to carry it.
+const ClientAdvanceDelay = 100 * time.Millisecond
 
 // MaxCommitRangeLimit bounds CommitRange pages.
 const MaxCommitRangeLimit = 10000

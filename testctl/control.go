@@ -22,9 +22,8 @@ import (
 )
 
 // Capabilities are the optional features of the conformance driver seam
-// this build implements. Leases, blobs, signed URLs and the fault hooks
-// join when they exist.
-var Capabilities = []string{"validators", "commit-validators", "realtime"}
+// this build implements.
+var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs", "signed-urls", "leases", "backup-restore", "idempotency-fault"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
@@ -82,8 +81,16 @@ func New(cfg Config) (*Control, error) {
 	c.handle("POST /__test/i/{id}/clock/advance", (*instance).serveClockAdvance)
 	c.handle("POST /__test/i/{id}/prune", (*instance).servePrune)
 	c.handle("POST /__test/i/{id}/resolver", (*instance).serveResolver)
+	c.handle("POST /__test/i/{id}/leases/revoke", (*instance).serveLeaseRevoke)
+	c.handle("POST /__test/i/{id}/backup/capture", (*instance).serveBackupCapture)
+	c.handle("POST /__test/i/{id}/backup/restore", (*instance).serveBackupRestore)
+	c.handle("POST /__test/i/{id}/faults/idempotency-lookup", func(in *instance, w http.ResponseWriter, _ *http.Request) {
+		in.node.Engine.FailNextIdempotencyLookup()
+		writeJSON(w, struct{}{})
+	})
 	c.handle("POST /__test/i/{id}/validators", (*instance).serveValidators)
 	c.handle("POST /__test/i/{id}/commit-validator", (*instance).serveCommitValidator)
+	c.handle("POST /__test/i/{id}/signed-url-ttl", (*instance).serveSignedURLTTL)
 	c.mux.HandleFunc("/__test/", func(w http.ResponseWriter, _ *http.Request) {
 		writeControlError(w, http.StatusNotFound, errors.New("unknown test-control route"))
 	})
@@ -150,8 +157,8 @@ type createRequest struct {
 
 // limits are an instance's limits (0 or absent: the default).
 type limits struct {
-	MaxOperationsPerRequest int    `json:"maxOperationsPerRequest"`
-	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"` // absent: the default; 0: never inline
+	MaxOperationsPerRequest *int   `json:"maxOperationsPerRequest"` // absent: the default; 0: every push refused
+	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"`   // absent: the default; 0: never inline
 	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
 	MaxDeltaBytes           int    `json:"maxDeltaBytes"`
 	MaxPresenceBytes        int    `json:"maxPresenceBytes"`
@@ -177,12 +184,6 @@ func (c *Control) serveCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.NowMs == nil:
 		writeControlError(w, http.StatusBadRequest, errors.New("nowMs is required"))
-		return
-	case present(req.SignedURLs):
-		writeControlError(w, http.StatusBadRequest, errors.New("signedUrls: this build does not issue signed URLs"))
-		return
-	case present(req.Leases):
-		writeControlError(w, http.StatusBadRequest, errors.New("leases: this build has no auth leases"))
 		return
 	}
 	id := newID()

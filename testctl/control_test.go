@@ -336,8 +336,10 @@ func TestInstancesAreNodes(t *testing.T) {
 			t.Errorf("%s survived the instance", bucket)
 		}
 	}
-	if _, err := js.ObjectStore(ctx, nsA.SegmentsBucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
-		t.Errorf("%s survived the instance", nsA.SegmentsBucket())
+	for _, bucket := range []string{nsA.SegmentsBucket(), nsA.BlobsBucket()} {
+		if _, err := js.ObjectStore(ctx, bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			t.Errorf("%s survived the instance", bucket)
+		}
 	}
 	if _, err := js.Stream(ctx, nsB.CommitStream()); err != nil {
 		t.Errorf("deleting A removed B's stream: %v", err)
@@ -388,6 +390,63 @@ func TestInlineSegmentMaxBytesZero(t *testing.T) {
 		}
 		if tc.ref && (ref != 1 || inline != 0) || !tc.ref && (inline != 1 || ref != 0) {
 			t.Errorf("limits %v: %d inline, %d references", tc.limits, inline, ref)
+		}
+	}
+}
+
+// TestMaxOperationsPerRequestZero: limits.maxOperationsPerRequest 0 caps
+// a request at zero operations (every push refused with
+// sync.too_many_operations), while an absent limit keeps the default.
+func TestMaxOperationsPerRequestZero(t *testing.T) {
+	c := newControl(t)
+	for _, tc := range []struct {
+		limits  map[string]any
+		refused bool
+	}{{nil, false}, {map[string]any{"maxOperationsPerRequest": 0}, true}} {
+		id := c.instanceWith(tc.limits)
+		epoch := c.epoch(id)
+		st, body := c.sync(id, &epoch, &ssp2.PushCommit{ClientCommitID: "c1",
+			Operations: []ssp2.Operation{{Table: "tasks", RowID: "t1", Op: ssp2.OpUpsert, Payload: taskRow(t, c, id, "t1")}}})
+		var pe struct{ Code string }
+		_ = json.Unmarshal(body, &pe)
+		switch {
+		case tc.refused && (st != http.StatusBadRequest || pe.Code != string(ssp2.CodeTooManyOperations)):
+			t.Errorf("limits %v: %d %s, want 400 sync.too_many_operations", tc.limits, st, body)
+		case !tc.refused && !served(t, st, body):
+			t.Errorf("limits %v: push refused: %d %s", tc.limits, st, body)
+		}
+	}
+	st, body := c.do("POST", "/__test/instances", []byte(`{"schema": `+tasksSchema+`, "partition": "p", "nowMs": 1, "limits": {"maxOperationsPerRequest": -1}}`), "")
+	if st != http.StatusBadRequest {
+		t.Errorf("maxOperationsPerRequest -1: %d %s", st, body)
+	}
+}
+
+// TestUnknownInstanceRoutes: every route under an instance's mount
+// answers errors in the SSP2 JSON shape, an unknown one included (not
+// the mux's plain-text 404).
+func TestUnknownInstanceRoutes(t *testing.T) {
+	c := newControl(t)
+	id := c.instance()
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/i/" + id + "/nope"}, {"POST", "/i/" + id + "/sync/extra"}, {"GET", "/i/" + id + "/"},
+		{"GET", "/i/" + id + "/sync"}, {"GET", "/i/unknown/sync"},
+	} {
+		req, _ := http.NewRequest(r.method, c.url+r.path, nil)
+		req.Header.Set(ActorHeader, "u1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var pe struct {
+			Code, Category, RecommendedAction, Message string
+			Retryable                                  *bool
+		}
+		if resp.StatusCode < 400 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &pe) != nil ||
+			pe.Code == "" || pe.Category == "" || pe.RecommendedAction == "" || pe.Message == "" || pe.Retryable == nil {
+			t.Errorf("%s %s: %d %q %s, want the SSP2 JSON error shape", r.method, r.path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 		}
 	}
 }

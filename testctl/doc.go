@@ -21,7 +21,8 @@
 // settings (Config.Realtime, Config.Reactions); an instance plans no
 // reactions, and runs neither the admin API nor host hooks, which answer
 // on production subjects. Its protocol routes are mounted at /i/{id}:
-// POST /i/{id}/sync, GET /i/{id}/segments/{segmentId} and GET
+// POST /i/{id}/sync, GET /i/{id}/segments/{segmentId}, PUT and GET
+// /i/{id}/blobs/{blobId}, POST /i/{id}/blobs/{blobId}/upload-grant and GET
 // /i/{id}/realtime, served by the node's handler (package httpapi), so
 // errors keep the SSP2 JSON shape; a refused realtime connect is answered
 // in band (the upgrade completes, an {"event":"error"} message carries the
@@ -37,8 +38,8 @@
 //
 // # Control API (JSON)
 //
-//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime"]
-//	POST   /__test/instances {schema, partition, nowMs, limits?} → {"id"}
+//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime","blobs","signed-urls"]
+//	POST   /__test/instances {schema, partition, nowMs, limits?, signedUrls?} → {"id"}
 //	DELETE /__test/i/{id}                             → {}
 //	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}
 //	GET    /__test/i/{id}/rows/{table}                → [{"rowId","version","values","scopes"}] by rowId
@@ -50,13 +51,16 @@
 //	POST   /__test/i/{id}/resolver {"failing"?, "outage"?} → {}
 //	POST   /__test/i/{id}/validators {"specs":[{"table","rule"}]}  → {}   ([] clears)
 //	POST   /__test/i/{id}/commit-validator {"spec"?}   → {}   (absent clears)
+//	POST   /__test/i/{id}/signed-url-ttl {"ttlSeconds"} → {}  (0..900; 0 mints urls expiring at issuance)
 //
 // limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes (absent:
 // the default; 0: never inline a page the client accepts by reference),
 // segmentTtlMs (at least 1000), maxDeltaBytes (at least 1024),
 // maxPresenceBytes and maxCascadeOperationsPerCommit (absent or 0: the
-// node's setting). signedUrls and
-// leases are refused: this build has neither. In rows, version is the
+// node's setting). signedUrls is true, false or {"ttlSeconds": 1..900}:
+// SEGMENT_REFs then carry signed urls for pulls with accept bit 3, under
+// a key of the instance's own, checked on the instance's clock. leases
+// are refused: this build has none. In rows, version is the
 // stored server_version, scopes the stored scope values, and values the
 // decoded row: strings, numbers, booleans, null, json columns as their
 // raw JSON text, bytes and crdt columns as {"$bytes": "<hex>"}.

@@ -1,7 +1,9 @@
 package testctl
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
@@ -38,6 +43,7 @@ type instance struct {
 	names     bus.Names
 	clock     *clock.Manual
 	node      *node.Node
+	nodeCfg   node.Config // to start the node again after a restore
 	cfg       Config
 	inflight  sync.WaitGroup
 
@@ -49,6 +55,7 @@ type instance struct {
 	commit   engine.CommitValidator
 	closeErr error
 	closed   bool
+	backups  []string // captured backup files; the id is the index
 }
 
 // namespace is the bus namespace of instance id: i-<id>.
@@ -72,9 +79,28 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		}
 		ttl = time.Duration(*lim.SegmentTTLMs) * time.Millisecond
 	}
-	if lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes != nil && *lim.InlineSegmentMaxBytes < 0 ||
+	if lim.MaxOperationsPerRequest != nil && *lim.MaxOperationsPerRequest < 0 || lim.InlineSegmentMaxBytes != nil && *lim.InlineSegmentMaxBytes < 0 ||
 		lim.MaxDeltaBytes < 0 || lim.MaxPresenceBytes < 0 || lim.MaxCascadeOperations < 0 {
 		return nil, badf("limits must not be negative")
+	}
+	signed, err := signedURLs(req.SignedURLs)
+	if err != nil {
+		return nil, err
+	}
+	var lc node.LeasesConfig
+	if present(req.Leases) {
+		var lo struct {
+			TTLMs *int64 `json:"ttlMs"`
+		}
+		if err := json.Unmarshal(req.Leases, &lo); err != nil {
+			return nil, badf("leases: %v", err)
+		}
+		if lo.TTLMs == nil || *lo.TTLMs < 1000 {
+			return nil, badf("leases.ttlMs must be at least 1000")
+		}
+		// A key per instance: its records live and die with it.
+		lc = node.LeasesConfig{TTL: time.Duration(*lo.TTLMs) * time.Millisecond, Key: make([]byte, 32)}
+		_, _ = rand.Read(lc.Key)
 	}
 	names, err := namespace(id)
 	if err != nil {
@@ -102,7 +128,7 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	}
 	rc := cfg.Reactions
 	rc.Planner = nil
-	n, err := node.New(node.Config{
+	in.nodeCfg = node.Config{
 		Name: "testctl-" + id, DataDir: in.dir, Schema: sc, Names: names, Clock: in.clock,
 		Logger: cfg.Logger.With("instance", id),
 		Bus:    cfg.Bus,
@@ -116,13 +142,16 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		},
 		// The owner of the virtual clock prunes (POST prune), not a
 		// background loop on the wall clock.
-		Segments:  segments.Config{TTL: ttl, MaintenanceInterval: -1},
-		Realtime:  rt,
-		Reactions: rc,
+		Segments:   segments.Config{TTL: ttl, MaintenanceInterval: -1},
+		Realtime:   rt,
+		Reactions:  rc,
+		SignedURLs: signed,
+		Leases:     lc,
 		// The admin API and host hooks answer on production subjects,
 		// which an instance's namespace does not own.
 		Admin: node.AdminConfig{Disabled: true},
-	})
+	}
+	n, err := node.New(in.nodeCfg)
 	if err != nil {
 		return nil, badRequest{err}
 	}
@@ -136,8 +165,133 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 	return in, nil
 }
 
-// handler is the instance's protocol handler.
-func (in *instance) handler() http.Handler { return in.node.Handler }
+// signedURLs reads the signedUrls create option: absent, null or false
+// is off; true or {"ttlSeconds": n} (0..900, absent: the default) turns
+// signed URLs on under a key of the instance's own.
+func signedURLs(raw json.RawMessage) (node.SignedURLsConfig, error) {
+	if !present(raw) || strings.TrimSpace(string(raw)) == "false" {
+		return node.SignedURLsConfig{}, nil
+	}
+	var opt struct {
+		TTLSeconds *int64 `json:"ttlSeconds"`
+	}
+	if strings.TrimSpace(string(raw)) != "true" {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&opt); err != nil {
+			return node.SignedURLsConfig{}, badf("signedUrls must be true, false or {\"ttlSeconds\": n}: %v", err)
+		}
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	c := node.SignedURLsConfig{Key: key}
+	if opt.TTLSeconds != nil {
+		if *opt.TTLSeconds < 1 || *opt.TTLSeconds > int64(signedurl.MaxTTL/time.Second) {
+			return node.SignedURLsConfig{}, badf("signedUrls.ttlSeconds %d is outside 1..%d", *opt.TTLSeconds, int64(signedurl.MaxTTL/time.Second))
+		}
+		c.TTL = time.Duration(*opt.TTLSeconds) * time.Second
+	}
+	return c, nil
+}
+
+// serveSignedURLTTL sets the lifetime of the signed URLs minted from now
+// on; 0 mints URLs that expire at issuance.
+func (in *instance) serveSignedURLTTL(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TTLSeconds *int64 `json:"ttlSeconds"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if in.node.SignedURLs == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("the instance was created without signedUrls"))
+		return
+	}
+	if req.TTLSeconds == nil || *req.TTLSeconds < 0 || *req.TTLSeconds > int64(signedurl.MaxTTL/time.Second) {
+		writeControlError(w, http.StatusBadRequest, fmt.Errorf("ttlSeconds must be an integer in 0..%d", int64(signedurl.MaxTTL/time.Second)))
+		return
+	}
+	_ = in.node.SignedURLs.SetTTL(time.Duration(*req.TTLSeconds) * time.Second)
+	writeJSON(w, struct{}{})
+}
+
+// handler is the instance's protocol handler (a restore replaces the
+// node).
+func (in *instance) handler() http.Handler {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return in.node.Handler
+}
+
+func (in *instance) serveBackupCapture(w http.ResponseWriter, r *http.Request) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	id := strconv.Itoa(len(in.backups) + 1)
+	out := filepath.Join(in.dir, "backup-"+id+".db")
+	if _, err := sqlitestore.Backup(r.Context(), in.nodeCfg.Store.SQLite.Path, out); err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	in.backups = append(in.backups, out)
+	writeJSON(w, map[string]string{"backupId": id})
+}
+
+// serveBackupRestore stops the instance's node, puts the backup back,
+// starts the node again and rotates the partition's log epoch, so clients
+// ahead of the backup re-bootstrap (SPEC.md §2.1). Validators stay
+// installed.
+func (in *instance) serveBackupRestore(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		BackupID string `json:"backupId"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	i, err := strconv.Atoi(req.BackupID)
+	if err != nil || i < 1 || i > len(in.backups) {
+		writeControlError(w, http.StatusNotFound, fmt.Errorf("unknown backup %q", req.BackupID))
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if err := in.node.Stop(ctx); err != nil {
+		writeControlError(w, http.StatusInternalServerError, fmt.Errorf("stop: %w", err))
+		return
+	}
+	fail := func(err error) {
+		in.cfg.Logger.Error("restore test instance", "id", in.id, "err", err)
+		writeControlError(w, http.StatusInternalServerError, err)
+	}
+	if err := sqlitestore.Restore(ctx, in.backups[i-1], in.nodeCfg.Store.SQLite.Path); err != nil {
+		fail(err)
+		return
+	}
+	n, err := node.New(in.nodeCfg)
+	if err == nil {
+		err = n.Start(ctx)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	in.node = n
+	if err := n.Engine.SetValidators(in.rows, in.commit); err != nil {
+		fail(err)
+		return
+	}
+	epoch := ""
+	p, err := n.Gate.RotateEpoch(ctx, in.partition)
+	switch {
+	case err == nil:
+		epoch = p.LogEpoch
+	case ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered: // captured before the first request
+	default:
+		fail(err)
+		return
+	}
+	writeJSON(w, map[string]string{"logEpoch": epoch})
+}
 
 func (in *instance) nowMs() int64 { return in.clock.Now().UnixMilli() }
 
@@ -188,7 +342,7 @@ func (in *instance) authenticate(r *http.Request) (engine.Identity, error) {
 
 var (
 	errResolverFailing = errors.New("injected: scope resolver failure")
-	errResolverOutage  = errors.New("injected: scope resolver outage (no leases in this build)")
+	errResolverOutage  = fmt.Errorf("injected: %w", engine.ErrResolverOutage)
 )
 
 // resolve is the instance's scope resolver: an actor without a grant
@@ -404,6 +558,33 @@ func (in *instance) servePrune(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]int64{"horizonSeq": res.HorizonSeq})
+}
+
+func (in *instance) serveLeaseRevoke(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		LeaseID string `json:"leaseId"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if in.node.Leases == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("this instance was created without leases"))
+		return
+	}
+	if req.LeaseID == "" {
+		writeControlError(w, http.StatusBadRequest, errors.New("leaseId is required"))
+		return
+	}
+	ok, err := in.node.Leases.Revoke(r.Context(), in.partition, req.LeaseID)
+	if err != nil {
+		writeControlError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if !ok {
+		writeControlError(w, http.StatusNotFound, fmt.Errorf("unknown lease %q", req.LeaseID))
+		return
+	}
+	writeJSON(w, struct{}{})
 }
 
 func (in *instance) serveResolver(w http.ResponseWriter, r *http.Request) {

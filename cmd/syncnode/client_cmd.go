@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -345,7 +346,11 @@ func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
-	if _, err := c.SyncUntilIdle(ctx); err != nil {
+	res, err := c.SyncUntilIdle(ctx)
+	if err != nil {
+		return fmt.Errorf("client pull: %w", err)
+	}
+	if err := revokedErr(c, res); err != nil {
 		return fmt.Errorf("client pull: %w", err)
 	}
 	enc := json.NewEncoder(stdout)
@@ -357,6 +362,27 @@ func runClientPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	return nil
+}
+
+// revokedErr names the subscriptions the server answered revoked (SPEC.md
+// §3.3): the token does not grant the requested scopes, so the pull
+// printing nothing would look like an empty table.
+func revokedErr(c *client.Client, res client.Result) error {
+	if len(res.Revoked) == 0 {
+		return nil
+	}
+	var msgs []string
+	for _, s := range c.Subscriptions() {
+		if slices.Contains(res.Revoked, s.ID) {
+			reason := s.Reason
+			if reason == "" {
+				reason = string(ssp2.CodeScopeRevoked)
+			}
+			msgs = append(msgs, fmt.Sprintf("the subscription to %s within %s was revoked (%s): the token does not grant these scopes",
+				s.Table, ssp2.CanonicalScopes(s.Scopes), reason))
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // subFlags are the --table and --scope flags of a command that

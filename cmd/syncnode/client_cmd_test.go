@@ -148,6 +148,13 @@ func TestClientTokenPushPull(t *testing.T) {
 		"--json", `{"id":"x","project_id":"p9","title":"nope","done":false}`); err == nil || !strings.Contains(err.Error(), "sync.forbidden") {
 		t.Fatalf("forbidden push: %v", err)
 	}
+	// A pull of a scope the token does not grant is revoked: it says so
+	// and fails rather than printing an empty table.
+	out, err = cli(t, "client", "pull", "--url", url, "--token", tok, "--table", "tasks", "--scope", "project_id=p9")
+	if err == nil || out != "" || !strings.Contains(err.Error(), "revoked") || !strings.Contains(err.Error(), "sync.scope_revoked") ||
+		!strings.Contains(err.Error(), "p9") {
+		t.Fatalf("pull of an ungranted scope: err %v, printed %q", err, out)
+	}
 	// A value of the wrong type never leaves the machine.
 	if _, err := cli(t, "client", "push", "--url", url, "--token", tok, "--table", "tasks",
 		"--json", `{"id":"y","project_id":"p1","title":"x","done":"yes"}`); err == nil || !strings.Contains(err.Error(), "column done") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
@@ -21,6 +22,7 @@ import (
 	"github.com/syncnode/syncnode/realtime"
 	"github.com/syncnode/syncnode/rules"
 	"github.com/syncnode/syncnode/segments"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -43,12 +45,59 @@ type config struct {
 	Storage   storageConfig   `toml:"storage"`
 	Auth      authConfig      `toml:"auth"`
 	Limits    limitsConfig    `toml:"limits"`
+	Blobs     blobsConfig     `toml:"blobs"`
 	Realtime  realtimeConfig  `toml:"realtime"`
 	Reactions reactionsConfig `toml:"reactions"`
 	Log       logConfig       `toml:"log"`
 	Admin     adminConfig     `toml:"admin"`
 	Hooks     hooksConfig     `toml:"hooks"`
-	TestMode  testModeConfig  `toml:"-"`
+	// Images is the SQLite-image bootstrap lane, SignedURLs the signed
+	// segment URLs (SPEC.md §5.3, §5.4).
+	Images     imagesConfig     `toml:"images"`
+	SignedURLs signedURLsConfig `toml:"signed_urls"`
+	Runtime    runtimeConfig    `toml:"runtime"`
+	Leases     leasesConfig     `toml:"leases"`
+	TestMode   testModeConfig   `toml:"-"`
+}
+
+// imagesConfig is the SQLite-image lane: on, a bootstrap of a table
+// larger than one rows page, for a client that accepts images, is one
+// SQLite database.
+type imagesConfig struct {
+	Enabled bool `toml:"enabled"`
+}
+
+// signedURLsConfig turns signed segment URLs on: with a key (or key
+// file), SEGMENT_REFs carry a url with st= for clients that accept them.
+type signedURLsConfig struct {
+	Key     string   `toml:"key"`
+	KeyFile string   `toml:"key_file"`
+	TTL     duration `toml:"ttl"`
+	BaseURL string   `toml:"base_url"`
+}
+
+// leasesConfig is [leases]: auth leases (SPEC.md §7.3), off unless ttl
+// is set. The key signs the stored records; every node sharing the
+// database needs the same one.
+type leasesConfig struct {
+	TTL     duration `toml:"ttl"`
+	Key     string   `toml:"key"`
+	KeyFile string   `toml:"key_file"`
+}
+
+// key reads the signing key ("" when none is configured).
+func (l leasesConfig) key() ([]byte, error) {
+	switch {
+	case l.Key != "":
+		return []byte(l.Key), nil
+	case l.KeyFile != "":
+		b, err := os.ReadFile(l.KeyFile)
+		if err != nil {
+			return nil, &fieldError{Field: "leases.key_file", Reason: err.Error()}
+		}
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	return nil, nil
 }
 
 type httpConfig struct {
@@ -87,6 +136,20 @@ type natsConfig struct {
 	// "" keeps the standard names. The admin API and the host hooks
 	// answer on production subjects only: a namespaced node runs neither.
 	Namespace string `toml:"namespace"`
+	// Replicas of every stream, KV bucket and object store: 0 (the
+	// default) detects 3 on a cluster of three or more servers, else 1.
+	Replicas int `toml:"replicas"`
+	// Cluster overrides nats.conf's cluster {} block (embedded mode).
+	Cluster natsClusterConfig `toml:"cluster"`
+}
+
+// natsClusterConfig makes the embedded server a cluster member.
+type natsClusterConfig struct {
+	Name string `toml:"name"`
+	// Listen is the route listener, host:port.
+	Listen string `toml:"listen"`
+	// Routes are every member's nats-route://host:port, this one's too.
+	Routes []string `toml:"routes"`
 }
 
 type adminConfig struct {
@@ -113,6 +176,9 @@ type hookConfig struct {
 type storageConfig struct {
 	// PostgresURL selects PostgreSQL; empty means SQLite in the data dir.
 	PostgresURL string `toml:"postgres_url"`
+	// PostgresSchema is the schema syncnode's tables live in (default
+	// public).
+	PostgresSchema string `toml:"postgres_schema"`
 	// SQLiteSynchronous is FULL (durable, the default) or NORMAL.
 	SQLiteSynchronous string `toml:"sqlite_synchronous"`
 }
@@ -134,6 +200,15 @@ type limitsConfig struct {
 	SegmentTTL                 duration `toml:"segment_ttl"`
 }
 
+// blobsConfig is the blob store (SPEC.md §5.9): the size cap of one blob,
+// and how long a blob no row references is kept before the sweep
+// deletes it ("0s": at the next sweep).
+type blobsConfig struct {
+	MaxBytes      int64    `toml:"max_bytes"`
+	OrphanGrace   duration `toml:"orphan_grace"`
+	SweepInterval duration `toml:"sweep_interval"`
+}
+
 // reactionsConfig is durable reactions: declarative rules, checked
 // against the schema at start, and this node's runner (zero values take
 // the runner's defaults).
@@ -143,6 +218,7 @@ type reactionsConfig struct {
 	Enabled             bool                 `toml:"enabled"`
 	Concurrency         int                  `toml:"concurrency"`
 	Lease               duration             `toml:"lease"`
+	Heartbeat           duration             `toml:"heartbeat"`
 	SweepInterval       duration             `toml:"sweep_interval"`
 	InitialBackoff      duration             `toml:"initial_backoff"`
 	MaxBackoff          duration             `toml:"max_backoff"`
@@ -220,6 +296,11 @@ func defaultConfig() config {
 			InlineSegmentMaxBytes:      engine.DefaultInlineSegmentMaxBytes,
 			SegmentTTL:                 duration{segments.DefaultTTL},
 		},
+		Blobs: blobsConfig{
+			MaxBytes:      blobs.DefaultMaxBytes,
+			OrphanGrace:   duration{blobs.DefaultOrphanGrace},
+			SweepInterval: duration{blobs.DefaultSweepInterval},
+		},
 		Realtime: realtimeConfig{
 			Enabled:                 true,
 			HeartbeatInterval:       duration{realtime.DefaultHeartbeatInterval},
@@ -233,9 +314,12 @@ func defaultConfig() config {
 			FallbackPollInterval:    duration{realtime.DefaultFallbackPollInterval},
 			PresenceAliveInterval:   duration{realtime.DefaultPresenceAliveInterval},
 		},
-		Reactions: reactionsConfig{Enabled: true},
-		Log:       logConfig{Level: "info", Format: "text"},
-		Admin:     adminConfig{Enabled: true},
+		Reactions:  reactionsConfig{Enabled: true},
+		Images:     imagesConfig{Enabled: true},
+		SignedURLs: signedURLsConfig{TTL: duration{signedurl.DefaultTTL}},
+		Log:        logConfig{Level: "info", Format: "text"},
+		Admin:      adminConfig{Enabled: true},
+		Runtime:    runtimeConfig{MemoryLimit: DefaultMemoryLimit},
 		Hooks: hooksConfig{
 			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},
@@ -298,6 +382,27 @@ func (c *config) validate() error {
 	if c.Realtime.Enabled && c.Realtime.MaxConnections >= c.HTTP.MaxConnections {
 		bad("realtime.max_connections", "%d must be below http.max_connections (%d): every socket is an HTTP connection", c.Realtime.MaxConnections, c.HTTP.MaxConnections)
 	}
+	if c.Blobs.MaxBytes < 1 {
+		bad("blobs.max_bytes", "%d must be positive", c.Blobs.MaxBytes)
+	}
+	if c.Blobs.OrphanGrace.Duration < 0 {
+		bad("blobs.orphan_grace", "%s must not be negative", c.Blobs.OrphanGrace)
+	}
+	if c.Blobs.SweepInterval.Duration < time.Second {
+		bad("blobs.sweep_interval", "%s is below one second", c.Blobs.SweepInterval)
+	}
+	if c.SignedURLs.Key != "" && c.SignedURLs.KeyFile != "" {
+		bad("signed_urls.key_file", "set either key or key_file, not both")
+	}
+	if c.SignedURLs.Key != "" && len(c.SignedURLs.Key) < signedurl.MinKeyBytes {
+		bad("signed_urls.key", "must be at least %d bytes", signedurl.MinKeyBytes)
+	}
+	if d := c.SignedURLs.TTL.Duration; d <= 0 || d > signedurl.MaxTTL || d%time.Second != 0 {
+		bad("signed_urls.ttl", "%s must be whole seconds in 1s..%s", d, signedurl.MaxTTL)
+	}
+	if u := c.SignedURLs.BaseURL; u != "" && !strings.HasSuffix(u, "/") {
+		bad("signed_urls.base_url", "%q must end with /", u)
+	}
 	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxRequestBytes {
 		bad("http.max_inflight_body_bytes", "%d is below http.max_request_bytes (%d)", c.HTTP.MaxInflightBodyBytes, c.HTTP.MaxRequestBytes)
 	}
@@ -317,12 +422,23 @@ func (c *config) validate() error {
 		if c.NATS.Port != nil && (*c.NATS.Port < -1 || *c.NATS.Port > 65535) {
 			bad("nats.port", "%d is not a port (-1 picks a free one)", *c.NATS.Port)
 		}
+		if cl := c.NATS.Cluster; cl.Listen != "" || len(cl.Routes) > 0 || cl.Name != "" {
+			if _, _, err := splitHostPort(cl.Listen); err != nil {
+				bad("nats.cluster.listen", "%q: %v", cl.Listen, err)
+			}
+		}
 	case "external":
 		if len(c.NATS.URLs) == 0 {
 			bad("nats.urls", "external mode needs at least one URL")
 		}
+		if cl := c.NATS.Cluster; cl.Listen != "" || len(cl.Routes) > 0 || cl.Name != "" {
+			bad("nats.cluster", "is for embedded mode; an external deployment has its own cluster")
+		}
 	default:
 		bad("nats.mode", "%q is neither embedded nor external", c.NATS.Mode)
+	}
+	if c.NATS.Replicas < 0 || c.NATS.Replicas > 5 {
+		bad("nats.replicas", "%d outside 0..5 (0 detects)", c.NATS.Replicas)
 	}
 	switch strings.ToUpper(c.Storage.SQLiteSynchronous) {
 	case "FULL", "NORMAL":
@@ -338,8 +454,20 @@ func (c *config) validate() error {
 	if c.Auth.JWTSecret != "" && len(c.Auth.JWTSecret) < 32 {
 		bad("auth.jwt_secret", "must be at least 32 bytes")
 	}
-	if n := c.Limits.MaxOperationsPerRequest; n < 1 || n > 100_000 {
-		bad("limits.max_operations_per_request", "%d is outside 1..100000", n)
+	if l := c.Leases; l.TTL.Duration != 0 || l.Key != "" || l.KeyFile != "" {
+		switch {
+		case l.TTL.Duration < time.Second:
+			bad("leases.ttl", "%v must be at least 1s", l.TTL.Duration)
+		case l.Key != "" && l.KeyFile != "":
+			bad("leases.key_file", "set either key or key_file, not both")
+		case l.Key == "" && l.KeyFile == "":
+			bad("leases.key", "a signing key (key or key_file, at least 32 bytes) is required with leases")
+		case l.Key != "" && len(l.Key) < 32:
+			bad("leases.key", "must be at least 32 bytes")
+		}
+	}
+	if n := c.Limits.MaxOperationsPerRequest; n < 0 || n > 100_000 {
+		bad("limits.max_operations_per_request", "%d is outside 0..100000 (0: pushes refused)", n)
 	}
 	if n := c.Limits.MaxSubscriptionsPerRequest; n < 1 || n > 100_000 {
 		bad("limits.max_subscriptions_per_request", "%d is outside 1..100000", n)
@@ -353,7 +481,7 @@ func (c *config) validate() error {
 	if n := c.Reactions.Concurrency; n < 0 || n > 10_000 {
 		bad("reactions.concurrency", "%d is outside 1..10000", n)
 	}
-	for name, d := range map[string]duration{"lease": c.Reactions.Lease, "sweep_interval": c.Reactions.SweepInterval,
+	for name, d := range map[string]duration{"lease": c.Reactions.Lease, "heartbeat": c.Reactions.Heartbeat, "sweep_interval": c.Reactions.SweepInterval,
 		"initial_backoff": c.Reactions.InitialBackoff, "max_backoff": c.Reactions.MaxBackoff,
 		"completed_retention": c.Reactions.CompletedRetention, "dead_letter_retention": c.Reactions.DeadLetterRetention} {
 		if d.Duration < 0 {
@@ -378,6 +506,7 @@ func (c *config) validate() error {
 		}
 	}
 	c.Realtime.validate(bad)
+	c.Runtime.validate(bad)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -446,6 +575,7 @@ var envVars = []struct {
 	}},
 	{"SYNCNODE_POSTGRES_URL", func(c *config, v string) error { c.Storage.PostgresURL = v; return nil }},
 	{"SYNCNODE_JWT_SECRET", func(c *config, v string) error { c.Auth.JWTSecret = v; return nil }},
+	{"SYNCNODE_SIGNED_URL_KEY", func(c *config, v string) error { c.SignedURLs.Key = v; return nil }},
 	{"SYNCNODE_NATS_USER", func(c *config, v string) error { c.NATS.User = v; return nil }},
 	{"SYNCNODE_NATS_PASSWORD", func(c *config, v string) error { c.NATS.Password = v; return nil }},
 	{"SYNCNODE_LOG_LEVEL", func(c *config, v string) error { c.Log.Level = v; return nil }},
@@ -586,35 +716,70 @@ func (c config) node() (node.Config, error) {
 			MaxInflightBodyBytes: c.HTTP.MaxInflightBodyBytes,
 		},
 		Engine: engine.Config{
-			MaxOperations:         c.Limits.MaxOperationsPerRequest,
+			MaxOperations:         new(c.Limits.MaxOperationsPerRequest),
 			MaxSubscriptions:      c.Limits.MaxSubscriptionsPerRequest,
 			InlineSegmentMaxBytes: new(c.Limits.InlineSegmentMaxBytes),
 		},
-		Segments:   segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
+		Blobs: blobs.Config{MaxBytes: c.Blobs.MaxBytes, OrphanGrace: new(c.Blobs.OrphanGrace.Duration),
+			SweepInterval: c.Blobs.SweepInterval.Duration},
 		Realtime:   node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
 		Hooks:      c.Hooks.hooks(),
 		Admin:      node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
+		Images:     node.ImagesConfig{Disabled: !c.Images.Enabled},
 		Operations: node.OperationsConfig{File: c.Operations},
+	}
+	if nc.SignedURLs, err = c.SignedURLs.node(); err != nil {
+		return node.Config{}, err
 	}
 	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
 		return node.Config{}, err
 	}
+	if c.Leases.TTL.Duration != 0 {
+		key, err := c.Leases.key()
+		if err != nil {
+			return node.Config{}, err
+		}
+		nc.Leases = node.LeasesConfig{TTL: c.Leases.TTL.Duration, Key: key}
+	}
 	if c.Storage.PostgresURL != "" {
-		nc.Store.Postgres.URL = c.Storage.PostgresURL
+		nc.Store.Postgres.URL, nc.Store.Postgres.Schema = c.Storage.PostgresURL, c.Storage.PostgresSchema
 	} else {
 		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
 	}
 	return nc, nil
 }
 
+// node is the node's signed-URL setting: off without a key.
+func (s signedURLsConfig) node() (node.SignedURLsConfig, error) {
+	key := []byte(s.Key)
+	if s.KeyFile != "" {
+		b, err := os.ReadFile(s.KeyFile)
+		if err != nil {
+			return node.SignedURLsConfig{}, &fieldError{Field: "signed_urls.key_file", Reason: err.Error()}
+		}
+		if key = []byte(strings.TrimSpace(string(b))); len(key) < signedurl.MinKeyBytes {
+			return node.SignedURLsConfig{}, &fieldError{Field: "signed_urls.key_file", Reason: fmt.Sprintf("the key must be at least %d bytes", signedurl.MinKeyBytes)}
+		}
+	}
+	if len(key) == 0 {
+		return node.SignedURLsConfig{}, nil
+	}
+	return node.SignedURLsConfig{Key: key, TTL: s.TTL.Duration, BaseURL: s.BaseURL}, nil
+}
+
 // natsConfig is the node's NATS: embedded per nats.conf, or external.
 func (c config) natsConfig() embedded.Config {
 	if c.NATS.Mode == "external" {
 		return embedded.Config{Mode: embedded.ModeExternal, URLs: c.NATS.URLs, CredentialsFile: c.NATS.Credentials, Domain: c.NATS.Domain,
-			User: c.NATS.User, Password: c.NATS.Password}
+			User: c.NATS.User, Password: c.NATS.Password, Replicas: c.NATS.Replicas}
 	}
 	nc := embedded.Config{Mode: embedded.ModeEmbedded, ConfigFile: c.NATS.ConfigFile, ServerName: c.NodeName, Domain: c.NATS.Domain,
-		User: c.NATS.User, Password: c.NATS.Password}
+		User: c.NATS.User, Password: c.NATS.Password, Replicas: c.NATS.Replicas}
+	if cl := c.NATS.Cluster; cl.Listen != "" {
+		host, port, _ := splitHostPort(cl.Listen) // validated
+		nc.Cluster = embedded.ClusterConfig{Name: cl.Name, Host: host, Port: port, Routes: cl.Routes}
+	}
 	if c.NATS.ConfigFile == defaultConfig().NATS.ConfigFile {
 		// The default nats.conf is optional: without it the built-in
 		// defaults (the same as the file in the repository) apply.
@@ -626,4 +791,17 @@ func (c config) natsConfig() embedded.Config {
 		nc.Port = *c.NATS.Port
 	}
 	return nc
+}
+
+// splitHostPort parses a host:port listen address.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 1..65535", p)
+	}
+	return host, port, nil
 }

@@ -208,6 +208,12 @@ max_delta_bytes = 4096
 [reactions]
 enabled = false
 concurrency = 3
+lease = "9s"
+heartbeat = "2s"
+[blobs]
+max_bytes = 1000
+orphan_grace = "0s"
+sweep_interval = "30s"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -232,10 +238,14 @@ concurrency = 3
 		h.IdleTimeout != 5*time.Second || h.MaxConnections != 77 || nc.API.MaxInflightBodyBytes != 64<<20 {
 		t.Errorf("HTTP = %+v, inflight %d", h, nc.API.MaxInflightBodyBytes)
 	}
+	if b := nc.Blobs; b.MaxBytes != 1000 || b.OrphanGrace == nil || *b.OrphanGrace != 0 || b.SweepInterval != 30*time.Second {
+		t.Errorf("Blobs = %+v (grace %v)", b, b.OrphanGrace)
+	}
 	if nc.Engine.MaxSubscriptions != 9 || nc.NATS.User != "u" || nc.NATS.Password != "p" {
 		t.Errorf("MaxSubscriptions %d, NATS user %q", nc.Engine.MaxSubscriptions, nc.NATS.User)
 	}
-	if !nc.Realtime.Disabled || nc.Realtime.Hub.MaxDeltaBytes != 4096 || !nc.Reactions.Disabled || nc.Reactions.Runner.Concurrency != 3 || !nc.Admin.Disabled {
+	if !nc.Realtime.Disabled || nc.Realtime.Hub.MaxDeltaBytes != 4096 || !nc.Reactions.Disabled || nc.Reactions.Runner.Concurrency != 3 ||
+		nc.Reactions.Runner.Lease != 9*time.Second || nc.Reactions.Runner.Heartbeat != 2*time.Second || !nc.Admin.Disabled {
 		t.Errorf("Realtime %+v, Reactions %+v, Admin %+v", nc.Realtime, nc.Reactions, nc.Admin)
 	}
 	// The defaults keep today's behaviour.
@@ -247,8 +257,11 @@ concurrency = 3
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 8<<20 || dn.Names.Prefix() != "" {
+	if *dn.Engine.InlineSegmentMaxBytes != 256<<10 || dn.API.StreamSegmentsAbove != 16<<20 || dn.Names.Prefix() != "" {
 		t.Errorf("defaults: inline %d, stream above %d, namespace %q", *dn.Engine.InlineSegmentMaxBytes, dn.API.StreamSegmentsAbove, dn.Names.Prefix())
+	}
+	if b := dn.Blobs; b.MaxBytes != 64<<20 || *b.OrphanGrace != 24*time.Hour || b.SweepInterval != 10*time.Minute {
+		t.Errorf("defaults: Blobs = %+v", b)
 	}
 	if dn.HTTP.WriteTimeout != 30*time.Second || dn.HTTP.MaxConnections != 16384 || dn.Realtime.Disabled || dn.Reactions.Disabled || dn.Admin.Disabled {
 		t.Errorf("defaults: HTTP %+v, realtime off %v, reactions off %v, admin off %v", dn.HTTP, dn.Realtime.Disabled, dn.Reactions.Disabled, dn.Admin.Disabled)
@@ -265,15 +278,79 @@ func TestConfigFileRefusals(t *testing.T) {
 	for _, tc := range []struct{ field, toml string }{
 		{"http.stream_segments_above_bytes", "[http]\nstream_segments_above_bytes = -1"},
 		{"http.segment_cache_bytes", "[http]\nsegment_cache_bytes = 0"},
+		{"blobs.max_bytes", "[blobs]\nmax_bytes = 0"},
+		{"blobs.orphan_grace", "[blobs]\norphan_grace = \"-1s\""},
+		{"blobs.sweep_interval", "[blobs]\nsweep_interval = \"0s\""},
 		{"nats.namespace", "[nats]\nnamespace = \"sync\""},
 		// The admin API (on by default) answers on production subjects.
 		{"nats.namespace", "[nats]\nnamespace = \"blue\""},
 		{"nats.namespace", "[nats]\nnamespace = \"blue\"\n[admin]\nenabled = false\n[hooks.token]\nenabled = true"},
 		{"limits.inline_segment_max_bytes", "[limits]\ninline_segment_max_bytes = -1"},
 		{"realtime.max_connections", "[http]\nmax_connections = 100\n[realtime]\nmax_connections = 100"},
+		{"nats.replicas", "[nats]\nreplicas = 7"},
+		{"nats.cluster.listen", "[nats.cluster]\nlisten = \"nohost\""},
+		{"nats.cluster", "[nats]\nmode = \"external\"\nurls = [\"nats://a:4222\"]\n[nats.cluster]\nlisten = \"0.0.0.0:6222\""},
 	} {
 		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
 		}
+	}
+}
+
+// TestSignedURLsAndImagesConfig: [signed_urls] and [images] reach the
+// node; without a key signed URLs stay off; bad values name their field.
+func TestSignedURLsAndImagesConfig(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfigFile(t, `
+[images]
+enabled = false
+[signed_urls]
+key_file = "`+keyFile+`"
+ttl      = "10m"
+base_url = "https://cdn.example/sync/"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := c.node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nc.Images.Disabled || string(nc.SignedURLs.Key) != strings.Repeat("k", 40) || nc.SignedURLs.TTL != 10*time.Minute ||
+		nc.SignedURLs.BaseURL != "https://cdn.example/sync/" {
+		t.Fatalf("images %+v, signed urls %+v", nc.Images, nc.SignedURLs)
+	}
+	def := defaultConfig()
+	nc, err = def.node()
+	if err != nil || nc.Images.Disabled || nc.SignedURLs.Key != nil {
+		t.Fatalf("defaults: images %+v, signed urls %+v, %v; want images on, signed urls off", nc.Images, nc.SignedURLs, err)
+	}
+	for _, tc := range []struct{ field, toml string }{
+		{"signed_urls.key", "[signed_urls]\nkey = \"short\""},
+		{"signed_urls.key_file", "[signed_urls]\nkey = \"" + strings.Repeat("k", 32) + "\"\nkey_file = \"x\""},
+		{"signed_urls.ttl", "[signed_urls]\nttl = \"16m\""},
+		{"signed_urls.ttl", "[signed_urls]\nttl = \"0s\""},
+		{"signed_urls.base_url", "[signed_urls]\nbase_url = \"https://cdn.example/sync\""},
+	} {
+		if _, err := parseConfigFile(t, tc.toml); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%q: err = %v, want one naming %s", tc.toml, err, tc.field)
+		}
+	}
+}
+
+// TestClusterConfig: [nats.cluster] and nats.replicas reach the node's
+// embedded NATS configuration.
+func TestClusterConfig(t *testing.T) {
+	c, err := parseConfigFile(t, "[nats]\nreplicas = 3\n[nats.cluster]\nname = \"east\"\nlisten = \"127.0.0.1:6222\"\n"+
+		"routes = [\"nats-route://a:6222\", \"nats-route://b:6222\", \"nats-route://c:6222\"]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := c.natsConfig()
+	if nc.Replicas != 3 || nc.Cluster.Name != "east" || nc.Cluster.Host != "127.0.0.1" || nc.Cluster.Port != 6222 || len(nc.Cluster.Routes) != 3 {
+		t.Fatalf("nats config = %+v", nc)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/reactions"
@@ -27,24 +28,38 @@ const reactionsUsage = `Usage:
       statuses: pending, leased, completed, dead-letter
   syncnode reactions show --partition P --key K [--json]
       show one reaction: payload, attempts, lease, last failure
-  syncnode reactions retry --partition P --key K
+  syncnode reactions retry --partition P --key K [--json]
       make a dead letter pending again (attempts reset, failure cleared)
       and wake the runners
-  syncnode reactions prune [--partition P] [--completed-before D] [--dead-letter-before D] [--limit N]
+  syncnode reactions prune [--partition P] [--completed-before D] [--dead-letter-before D] [--limit N] [--json]
       delete completed reactions older than D (default 720h) and dead
-      letters older than D (default 2160h), in passes of N (default 1000)
+      letters older than D (default 2160h), in passes of N (default 1000);
+      pending and leased reactions are never pruned
+  syncnode reactions stats [--json]
+      count reactions by status (every partition), with the answering
+      node's runner counters
 
 K is the idempotency key as listed, the JSON array
 ["<partition>","<clientId>","<clientCommitId>","<key>"] (quote it for the
-shell). Every subcommand takes the node's storage and NATS settings:
-  --config FILE    the node's config file (default $SYNCNODE_CONFIG)
-  --data DIR       data directory (the SQLite file)
-  --postgres URL   PostgreSQL URL
-  --nats URL       NATS to publish the requeued event to (retry; default:
-                   the config's external URLs, or the embedded server's
-                   client port on 127.0.0.1)
-  --no-nats        change SQL only; runners pick a retry up at their next
-                   sweep
+shell).
+
+The commands ask a running node through its admin API on NATS
+(syncnode.admin.reactions.*):
+  --nats URL             NATS the node is on (default: the config's external
+                         URLs, or the embedded server's client port on
+                         127.0.0.1)
+  --nats-user U          NATS user (the operator user of docs/bus.md)
+  --nats-password P      its password ($SYNCNODE_NATS_PASSWORD)
+  --nats-creds FILE      a NATS credentials file instead
+  --timeout D            bound each request (default 30s)
+
+Without a running node, --offline opens the node's store itself:
+  --offline              read and change the store directly (no node needed)
+  --config FILE          the node's config file (default $SYNCNODE_CONFIG)
+  --data DIR             data directory (the SQLite file)
+  --postgres URL         PostgreSQL URL
+  --no-nats              (implies --offline) change SQL only: runners pick a
+                         retry up at their next sweep instead of at once
 `
 
 // runReactions dispatches the reactions subcommands.
@@ -58,7 +73,7 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, reactionsUsage)
 		return nil
-	case "list", "show", "retry", "prune":
+	case "list", "show", "retry", "prune", "stats":
 	default:
 		fmt.Fprint(stderr, reactionsUsage)
 		return fmt.Errorf("reactions: unknown subcommand %q", sub)
@@ -71,7 +86,7 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		key          = fs.String("key", "", "idempotency key (the JSON array)")
 		statuses     = fs.String("status", "", "comma-separated statuses")
 		types        = fs.String("type", "", "comma-separated types")
-		limit        = fs.Int("limit", 100, "rows to list, or per prune pass")
+		limit        = fs.Int("limit", 0, "rows to list (default 100), or per prune pass (default 1000)")
 		completedAge = fs.Duration("completed-before", reactions.DefaultCompletedRetention, "prune completed reactions older than this")
 		deadAge      = fs.Duration("dead-letter-before", reactions.DefaultDeadLetterRetention, "prune dead letters older than this")
 		asJSON       = fs.Bool("json", false, "print JSON")
@@ -91,85 +106,94 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 		}
 	}
-	if sub == "prune" && !set["limit"] {
-		*limit = storage.MaxReactionBatch
+	if set["limit"] && *limit == 0 {
+		return fmt.Errorf("reactions %s: --limit must be 1..%d", sub, storage.MaxReactionBatch)
+	}
+	var onePartition *string
+	if set["partition"] {
+		onePartition = partition
 	}
 
-	nc, err := o.nodeConfig(stderr)
+	api, closeAPI, err := o.reactionsAPI(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NoNATS: true})
-	if err != nil {
-		return err
+	defer closeAPI()
+	err = runReactionOp(ctx, api, sub, reactionArgs{
+		partition: onePartition, key: storage.ReactionKey{Partition: *partition, IdempotencyKey: *key},
+		statuses: splitList(*statuses), types: splitList(*types), limit: *limit, asJSON: *asJSON,
+		completedAge: durationMs(set["completed-before"], *completedAge), deadAge: durationMs(set["dead-letter-before"], *deadAge),
+	}, stdout, stderr)
+	if errors.Is(err, admin.ErrNoNode) {
+		return fmt.Errorf("%w\nno syncnode answers at %s: start one, check the NATS user's permissions, or pass --offline to use the store directly", err, o.url)
 	}
-	defer off.Close()
-	st := off.Store
-	k := storage.ReactionKey{Partition: *partition, IdempotencyKey: *key}
+	return err
+}
 
+type reactionArgs struct {
+	partition             *string
+	key                   storage.ReactionKey
+	statuses, types       []string
+	limit                 int
+	completedAge, deadAge *int64
+	asJSON                bool
+}
+
+// durationMs is d in milliseconds when the flag was given, else nil (the
+// API's default).
+func durationMs(set bool, d time.Duration) *int64 {
+	if !set {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// runReactionOp runs one subcommand against the reactions API: a running
+// node's, or an offline one over the store.
+func runReactionOp(ctx context.Context, api reactions.AdminAPI, sub string, a reactionArgs, stdout, stderr io.Writer) error {
+	printJSON := func(v any) error { return json.NewEncoder(stdout).Encode(v) }
 	switch sub {
 	case "list":
-		p := storage.ReactionListParams{Partition: *partition, AllPartitions: !set["partition"], Types: splitList(*types), Limit: *limit}
-		for _, s := range splitList(*statuses) {
-			p.Statuses = append(p.Statuses, storage.ReactionStatus(s))
+		req := reactions.ListRequest{Partition: a.partition, Types: a.types, Limit: a.limit}
+		for _, s := range a.statuses {
+			req.Statuses = append(req.Statuses, storage.ReactionStatus(s))
 		}
-		rs, err := st.ReactionList(ctx, p)
+		res, err := api.List(ctx, req)
 		if err != nil {
 			return err
 		}
-		return printReactions(stdout, rs, *asJSON)
+		if a.asJSON {
+			return printJSON(res.Reactions)
+		}
+		return printReactions(stdout, res.Reactions)
 	case "show":
-		r, ok, err := st.ReactionGet(ctx, k)
+		r, err := api.Show(ctx, reactions.KeyRequest{Partition: a.key.Partition, IdempotencyKey: a.key.IdempotencyKey})
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("reactions show: no reaction %s in partition %q", *key, *partition)
-		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(reactionView(r))
+		if a.asJSON {
+			return printJSON(r)
 		}
 		return showReaction(stdout, r)
 	case "retry":
-		ok, err := st.ReactionRetry(ctx, k, time.Now().UnixMilli())
+		res, err := api.Retry(ctx, reactions.KeyRequest{Partition: a.key.Partition, IdempotencyKey: a.key.IdempotencyKey})
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("reactions retry: %s in partition %q is not a dead letter (see reactions show)", *key, *partition)
+		if !res.Woken {
+			fmt.Fprintf(stderr, "warning: the runners were not woken (%s): they pick the reaction up at their next sweep\n", res.WakeError)
 		}
-		fmt.Fprintf(stdout, "requeued %s\n", *key)
-		if *o.noNATS {
-			return nil
+		if a.asJSON {
+			return printJSON(res)
 		}
-		r, _, err := st.ReactionGet(ctx, k)
-		if err != nil {
-			return err
-		}
-		url := *o.natsURL
-		if url == "" {
-			url = node.NATSURL(nc.NATS)
-		}
-		opts, err := o.natsOptions()
-		if err != nil {
-			return err
-		}
-		conn, err := nats.Connect(url, opts...)
-		if err == nil {
-			defer conn.Close()
-			err = reactions.PublishRequeued(conn, nc.Names, "syncnode-cli", r, time.Now())
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "warning: could not wake the runners through NATS at %s (%v): they pick the reaction up at their next sweep\n", url, err)
-		}
+		fmt.Fprintf(stdout, "requeued %s\n", a.key.IdempotencyKey)
 		return nil
 	case "prune":
-		now := time.Now()
-		p := storage.ReactionPruneParams{Partition: *partition, AllPartitions: !set["partition"],
-			CompletedBeforeMs: now.Add(-*completedAge).UnixMilli(), DeadLetterBeforeMs: now.Add(-*deadAge).UnixMilli(), Limit: *limit}
-		var total storage.ReactionPruneResult
+		req := reactions.PruneRequest{Partition: a.partition, CompletedOlderThanMs: a.completedAge, DeadLetterOlderThanMs: a.deadAge, Limit: a.limit}
+		var total reactions.PruneResponse
 		for {
-			res, err := st.ReactionPrune(ctx, p)
+			res, err := api.Prune(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -179,37 +203,77 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				break
 			}
 		}
+		if a.asJSON {
+			return printJSON(total)
+		}
 		fmt.Fprintf(stdout, "pruned %d completed and %d dead-lettered reactions\n", total.Completed, total.DeadLetter)
 		return nil
+	case "stats":
+		st, err := api.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if a.asJSON {
+			return printJSON(st)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		c := st.Counts
+		fmt.Fprintf(tw, "pending\t%d\nleased\t%d\ncompleted\t%d\ndead-letter\t%d\n", c.Pending, c.Leased, c.Completed, c.DeadLetter)
+		if r := st.Runner; r != nil {
+			fmt.Fprintf(tw, "runner on %s\tclaimed %d, completed %d, failed %d, dead-lettered %d, lost leases %d, pruned %d, in flight %d\n",
+				st.Node, r.Claimed, r.Completed, r.Failed, r.DeadLettered, r.LostLeases, r.Pruned, r.InFlight)
+		} else {
+			fmt.Fprintf(tw, "runner on %s\tnone\n", st.Node)
+		}
+		return tw.Flush()
 	}
-	return nil
+	return fmt.Errorf("reactions: unknown subcommand %q", sub)
 }
 
-// reactionJSON is a reaction as --json prints it.
-type reactionJSON struct {
-	Partition            string                   `json:"partition"`
-	IdempotencyKey       string                   `json:"idempotencyKey"`
-	Type                 string                   `json:"type"`
-	Version              int32                    `json:"version"`
-	Status               string                   `json:"status"`
-	Attempts             int32                    `json:"attempts"`
-	MaxAttempts          int32                    `json:"maxAttempts"`
-	Payload              json.RawMessage          `json:"payload"`
-	SourceClientID       string                   `json:"sourceClientId"`
-	SourceClientCommitID string                   `json:"sourceClientCommitId"`
-	SourceCommitSeq      int64                    `json:"sourceCommitSeq"`
-	CreatedAtMs          int64                    `json:"createdAtMs"`
-	AvailableAtMs        int64                    `json:"availableAtMs"`
-	LeaseOwner           string                   `json:"leaseOwner,omitempty"`
-	LeaseExpiresAtMs     int64                    `json:"leaseExpiresAtMs,omitempty"`
-	CompletedAtMs        int64                    `json:"completedAtMs,omitempty"`
-	Failure              *storage.ReactionFailure `json:"failure,omitempty"`
-}
-
-func reactionView(r storage.Reaction) reactionJSON {
-	return reactionJSON{r.Partition, r.IdempotencyKey, r.Type, r.Version, string(r.Status), r.Attempts, r.MaxAttempts, r.Payload,
-		r.SourceClientID, r.SourceClientCommitID, r.SourceCommitSeq, r.CreatedAtMs, r.AvailableAtMs, r.LeaseOwner,
-		r.LeaseExpiresAtMs, r.CompletedAtMs, r.Failure}
+// reactionsAPI returns the reactions API the command runs against: a
+// running node's over NATS, or with --offline one over the store the
+// flags name. Offline, a retry still wakes the runners through the
+// node's NATS unless --no-nats.
+func (o *opsFlags) reactionsAPI(ctx context.Context, stderr io.Writer) (reactions.AdminAPI, func(), error) {
+	nc, err := o.nodeConfig(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.url = *o.natsURL
+	if o.url == "" {
+		o.url = node.NATSURL(nc.NATS)
+	}
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !*o.offline && !*o.noNATS {
+		conn, err := nats.Connect(o.url, opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("no node reachable: NATS at %s: %w\nstart the node, or pass --offline to use the store directly", o.url, err)
+		}
+		return reactions.NewAdminClient(admin.NewClient(conn, *o.timeout)), conn.Close, nil
+	}
+	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NoNATS: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	closeAll := func() { _ = off.Close() }
+	var conn *nats.Conn
+	if !*o.noNATS {
+		if conn, err = nats.Connect(o.url, opts...); err != nil {
+			fmt.Fprintf(stderr, "warning: NATS at %s unreachable (%v): a retry wakes no runner\n", o.url, err)
+			conn = nil
+		} else {
+			closeAll = func() { conn.Close(); _ = off.Close() }
+		}
+	}
+	a, err := reactions.NewAdmin(reactions.AdminConfig{Store: off.Store, Conn: conn, Names: nc.Names, Node: "syncnode-cli"})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return a, closeAll, nil
 }
 
 func msTime(ms int64) string {
@@ -219,14 +283,7 @@ func msTime(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
 }
 
-func printReactions(w io.Writer, rs []storage.Reaction, asJSON bool) error {
-	if asJSON {
-		out := make([]reactionJSON, len(rs))
-		for i, r := range rs {
-			out[i] = reactionView(r)
-		}
-		return json.NewEncoder(w).Encode(out)
-	}
+func printReactions(w io.Writer, rs []reactions.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tTYPE\tSTATUS\tATTEMPTS\tCREATED\tDUE\tLAST FAILURE\tKEY")
 	for _, r := range rs {
@@ -247,7 +304,7 @@ func printReactions(w io.Writer, rs []storage.Reaction, asJSON bool) error {
 	return tw.Flush()
 }
 
-func showReaction(w io.Writer, r storage.Reaction) error {
+func showReaction(w io.Writer, r reactions.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("partition", strconv.Quote(r.Partition))
@@ -290,7 +347,7 @@ func (c reactionsConfig) node(sch *schema.Schema) (node.ReactionsConfig, error) 
 		Planner:  planner,
 		Disabled: !c.Enabled,
 		Runner: reactions.Config{
-			Concurrency: c.Concurrency, Lease: c.Lease.Duration, SweepInterval: c.SweepInterval.Duration,
+			Concurrency: c.Concurrency, Lease: c.Lease.Duration, Heartbeat: c.Heartbeat.Duration, SweepInterval: c.SweepInterval.Duration,
 			InitialBackoff: c.InitialBackoff.Duration, MaxBackoff: c.MaxBackoff.Duration,
 			CompletedRetention: c.CompletedRetention.Duration, DeadLetterRetention: c.DeadLetterRetention.Duration,
 		},

@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncnode/syncnode/admin"
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/httpapi"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
@@ -85,11 +91,55 @@ func reactionStore(t *testing.T) (dataDir string, keys []string) {
 	return dataDir, keys
 }
 
+// TestReactionsCommand runs every subcommand against a running node's
+// admin API and, with --no-nats, offline against the store: the same
+// answers either way.
 func TestReactionsCommand(t *testing.T) {
-	dataDir, keys := reactionStore(t)
+	t.Run("admin API", func(t *testing.T) {
+		dataDir, keys := reactionStore(t)
+		n := reactionsNode(t, dataDir)
+		testReactionsCommand(t, dataDir, keys, "--nats", n.NATS.ClientURL())
+	})
+	t.Run("offline", func(t *testing.T) {
+		dataDir, keys := reactionStore(t)
+		testReactionsCommand(t, dataDir, keys, "--data", dataDir, "--no-nats")
+	})
+}
+
+// reactionsNode serves dataDir with its runner off, so the reactions stay
+// as reactionStore left them.
+func reactionsNode(t *testing.T, dataDir string) *node.Node {
+	t.Helper()
+	sch, err := loadSchema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{
+		DataDir: dataDir, Schema: sch, Name: "cli-test",
+		NATS:      embedded.Config{Port: embedded.RandomPort, Host: "127.0.0.1"},
+		API:       httpapi.Config{Auth: httpapi.AuthenticatorFunc(nil)},
+		Reactions: node.ReactionsConfig{Disabled: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+func testReactionsCommand(t *testing.T, dataDir string, keys []string, where ...string) {
 	rx := func(args ...string) string {
 		t.Helper()
-		return mustCLI(t, append(append([]string{"reactions"}, args...), "--data", dataDir, "--no-nats")...)
+		return mustCLI(t, append(append([]string{"reactions"}, args...), where...)...)
 	}
 
 	out := rx("list")
@@ -98,7 +148,7 @@ func TestReactionsCommand(t *testing.T) {
 			t.Errorf("list does not show %q:\n%s", want, out)
 		}
 	}
-	var listed []reactionJSON
+	var listed []reactions.Info
 	if err := json.Unmarshal([]byte(rx("list", "--status", "pending,dead-letter", "--type", "email.dead", "--json")), &listed); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +175,7 @@ func TestReactionsCommand(t *testing.T) {
 	if out := rx("retry", "--partition", "acme", "--key", keys[2]); !strings.Contains(out, "requeued") {
 		t.Fatalf("retry printed %q", out)
 	}
-	var shown reactionJSON
+	var shown reactions.Info
 	if err := json.Unmarshal([]byte(rx("show", "--partition", "acme", "--key", keys[2], "--json")), &shown); err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +202,28 @@ func TestReactionsCommand(t *testing.T) {
 		{"explode"},
 		{},
 	} {
-		if _, err := cli(t, append(append([]string{"reactions"}, args...), "--data", dataDir, "--no-nats")...); err == nil {
+		if _, err := cli(t, append(append([]string{"reactions"}, args...), where...)...); err == nil {
 			t.Errorf("reactions %v succeeded", args)
 		}
+	}
+
+	var st reactions.AdminStats
+	if err := json.Unmarshal([]byte(rx("stats", "--json")), &st); err != nil || st.Counts != (reactions.StatusCounts{Pending: 2}) || st.Runner != nil {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
+	if out := rx("stats"); !strings.Contains(strings.Join(strings.Fields(out), " "), "pending 2 leased 0 completed 0 dead-letter 0 runner on") || !strings.Contains(out, "none") {
+		t.Fatalf("stats printed %q", out)
+	}
+}
+
+// Without a node on the NATS given, the command says how to go offline.
+func TestReactionsCommandNoNode(t *testing.T) {
+	n := reactionsNode(t, t.TempDir())
+	if err := n.Admin.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cli(t, "reactions", "list", "--nats", n.NATS.ClientURL())
+	if !errors.Is(err, admin.ErrNoNode) || !strings.Contains(err.Error(), "--offline") {
+		t.Fatalf("err = %v", err)
 	}
 }

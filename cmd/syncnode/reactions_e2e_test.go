@@ -24,6 +24,7 @@ import (
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -267,6 +268,8 @@ func logged(t *testing.T, path string) map[string][]int {
 	return out
 }
 
+func (e *e2e) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort) }
+
 // push inserts one task through the node at url and returns its
 // reaction's idempotency key.
 func (e *e2e) push(url, id string) string {
@@ -298,23 +301,24 @@ func (e *e2e) push(url, id string) string {
 	return storage.ReactionIdempotencyKey("acme", c.ClientID(), ccid, "welcome/0")
 }
 
-// show reads one reaction with `syncnode reactions show --json`.
-func (e *e2e) show(key string) reactionJSON {
+// show reads one reaction with `syncnode reactions show --json`, through
+// the running node's admin API.
+func (e *e2e) show(key string) reactions.Info {
 	e.t.Helper()
-	out := mustCLI(e.t, "reactions", "show", "--data", e.dataDir, "--no-nats", "--partition", "acme", "--key", key, "--json")
-	var r reactionJSON
+	out := mustCLI(e.t, "reactions", "show", "--nats", e.natsURL(), "--partition", "acme", "--key", key, "--json")
+	var r reactions.Info
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		e.t.Fatalf("reactions show: %v: %s", err, out)
 	}
 	return r
 }
 
-func (e *e2e) waitStatus(key string, st storage.ReactionStatus) reactionJSON {
+func (e *e2e) waitStatus(key string, st storage.ReactionStatus) reactions.Info {
 	e.t.Helper()
-	var r reactionJSON
+	var r reactions.Info
 	poll.Until(e.t, 60*time.Second, "reaction "+string(st), func() bool {
 		r = e.show(key)
-		return r.Status == string(st)
+		return r.Status == st
 	})
 	return r
 }
@@ -372,15 +376,14 @@ func TestReactionsEndToEnd(t *testing.T) {
 	if got := logged(t, log4)[k3]; len(got) != 4 {
 		t.Fatalf("the failing worker saw attempts %v, want 4", got)
 	}
-	var dead []reactionJSON
-	out := mustCLI(t, "reactions", "list", "--data", e.dataDir, "--no-nats", "--status", "dead-letter", "--json")
+	var dead []reactions.Info
+	out := mustCLI(t, "reactions", "list", "--nats", e.natsURL(), "--status", "dead-letter", "--json")
 	if err := json.Unmarshal([]byte(out), &dead); err != nil || len(dead) != 1 || dead[0].IdempotencyKey != k3 {
 		t.Fatalf("dead letters listed: %s (%v)", out, err)
 	}
 	w4.stop()
 	_, log5 := e.worker("ok")
-	out = mustCLI(t, "reactions", "retry", "--data", e.dataDir, "--nats", fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort),
-		"--partition", "acme", "--key", k3)
+	out = mustCLI(t, "reactions", "retry", "--nats", e.natsURL(), "--partition", "acme", "--key", k3)
 	if !strings.Contains(out, "requeued") {
 		t.Fatalf("retry printed %q", out)
 	}
@@ -390,9 +393,12 @@ func TestReactionsEndToEnd(t *testing.T) {
 	if got := logged(t, log5)[k3]; len(got) != 1 || got[0] != 1 {
 		t.Fatalf("the worker after the retry saw attempts %v", got)
 	}
-	// A second retry is refused: the reaction is not a dead letter.
-	if _, err := cli(t, "reactions", "retry", "--data", e.dataDir, "--no-nats", "--partition", "acme", "--key", k3); err == nil {
-		t.Fatal("retry of a completed reaction succeeded")
+	// A second retry is refused, by the node and offline alike: the
+	// reaction is not a dead letter.
+	for _, where := range [][]string{{"--nats", e.natsURL()}, {"--data", e.dataDir, "--no-nats"}} {
+		if _, err := cli(t, append([]string{"reactions", "retry", "--partition", "acme", "--key", k3}, where...)...); err == nil || !strings.Contains(err.Error(), "not a dead letter") {
+			t.Fatalf("retry of a completed reaction %v: %v", where, err)
+		}
 	}
 	s2.stop()
 }

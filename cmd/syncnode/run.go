@@ -30,6 +30,9 @@ Usage:
   syncnode client CMD ...    mint a token, push a row, pull a table (see "syncnode client help")
   syncnode checkpoints CMD   list, declare and activate backfill checkpoints, rotate an epoch (see "syncnode checkpoints help")
   syncnode load SCENARIO     drive a server with virtual clients and check the thresholds (see "syncnode load -h")
+  syncnode backup --out F    a consistent online copy of a SQLite node (see "syncnode backup -h")
+  syncnode restore --from F  restore a backup and rotate every log epoch
+  syncnode leases CMD        revoke or clear an auth lease (see "syncnode leases help")
   syncnode reactions CMD     list, show, retry and prune durable reactions (see "syncnode reactions help")
   syncnode ops call ...      run a registered remote query or command (see "syncnode ops help")
   syncnode version           print the version
@@ -57,6 +60,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runReactions(ctx, args, stdout, stderr)
 	case "ops":
 		return runOps(ctx, args, stdout, stderr)
+	case "leases":
+		return runLeases(ctx, args, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, args, stdout, stderr)
+	case "restore":
+		return runRestore(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "syncnode", buildVersion())
 		return nil

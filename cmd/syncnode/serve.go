@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"crypto"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +44,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := newLogger(stderr, cfg.Log)
 	if testMode {
-		warnTestModes(stderr, log, cfg.TestMode)
+		warnTestModes(stderr, cfg.TestMode)
+	}
+	cfg.Runtime.applyMemoryLimit(log, os.Getenv)
+	if _, err := cfg.Runtime.startPprof(ctx, log); err != nil {
+		return err
 	}
 
 	sch, err := loadSchema(cfg.Schema)
@@ -66,7 +72,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case cfg.Hooks.Token.Enabled:
 		authn = nil // the token hook verifies bearer tokens
-	case !cfg.TestMode.LoadFixture:
+	case cfg.TestMode.LoadFixture:
+	case testMode && !cfg.Auth.configured():
+		// The control API authenticates its instances by header; the
+		// node's own routes take only configured tokens, and a test mode
+		// never mints a development secret or token.
+		authn = refuseAll
+	default:
 		if authn, devToken, err = buildAuth(cfg, time.Now()); err != nil {
 			return err
 		}
@@ -123,6 +135,16 @@ Mint others with: syncnode client token --data %s --actor A --partition P --scop
 		return fmt.Errorf("http server: %w", serveErr)
 	}
 	return stopErr
+}
+
+// refuseAll authenticates nobody: 401 sync.auth_required.
+var refuseAll = httpapi.AuthenticatorFunc(func(*http.Request) (engine.Identity, error) {
+	return engine.Identity{}, errors.New("no authentication is configured on this test-mode node")
+})
+
+// configured reports whether a JWT secret or public key is set.
+func (a authConfig) configured() bool {
+	return a.JWTSecret != "" || a.JWTSecretFile != "" || len(a.JWTPublicKeyFiles) > 0
 }
 
 // buildAuth returns the request authenticator: JWTs verified with the

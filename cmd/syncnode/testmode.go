@@ -33,7 +33,7 @@ func checkLoopback(listen string) error {
 
 // warnTestModes says loudly, on stderr and in the log, that the node runs
 // without real authentication.
-func warnTestModes(stderr io.Writer, log *slog.Logger, tm testModeConfig) {
+func warnTestModes(stderr io.Writer, tm testModeConfig) {
 	var modes []string
 	if tm.TestControl {
 		modes = append(modes, "--test-control: /__test control API, /i/{id} instances, authentication by the "+testctl.ActorHeader+" header")
@@ -41,8 +41,9 @@ func warnTestModes(stderr io.Writer, log *slog.Logger, tm testModeConfig) {
 	if tm.LoadFixture {
 		modes = append(modes, fmt.Sprintf("--load-fixture: /__load routes, every request is actor %q in partition %q with every project", loadfix.ActorID, loadfix.Partition))
 	}
+	// The banner once, as plain text where the log's own lines go too
+	// (stderr): a log record saying the same would print it twice.
 	fmt.Fprintf(stderr, "\nWARNING: TEST MODE. This node is for conformance and load harnesses only:\n  %s\nNever expose it.\n\n", strings.Join(modes, "\n  "))
-	log.Warn("TEST MODE: authentication is replaced; loopback only", "testControl", tm.TestControl, "loadFixture", tm.LoadFixture)
 }
 
 // testModeRoutes mounts the enabled modes' routes around the node's

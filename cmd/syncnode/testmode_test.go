@@ -50,6 +50,9 @@ type served struct {
 	url     string
 	dataDir string
 	stderr  *syncBuffer
+	// stop stops the node (SIGTERM's path) and reports serve's error;
+	// cleanup calls it too.
+	stop func() error
 }
 
 var listeningRE = regexp.MustCompile(`^syncnode: listening on (http://\S+)$`)
@@ -63,7 +66,13 @@ func serveArgs(dataDir string, extra ...string) []string {
 // returns once it printed its listening line. The node stops at cleanup.
 func startServe(t *testing.T, extra ...string) *served {
 	t.Helper()
-	s := &served{dataDir: t.TempDir(), stderr: &syncBuffer{}}
+	return startServeIn(t, t.TempDir(), extra...)
+}
+
+// startServeIn is startServe on a given data directory.
+func startServeIn(t *testing.T, dataDir string, extra ...string) *served {
+	t.Helper()
+	s := &served{dataDir: dataDir, stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -88,9 +97,17 @@ func startServe(t *testing.T, extra ...string) *served {
 		t.Fatalf("serve exited before listening: %v\n%s", <-done, s.stderr.String())
 	}
 	s.url = u
+	var once sync.Once
+	var stopErr error
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			stopErr = <-done
+		})
+		return stopErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := s.stop(); err != nil {
 			t.Errorf("serve: %v\n%s", err, s.stderr.String())
 		}
 	})
@@ -290,7 +307,7 @@ func TestTestControl(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		var caps []string
 		mustCall(t, "GET", h.s.url+"/__test/capabilities", nil, &caps)
-		if strings.Join(caps, ",") != "validators,commit-validators,realtime" {
+		if strings.Join(caps, ",") != "validators,commit-validators,realtime,blobs,signed-urls,leases,backup-restore,idempotency-fault" {
 			t.Fatalf("capabilities = %v", caps)
 		}
 	})
@@ -301,7 +318,7 @@ func TestTestControl(t *testing.T) {
 			"bad schema":   {"schema": map[string]any{"version": 1}, "partition": "p", "nowMs": 1},
 			"no partition": {"schema": json.RawMessage(conformanceSchema), "nowMs": 1},
 			"no clock":     {"schema": json.RawMessage(conformanceSchema), "partition": "p"},
-			"leases":       {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "leases": map[string]any{"ttlMs": 1000}},
+			"tiny lease":   {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "leases": map[string]any{"ttlMs": 999}},
 			"tiny ttl":     {"schema": json.RawMessage(conformanceSchema), "partition": "p", "nowMs": 1, "limits": map[string]any{"segmentTtlMs": 10}},
 		} {
 			var out map[string]string
@@ -795,5 +812,32 @@ func TestServeRefusesBadValidators(t *testing.T) {
 	err := run(context.Background(), serveArgs(t.TempDir(), "--validators", rulesFile), strings.NewReader(""), &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), `no column "nope"`) || out.Len() != 0 {
 		t.Fatalf("serve with a bad rules file: %v, stdout %q", err, out.String())
+	}
+}
+
+// TestTestModesMintNoDevToken: a test mode replaces authentication, so it
+// generates no development secret and prints no token, and it announces
+// itself exactly once. The node's own routes then refuse every request.
+func TestTestModesMintNoDevToken(t *testing.T) {
+	for _, modes := range [][]string{{"--test-control"}, {"--load-fixture"}, {"--test-control", "--load-fixture"}} {
+		t.Run(strings.Join(modes, ","), func(t *testing.T) {
+			s := startServe(t, modes...)
+			errOut := s.stderr.String()
+			if n := strings.Count(errOut, "TEST MODE"); n != 1 {
+				t.Errorf("the TEST MODE banner printed %d times:\n%s", n, errOut)
+			}
+			if strings.Contains(errOut, "development authentication") || strings.Contains(errOut, "eyJ") {
+				t.Errorf("a test mode printed a development token:\n%s", errOut)
+			}
+			if _, err := os.Stat(filepath.Join(s.dataDir, "dev-jwt-secret")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a test mode generated a development secret: %v", err)
+			}
+			if len(modes) == 1 && modes[0] == "--test-control" {
+				var pe protocolError
+				if st := call(t, "GET", s.url+"/segments/x", nil, &pe); st != http.StatusUnauthorized || pe.Code != string(ssp2.CodeAuthRequired) {
+					t.Errorf("GET /segments/x on a test-control node: %d %+v, want 401 sync.auth_required", st, pe)
+				}
+			}
+		})
 	}
 }

@@ -312,12 +312,34 @@ func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storag
 // CommitRange implements storage.Store, reading commits and changes in one
 // snapshot.
 func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
+	_, out, err := s.commitRange(ctx, partition, afterSeq, limit, false)
+	return out, err
+}
+
+// PartitionCommitRange implements storage.Store: CommitRange with the
+// partition row, in the same REPEATABLE READ snapshot.
+func (s *Store) PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (storage.Partition, []storage.Commit, error) {
+	return s.commitRange(ctx, partition, afterSeq, limit, true)
+}
+
+func (s *Store) commitRange(ctx context.Context, partition string, afterSeq int64, limit int, withPartition bool) (storage.Partition, []storage.Commit, error) {
+	var p storage.Partition
 	if err := commitlog.CheckRange(limit); err != nil {
-		return nil, err
+		return p, nil, err
 	}
 	var out []storage.Commit
 	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
 		t := rtx.(*tx)
+		if withPartition {
+			var ok bool
+			var err error
+			if p, ok, err = t.readPartition(ctx, partition); err != nil {
+				return err
+			}
+			if !ok {
+				return unregistered("commit range", partition)
+			}
+		}
 		err := t.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
 			FROM sync_commits WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3`, []any{partition, afterSeq, limit},
 			func(rows pgx.Rows) error {
@@ -365,9 +387,9 @@ func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int6
 			})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("commit range: %w", err)
+		return storage.Partition{}, nil, fmt.Errorf("commit range: %w", err)
 	}
-	return out, nil
+	return p, out, nil
 }
 
 // CommitMaxSeq implements storage.Store.

@@ -31,14 +31,23 @@ const (
 		SELECT $1::text, k, ty, v, pl, $2::text, $3::text, $4::bigint, $5::bigint, $5::bigint, 'pending', 0, ma
 		FROM unnest($6::text[], $7::text[], $8::int[], $9::text[], $10::int[]) AS u(k, ty, v, pl, ma)
 		ON CONFLICT DO NOTHING`
-	qReactionComplete = `UPDATE sync_reactions r SET status = 'completed', completed_at_ms = $1, lease_owner = NULL, lease_expires_at_ms = NULL
-		FROM unnest($2::text[], $3::text[], $4::text[]) AS u(p, k, o)
-		WHERE r.partition = u.p AND r.idempotency_key = u.k AND r.status = 'leased' AND r.lease_owner = u.o
+	// Complete and extend lock their rows first, in key order, so two
+	// batches over overlapping rows (a runner's heartbeat and its
+	// completions) wait for each other instead of deadlocking. A row
+	// whose lease moved while the lock was awaited drops out: the join
+	// and status conditions are re-checked on the locked version.
+	qReactionLeased = `WITH l AS (SELECT r.partition, r.idempotency_key FROM sync_reactions r
+			JOIN unnest($2::text[], $3::text[], $4::text[]) AS u(p, k, o)
+				ON r.partition = u.p AND r.idempotency_key = u.k AND r.lease_owner = u.o
+			WHERE r.status = 'leased'
+			ORDER BY r.partition, r.idempotency_key
+			FOR UPDATE OF r)
+		UPDATE sync_reactions r SET `
+	qReactionLeasedWhere = `
+		FROM l WHERE r.partition = l.partition AND r.idempotency_key = l.idempotency_key
 		RETURNING r.partition, r.idempotency_key`
-	qReactionExtend = `UPDATE sync_reactions r SET lease_expires_at_ms = $1
-		FROM unnest($2::text[], $3::text[], $4::text[]) AS u(p, k, o)
-		WHERE r.partition = u.p AND r.idempotency_key = u.k AND r.status = 'leased' AND r.lease_owner = u.o
-		RETURNING r.partition, r.idempotency_key`
+	qReactionComplete = qReactionLeased + `status = 'completed', completed_at_ms = $1, lease_owner = NULL, lease_expires_at_ms = NULL` + qReactionLeasedWhere
+	qReactionExtend   = qReactionLeased + `lease_expires_at_ms = $1` + qReactionLeasedWhere
 	// A failure ends the reaction when asked to or when its attempts are
 	// exhausted; either way the lease is released.
 	qReactionFail = `UPDATE sync_reactions

@@ -39,6 +39,49 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 	if err != nil {
 		return p, fmt.Errorf("touch partition: %w", err)
 	}
+	return s.touched(ctx, partition, nowMs, p, ok)
+}
+
+// qPartitionClient reads a partition row and one client record of it in
+// one statement; the client columns are defaults when it has none.
+const qPartitionClient = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
+	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
+	FROM sync_partitions p LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = $2 WHERE p.id = $1`
+
+// PartitionTouchClient implements storage.Store like PartitionTouch, the
+// client record read in the partition row's statement (one round trip).
+func (s *Store) PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (storage.Partition, storage.Client, bool, error) {
+	var (
+		p     storage.Partition
+		cl    = storage.Client{Partition: partition, ClientID: clientID}
+		hasCl bool
+		wire  int32
+		subs  *string
+	)
+	err := s.pool.QueryRow(ctx, qPartitionClient, partition, clientID).Scan(
+		&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+		&hasCl, &cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+	ok := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil {
+		return p, storage.Client{}, false, fmt.Errorf("touch partition: %w", err)
+	}
+	if p, err = s.touched(ctx, partition, nowMs, p, ok); err != nil || !hasCl {
+		return p, storage.Client{}, false, err
+	}
+	cl.WireVersion = uint16(wire)
+	if subs != nil {
+		cl.Subscriptions = []byte(*subs)
+	}
+	return p, cl, true, nil
+}
+
+// touched completes a touch after the read of p (ok: the row exists): it
+// creates the row, or refreshes a stale last-seen time.
+func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p storage.Partition, ok bool) (storage.Partition, error) {
+	var err error
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}
@@ -371,6 +414,25 @@ func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool,
 		return false, fmt.Errorf("ack client: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// ClientAdvance implements storage.Store: ClientAck in a transaction
+// that commits with synchronous_commit off, so it waits for no WAL flush
+// (a crash may lose it; PostgreSQL flushes it within a few wal_writer
+// delays). One round trip.
+func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO OFF")
+	b.Queue(`UPDATE sync_clients SET cursor = greatest(cursor, $1), updated_at_ms = greatest(updated_at_ms, $2)
+		WHERE partition = $3 AND client_id = $4 AND actor_id = $5
+		AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = $3 AND log_epoch = $6)`,
+		p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.LogEpoch)
+	b.Queue("COMMIT")
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("advance client: %w", err)
+	}
+	return nil
 }
 
 // Prune implements storage.Store under the partition row lock.

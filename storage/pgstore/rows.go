@@ -13,6 +13,7 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -34,6 +35,9 @@ type tableSQL struct {
 	// byColumn holds, per column, the keyset page of rows holding one
 	// value of it (RowScanByColumn).
 	byColumn []string
+	// blobRefs: the table has blob_ref columns, so its writes maintain
+	// the blob reference index.
+	blobRefs bool
 }
 
 func newInstalled(sc *schema.Schema) *installed {
@@ -75,6 +79,7 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			quote(schemaplan.ColPartition), quote(c.Name), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
 	}
 	return &tableSQL{
+		blobRefs: blobcore.HasRefs(t),
 		t:        t,
 		byColumn: byColumn,
 		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s RETURNING %s",
@@ -175,7 +180,8 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 		payload = []byte{}
 	}
 	args := make([]any, 0, 5+len(r.Values))
-	args = append(args, t.locked.ID, r.RowID, string(commitlog.AppendScopesJSON(nil, r.Scopes)), payload)
+	scopes := string(commitlog.AppendScopesJSON(nil, r.Scopes))
+	args = append(args, t.locked.ID, r.RowID, scopes, payload)
 	for i, c := range ts.t.Columns {
 		args = append(args, bindValue(c.Type, r.Values[i]))
 	}
@@ -191,6 +197,9 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	t.s.analyzer.wrote(table, 1)
 	if version == 1 { // an insert: the row is no longer deleted; sent with the next statement
 		t.queue(qClearTombstone, t.locked.ID, table, r.RowID)
+	}
+	if ts.blobRefs {
+		t.queueBlobRefs(ts, r.RowID, blobcore.RefIDs(ts.t, r.Values, nil), scopes)
 	}
 	return version, nil
 }
@@ -264,6 +273,9 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	tag, err := t.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)
+	}
+	if ts.blobRefs && tag.RowsAffected() > 0 { // sent with the next statement
+		t.queue(qBlobRefsDelete, t.locked.ID, table, rowID)
 	}
 	return tag.RowsAffected() > 0, nil
 }

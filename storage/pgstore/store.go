@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
@@ -33,6 +34,7 @@ type Store struct {
 	// the segment index, written once over this store's SQL.
 	*gateStore
 	*segmentIndex
+	*blobIndex
 	closeOnce sync.Once
 }
 
@@ -43,6 +45,7 @@ var _ storage.Store = (*Store)(nil)
 type (
 	gateStore    = gatecore.Gate
 	segmentIndex = segcore.Index
+	blobIndex    = blobcore.Index
 )
 
 // Advisory lock keys (pg_advisory_xact_lock(key, hashtext(schema))):
@@ -76,7 +79,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.analyzer = newAnalyzer(s)
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil {
+	s.blobIndex = blobcore.New(blobSQL, runner{s})
+	// Nodes starting together race on IF NOT EXISTS: the loser gets a
+	// unique violation on the catalog, and the schema exists.
+	var pe *pgconn.PgError
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
 	}

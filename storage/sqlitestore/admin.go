@@ -126,7 +126,7 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 }
 
 // wipeTables are the internal tables keyed by a partition column.
-var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications", "sync_reactions", "sync_tombstones"}
+var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications", "sync_reactions", "sync_tombstones", "sync_blob_refs", "sync_auth_leases"}
 
 // PartitionWipe implements storage.Admin under the partition write lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {

@@ -175,12 +175,13 @@ func jsonInts(vs []int64) string {
 // The changes of candidate commits for one table, in log order: the IN
 // list is walked in order against the primary key, so rows stream without
 // a sort and reading stops as soon as the window is full.
-const qWindowChanges = `SELECT seq, row_id, op, row_version, scopes, row FROM sync_changes
-	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) AND tbl = ?
-	ORDER BY seq, idx`
-
-const qCommitHeaders = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version FROM sync_commits
-	WHERE partition = ? AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq`
+// qWindowChanges reads the table's changes of the candidate commits with
+// their commit headers, one statement for the whole window.
+const qWindowChanges = `SELECT ch.seq, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row,
+	c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version
+	FROM sync_changes ch JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
+	WHERE ch.partition = ? AND ch.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
+	ORDER BY ch.seq, ch.idx`
 
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
@@ -241,9 +242,6 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 		}
 		cursor = seqs[len(seqs)-1]
 	}
-	if err := t.fillHeaders(ctx, p.Partition, w.Commits()); err != nil {
-		return storage.Window{}, err
-	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
 
@@ -281,16 +279,18 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 			ver    *int64
 			scopes []byte
 		)
-		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+		var hdr storage.Commit
+		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row,
+			&hdr.CreatedAtMs, &hdr.ActorID, &hdr.ClientID, &hdr.ClientCommitID, &hdr.SchemaVersion); err != nil {
 			return false, t.fail("commit window", "", err)
 		}
-		if seq != cur.CommitSeq && cur.CommitSeq != 0 {
-			if !w.Offer(cur) {
+		if seq != cur.CommitSeq {
+			if cur.CommitSeq != 0 && !w.Offer(cur) {
 				return false, nil
 			}
-			cur = storage.Commit{}
+			cur = hdr
+			cur.CommitSeq = seq
 		}
-		cur.CommitSeq = seq
 		ch.Table, ch.Op = table, storage.Op(op)
 		if ver != nil {
 			ch.RowVersion = *ver
@@ -309,101 +309,97 @@ func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, t
 	return true, nil
 }
 
-// fillHeaders completes the delivered commits with their metadata.
-func (t *tx) fillHeaders(ctx context.Context, partition string, commits []storage.Commit) error {
-	if len(commits) == 0 {
-		return nil
+// CommitRange implements storage.Store, reading commits and changes in one
+// snapshot.
+func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
+	_, out, err := s.commitRange(ctx, partition, afterSeq, limit, false)
+	return out, err
+}
+
+// PartitionCommitRange implements storage.Store: CommitRange with the
+// partition row, in the same snapshot.
+func (s *Store) PartitionCommitRange(ctx context.Context, partition string, afterSeq int64, limit int) (storage.Partition, []storage.Commit, error) {
+	return s.commitRange(ctx, partition, afterSeq, limit, true)
+}
+
+func (s *Store) commitRange(ctx context.Context, partition string, afterSeq int64, limit int, withPartition bool) (storage.Partition, []storage.Commit, error) {
+	var p storage.Partition
+	if err := commitlog.CheckRange(limit); err != nil {
+		return p, nil, err
 	}
-	seqs := make([]int64, len(commits))
-	for i, c := range commits {
-		seqs[i] = c.CommitSeq
-	}
-	rows, err := t.c.query(ctx, qCommitHeaders, partition, jsonInts(seqs))
+	var out []storage.Commit
+	err := s.withReader(ctx, func(c *conn) error {
+		return readTx(ctx, c, func() (err error) {
+			if withPartition {
+				var ok bool
+				if p, ok, err = readPartition(ctx, c, partition); err != nil {
+					return err
+				}
+				if !ok {
+					return unregistered("commit range", partition)
+				}
+			}
+			out, err = readCommitRange(ctx, c, partition, afterSeq, limit)
+			return err
+		})
+	})
 	if err != nil {
-		return t.fail("commit window", "", err)
+		return storage.Partition{}, nil, fmt.Errorf("commit range: %w", err)
+	}
+	return p, out, nil
+}
+
+// readCommitRange reads whole commits after afterSeq in c's transaction.
+func readCommitRange(ctx context.Context, c *conn, partition string, afterSeq int64, limit int) (out []storage.Commit, err error) {
+	rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
+		FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var cm storage.Commit
+		if err := rows.Scan(&cm.CommitSeq, &cm.CreatedAtMs, &cm.ActorID, &cm.ClientID, &cm.ClientCommitID, &cm.SchemaVersion); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, cm)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	rows, err = c.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
+		WHERE partition = ? AND seq >= ? AND seq <= ? ORDER BY seq, idx`,
+		partition, out[0].CommitSeq, out[len(out)-1].CommitSeq)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	i := 0
 	for rows.Next() {
-		c := &commits[i]
-		if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
-			return t.fail("commit window", "", err)
+		var (
+			seq    int64
+			ch     storage.Change
+			op     int64
+			ver    *int64
+			scopes []byte
+		)
+		if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+			return nil, err
 		}
-		i++
+		ch.Op = storage.Op(op)
+		if ver != nil {
+			ch.RowVersion = *ver
+		}
+		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
+			return nil, err
+		}
+		for out[i].CommitSeq != seq {
+			i++
+		}
+		out[i].Changes = append(out[i].Changes, ch)
 	}
-	if err := rows.Err(); err != nil {
-		return t.fail("commit window", "", err)
-	}
-	if i != len(commits) {
-		return fmt.Errorf("commit window: %d of %d commit headers found", i, len(commits))
-	}
-	return nil
-}
-
-// CommitRange implements storage.Store, reading commits and changes in one
-// snapshot.
-func (s *Store) CommitRange(ctx context.Context, partition string, afterSeq int64, limit int) ([]storage.Commit, error) {
-	if err := commitlog.CheckRange(limit); err != nil {
-		return nil, err
-	}
-	var out []storage.Commit
-	err := s.withReader(ctx, func(c *conn) error {
-		return readTx(ctx, c, func() error {
-			rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
-				FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var cm storage.Commit
-				if err := rows.Scan(&cm.CommitSeq, &cm.CreatedAtMs, &cm.ActorID, &cm.ClientID, &cm.ClientCommitID, &cm.SchemaVersion); err != nil {
-					rows.Close()
-					return err
-				}
-				out = append(out, cm)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil || len(out) == 0 {
-				return err
-			}
-			rows, err = c.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
-				WHERE partition = ? AND seq >= ? AND seq <= ? ORDER BY seq, idx`,
-				partition, out[0].CommitSeq, out[len(out)-1].CommitSeq)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			i := 0
-			for rows.Next() {
-				var (
-					seq    int64
-					ch     storage.Change
-					op     int64
-					ver    *int64
-					scopes []byte
-				)
-				if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
-					return err
-				}
-				ch.Op = storage.Op(op)
-				if ver != nil {
-					ch.RowVersion = *ver
-				}
-				if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-					return err
-				}
-				for out[i].CommitSeq != seq {
-					i++
-				}
-				out[i].Changes = append(out[i].Changes, ch)
-			}
-			return rows.Err()
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("commit range: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // CommitMaxSeq implements storage.Store.

@@ -26,6 +26,12 @@ func readPartition(ctx context.Context, c *conn, id string) (storage.Partition, 
 	return p, ok, nil
 }
 
+// qPartitionClient reads a partition row and one client record of it in
+// one statement; the client columns are defaults when it has none.
+const qPartitionClient = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
+	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
+	FROM sync_partitions p LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = ? WHERE p.id = ?`
+
 // PartitionTouch implements storage.Store. The common case is one read on
 // a reader connection; the writer is taken only to create the row or to
 // refresh a last-seen time older than TouchGranularityMs.
@@ -41,10 +47,47 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 	if err != nil {
 		return p, fmt.Errorf("touch partition: %w", err)
 	}
+	return s.touched(ctx, partition, nowMs, p, ok)
+}
+
+// PartitionTouchClient implements storage.Store like PartitionTouch, the
+// client record read in the partition row's statement.
+func (s *Store) PartitionTouchClient(ctx context.Context, partition, clientID string, nowMs int64) (storage.Partition, storage.Client, bool, error) {
+	var (
+		p         storage.Partition
+		cl        = storage.Client{Partition: partition, ClientID: clientID}
+		ok, hasCl bool
+	)
+	err := s.withReader(ctx, func(c *conn) (err error) {
+		var subs []byte
+		ok, err = c.queryRow(ctx, qPartitionClient, []any{clientID, partition},
+			&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+			&hasCl, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs)
+		if subs != nil {
+			cl.Subscriptions = subs
+		}
+		return err
+	})
+	if err != nil {
+		return p, storage.Client{}, false, fmt.Errorf("touch partition: %w", err)
+	}
+	if !hasCl {
+		cl = storage.Client{}
+	}
+	p, err = s.touched(ctx, partition, nowMs, p, ok)
+	if err != nil {
+		return p, storage.Client{}, false, err
+	}
+	return p, cl, hasCl, nil
+}
+
+// touched completes a touch after the read of p (ok: the row exists): it
+// creates the row, or refreshes a stale last-seen time, on the writer.
+func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p storage.Partition, ok bool) (storage.Partition, error) {
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}
-	err = s.write(ctx, func(c *conn) error {
+	err := s.write(ctx, func(c *conn) error {
 		if !ok {
 			// First touch: the first creator's epoch wins.
 			if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
@@ -56,6 +99,7 @@ func (s *Store) PartitionTouch(ctx context.Context, partition string, nowMs int6
 			nowMs, partition, nowMs-storage.TouchGranularityMs); err != nil {
 			return err
 		}
+		var err error
 		p, ok, err = readPartition(ctx, c, partition)
 		return err
 	})

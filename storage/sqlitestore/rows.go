@@ -13,6 +13,7 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -39,6 +40,9 @@ type tableSQL struct {
 	// byColumn holds, per column, the keyset page of rows holding one
 	// value of it (RowScanByColumn).
 	byColumn []string
+	// blobRefs: the table has blob_ref columns, so its writes maintain
+	// the blob reference index.
+	blobRefs bool
 }
 
 func newInstalled(sc *schema.Schema) *installed {
@@ -84,6 +88,7 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			quote(schemaplan.ColPartition), quote(c.Name), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
 	}
 	return &tableSQL{
+		blobRefs: blobcore.HasRefs(t),
 		byColumn: byColumn,
 		t:        t,
 		upsert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s, %s) DO UPDATE SET %s WHERE %s RETURNING %s",
@@ -216,6 +221,12 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 			return 0, t.fail("upsert row", table, err)
 		}
 	}
+	if ts.blobRefs {
+		t.scratch.blobIDs = blobcore.RefIDs(ts.t, r.Values, t.scratch.blobIDs[:0])
+		if err := t.writeBlobRefs(ctx, ts, r.RowID, t.scratch.blobIDs, t.scratch.scopes); err != nil {
+			return 0, t.fail("upsert row", table, err)
+		}
+	}
 	return version, nil
 }
 
@@ -289,6 +300,11 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	n, err := t.c.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)
+	}
+	if ts.blobRefs && n > 0 {
+		if _, err := t.c.exec(ctx, qBlobRefsDelete, t.locked.ID, table, rowID); err != nil {
+			return false, t.fail("delete row", table, err)
+		}
 	}
 	return n > 0, nil
 }

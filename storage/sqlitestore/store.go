@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
@@ -39,10 +40,12 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	queries    queryPool // registered queries' connections (query.go)
+	advances   advances  // cursor advances waiting for a write (advance.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
 	*segmentIndex
+	*blobIndex
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -52,6 +55,7 @@ var _ storage.Store = (*Store)(nil)
 type (
 	gateStore    = gatecore.Gate
 	segmentIndex = segcore.Index
+	blobIndex    = blobcore.Index
 )
 
 // dsn builds the connection string. PRAGMAs go in the DSN so every
@@ -65,9 +69,12 @@ func dsn(cfg Config, reader bool) string {
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Add("_pragma", "cache_size(-32000)")
-	// Reads come from a memory map rather than through the page cache:
-	// scans and log windows spend much less per page.
-	q.Add("_pragma", "mmap_size(268435456)")
+	// No memory map: SQLite unmaps and remaps the file in every read
+	// transaction that begins after another connection committed, so
+	// under a steady write load the mapping costs munmap/mmap and TLB
+	// shootdowns on every request, more than reading pages through the
+	// page cache saves. Reads go through the page cache (cache_size).
+	q.Add("_pragma", "mmap_size(0)")
 	if reader {
 		q.Add("_pragma", "query_only(ON)")
 	}
@@ -103,6 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
+	s.blobIndex = blobcore.New(blobSQL, runner{s})
 	if err := s.open(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -201,7 +209,7 @@ func (s *Store) Close() error {
 		var errs []error
 		if s.writerDone != nil {
 			<-s.writerDone
-			errs = append(errs, s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
+			errs = append(errs, s.closeAdvances(), s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
 		}
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())

@@ -38,6 +38,7 @@ type txScratch struct {
 	entries    []commitlog.IndexEntry
 	tombstones []commitlog.Tombstone
 	scopes     []byte
+	blobIDs    []string
 }
 
 var (

@@ -95,6 +95,7 @@ collect:
 		}
 	}
 	if groupErr == nil {
+		s.applyAdvances(c)
 		if _, err := c.exec(stmtCtx, "COMMIT"); err != nil {
 			groupErr = fmt.Errorf("commit: %w", err)
 		}

@@ -84,6 +84,23 @@ func testCommitAppendRange(t *testing.T, e *env) {
 		got, err := s.CommitRange(ctx, p.ID, tc.after, tc.limit)
 		check(t, err)
 		assertCommits(t, fmt.Sprintf("CommitRange(%d, %d)", tc.after, tc.limit), got, tc.want)
+		// The same range with the partition row of its snapshot.
+		row, got, err := s.PartitionCommitRange(ctx, p.ID, tc.after, tc.limit)
+		check(t, err)
+		assertCommits(t, fmt.Sprintf("PartitionCommitRange(%d, %d)", tc.after, tc.limit), got, tc.want)
+		if row != part {
+			t.Fatalf("PartitionCommitRange row = %+v, want %+v", row, part)
+		}
+	}
+	if _, _, err := s.PartitionCommitRange(ctx, "never-touched", 0, 10); err == nil {
+		t.Fatal("PartitionCommitRange of an unregistered partition succeeded")
+	} else {
+		wantCode(t, err, ssp2.CodeStoragePartitionUnregistered)
+	}
+	if _, _, err := s.PartitionCommitRange(ctx, p.ID, 0, 0); err == nil {
+		t.Fatal("PartitionCommitRange with limit 0 succeeded")
+	} else {
+		wantCode(t, err, ssp2.CodeStorageInvalidLimit)
 	}
 	got, err := s.CommitRange(ctx, q.ID, 0, 10)
 	check(t, err)

@@ -23,6 +23,7 @@ var reactionTests = []test{
 	{"RacingClaimsDisjoint", testReactionClaimsDisjoint},
 	{"StaleOwnerLocked", testReactionStaleOwner},
 	{"ExtendKeepsLease", testReactionExtend},
+	{"OverlappingBatchesDoNotDeadlock", testReactionOverlappingBatches},
 	{"FailRetriesThenDeadLetters", testReactionFail},
 	{"FinalAttemptExpiryDeadLetters", testReactionFinalExpiry},
 	{"OperatorRetry", testReactionRetry},
@@ -442,6 +443,68 @@ func testReactionExtend(t *testing.T, e *env) {
 	}
 	if r := getReaction(t, s, got[0].ReactionKey); r.LeaseOwner != "A" || r.LeaseExpiresAtMs != rxNow+3*rxLease {
 		t.Fatalf("extended row = %+v", r)
+	}
+}
+
+// A runner extends the leases of its running handlers while it completes
+// others: overlapping batches, given in any order, wait for each other
+// and never fail (PostgreSQL deadlocked when each locked in its own
+// order).
+func testReactionOverlappingBatches(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s).ID
+	seedReactions(t, s, p, 200, "t")
+	got := claim(t, s, storage.ReactionClaimParams{Partition: p, Owner: "A", NowMs: rxNow}).Claimed
+	leases := make([]storage.ReactionLease, len(got))
+	for i, r := range got {
+		leases[i] = lease(r)
+	}
+	reversed := make([]storage.ReactionLease, len(leases))
+	for i, l := range leases {
+		reversed[len(leases)-1-i] = l
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for round := range 20 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, err := s.ReactionExtend(t.Context(), storage.ReactionExtendParams{Leases: leases, UntilMs: rxNow + rxLease + int64(round)})
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := s.ReactionExtend(t.Context(), storage.ReactionExtendParams{Leases: reversed, UntilMs: rxNow + rxLease + int64(round)})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("overlapping extensions: %v", err)
+		}
+	}
+	var done []bool
+	var err error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		done, err = s.ReactionComplete(t.Context(), storage.ReactionCompleteParams{Leases: reversed, NowMs: rxNow + 1})
+	}()
+	var extendErr error
+	go func() {
+		defer wg.Done()
+		_, extendErr = s.ReactionExtend(t.Context(), storage.ReactionExtendParams{Leases: leases, UntilMs: rxNow + 2*rxLease})
+	}()
+	wg.Wait()
+	if err != nil || extendErr != nil {
+		t.Fatalf("complete beside an extension: %v, %v", err, extendErr)
+	}
+	for i, ok := range done {
+		if !ok {
+			t.Fatalf("lease %d not completed", i)
+		}
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -23,6 +25,8 @@ var clientTests = []test{
 	{"PutKeepsBinding", testClientPutKeepsBinding},
 	{"BindFirstWins", testClientBind},
 	{"Ack", testClientAck},
+	{"TouchWithClient", testPartitionTouchClient},
+	{"Advance", testClientAdvance},
 }
 
 var constraintTests = []test{
@@ -171,6 +175,108 @@ func testClientPutGet(t *testing.T, e *env) {
 	got, _, err = s.ClientGet(ctx, p.ID, "c1")
 	check(t, err)
 	assertClient(t, got, c2)
+}
+
+// testPartitionTouchClient: the touch that reads a client record returns
+// the partition row PartitionTouch does and the record ClientGet does —
+// none for an unknown id or a partition the touch creates — and refreshes
+// last-seen by the same rule.
+func testPartitionTouchClient(t *testing.T, e *env) {
+	s, _ := e.store()
+	ctx := t.Context()
+	const t0 = 7_000_000
+	p, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0)
+	check(t, err)
+	if ok || p.ID != "fresh" || !epochRE.MatchString(p.LogEpoch) || p.CreatedAtMs != t0 || p.LastSeenMs != t0 {
+		t.Fatalf("first touch = %+v, client %+v %v", p, cl, ok)
+	}
+	c := storage.Client{Partition: "fresh", ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 12, UpdatedAtMs: 500,
+		Subscriptions: json.RawMessage(`[{"id":"s1"}]`)}
+	check(t, s.ClientPut(ctx, c))
+	check(t, s.ClientPut(ctx, storage.Client{Partition: "fresh", ClientID: "c2", ActorID: "bob", WireVersion: 1, Cursor: -1, UpdatedAtMs: 1}))
+	p2, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+1)
+	check(t, err)
+	if !ok || p2 != p {
+		t.Fatalf("touch = %+v, %v; want %+v with the record", p2, ok, p)
+	}
+	assertClient(t, cl, c)
+	// No subscription list, another id.
+	_, cl, ok, err = s.PartitionTouchClient(ctx, "fresh", "c2", t0+1)
+	check(t, err)
+	if !ok || cl.Subscriptions != nil || cl.ActorID != "bob" || cl.Cursor != -1 {
+		t.Fatalf("c2 = %+v, %v", cl, ok)
+	}
+	if _, _, ok, err := s.PartitionTouchClient(ctx, "fresh", "nobody", t0+1); err != nil || ok {
+		t.Fatalf("unknown client = %v, %v", ok, err)
+	}
+	// Past the granularity last-seen moves, and the record still comes.
+	p3, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+storage.TouchGranularityMs+1)
+	check(t, err)
+	want := p
+	want.LastSeenMs = t0 + storage.TouchGranularityMs + 1
+	if p3 != want || !ok {
+		t.Fatalf("touch past granularity = %+v, %v; want %+v", p3, ok, want)
+	}
+	assertClient(t, cl, c)
+	// Another partition's record of the same id is not this one's.
+	if _, _, ok, err := s.PartitionTouchClient(ctx, "other", "c1", t0); err != nil || ok {
+		t.Fatalf("other partition = %v, %v", ok, err)
+	}
+}
+
+// testClientAdvance: an advance raises the cursor like ClientAck, never
+// lowers it, changes nothing for another actor or an old epoch; it is
+// stored once a later write of the store returned, or within
+// ClientAdvanceDelay without one; a ClientPut supersedes a pending one.
+func testClientAdvance(t *testing.T, e *env) {
+	s, _ := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	subs := json.RawMessage(`[{"id":"s1"}]`)
+	rec := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 10, UpdatedAtMs: 1, Subscriptions: subs}
+	check(t, s.ClientPut(ctx, rec))
+	get := func() storage.Client {
+		t.Helper()
+		c, ok, err := s.ClientGet(ctx, p.ID, "c1")
+		if err != nil || !ok {
+			t.Fatalf("ClientGet = %v, %v", ok, err)
+		}
+		return c
+	}
+	// A write of the store carries what is pending.
+	aWrite := func() {
+		t.Helper()
+		check(t, s.ClientPut(ctx, storage.Client{Partition: p.ID, ClientID: "other", ActorID: "bob", WireVersion: 2, Cursor: 1, UpdatedAtMs: 1}))
+	}
+	adv := func(cursor, now int64, actor, epoch string) {
+		t.Helper()
+		check(t, s.ClientAdvance(ctx, storage.ClientAckParams{Partition: p.ID, ClientID: "c1", ActorID: actor, LogEpoch: epoch, Cursor: cursor, NowMs: now}))
+	}
+	adv(15, 2, "alice", p.LogEpoch)
+	adv(12, 3, "alice", p.LogEpoch) // a lower cursor never lowers it
+	aWrite()
+	want := rec
+	want.Cursor, want.UpdatedAtMs = 15, 3
+	assertClient(t, get(), want)
+
+	adv(30, 4, "mallory", p.LogEpoch)
+	adv(31, 5, "alice", "0123456789abcdef0123456789abcdef")
+	aWrite()
+	assertClient(t, get(), want)
+
+	// Without another write it is stored within the delay (the deadline
+	// leaves room for a loaded machine).
+	adv(20, 6, "alice", p.LogEpoch)
+	want.Cursor, want.UpdatedAtMs = 20, 6
+	poll.Until(t, storage.ClientAdvanceDelay+10*time.Second, "the advance stored without another write", func() bool { return get().Cursor == 20 })
+	assertClient(t, get(), want)
+
+	// A put after an advance wins, even with a lower cursor.
+	adv(40, 7, "alice", p.LogEpoch)
+	reset := storage.Client{Partition: p.ID, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: -1, UpdatedAtMs: 8, Subscriptions: subs}
+	check(t, s.ClientPut(ctx, reset))
+	aWrite()
+	assertClient(t, get(), reset)
 }
 
 // testClientPutKeepsBinding: a put never rebinds a client id to another

@@ -115,6 +115,8 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Gate", gateTests},
 		{"Reaction", reactionTests},
 		{"Columns", columnTests},
+		{"Blob", blobTests},
+		{"Lease", leaseTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

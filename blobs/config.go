@@ -1,0 +1,114 @@
+package blobs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Index is the part of storage.Store the blob store uses.
+type Index = storage.BlobIndex
+
+// Config configures a Store.
+type Config struct {
+	// JetStream is the connection of the domain that owns the bucket.
+	JetStream jetstream.JetStream
+	// Store holds the blob rows and the reference index.
+	Store Index
+
+	// Names is the bus namespace of the blobs bucket (created if absent).
+	Names bus.Names
+	// Replicas of the bucket when it is created (default 1).
+	Replicas int
+
+	// MaxBytes caps one blob (SPEC.md §5.9.3; default 64 MiB): a larger
+	// upload or upload grant is refused with blob.too_large.
+	MaxBytes int64
+	// ChunkSize is the Object Store chunk size (default 1 MiB).
+	ChunkSize int
+
+	// OrphanGrace: a blob no row references is swept once it was last
+	// uploaded longer ago than this (SPEC.md §5.9.2). nil means the
+	// default, 24 h; 0 sweeps every unreferenced blob.
+	OrphanGrace *time.Duration
+	// SweepInterval runs the orphan sweep in the background (default 10
+	// min; -1 disables it, then the owner calls Sweep).
+	SweepInterval time.Duration
+	// SweepBatch is how many orphans one sweep pass lists at a time
+	// (default 1000).
+	SweepBatch int
+
+	// Clock stamps uploads and decides the grace period (default
+	// clock.System).
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxBytes      = 64 << 20
+	DefaultChunkSize     = 1 << 20
+	DefaultOrphanGrace   = 24 * time.Hour
+	DefaultSweepInterval = 10 * time.Minute
+	DefaultSweepBatch    = 1000
+)
+
+// WithDefaults returns c with unset fields defaulted.
+func (c Config) WithDefaults() Config {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	if c.OrphanGrace == nil {
+		c.OrphanGrace = new(DefaultOrphanGrace)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.SweepBatch == 0 {
+		c.SweepBatch = DefaultSweepBatch
+	}
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every invalid setting (call after WithDefaults). New
+// also requires the wiring: JetStream and Store.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("blobs config: "+format, args...)) }
+	if c.Replicas < 1 || c.Replicas > 5 {
+		bad("Replicas %d outside 1..5", c.Replicas)
+	}
+	if c.MaxBytes < 1 {
+		bad("MaxBytes %d must be positive", c.MaxBytes)
+	}
+	if c.ChunkSize < 1<<10 || c.ChunkSize > 8<<20 {
+		bad("ChunkSize %d outside 1 KiB..8 MiB", c.ChunkSize)
+	}
+	if c.OrphanGrace != nil && *c.OrphanGrace < 0 {
+		bad("OrphanGrace %v must not be negative", *c.OrphanGrace)
+	}
+	if c.SweepInterval < 0 && c.SweepInterval != -1 {
+		bad("SweepInterval %v: use -1 to disable", c.SweepInterval)
+	}
+	if c.SweepBatch < 1 || c.SweepBatch > storage.MaxBlobListLimit {
+		bad("SweepBatch %d outside 1..%d", c.SweepBatch, storage.MaxBlobListLimit)
+	}
+	return errors.Join(errs...)
+}

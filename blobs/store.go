@@ -1,0 +1,344 @@
+// Package blobs keeps blob bytes (SPEC.md §5.9): content-addressed file
+// attachments that rows reference through blob_ref columns. The bytes are
+// objects in a JetStream Object Store bucket (named by bus.Names); the
+// blob rows and the reference index are in SQL (storage.BlobIndex), where
+// the push path checks existence and download authorization reads the
+// referencing rows (engine.AuthorizeBlob).
+//
+// An upload streams the body into a fresh object while the Object Store
+// computes its SHA-256, then maps (partition, blob id) to the object in
+// SQL: a body whose digest is not the id, or that outgrows the cap, is
+// deleted and refused, and of two concurrent uploads of one id the first
+// mapped wins and the other's object is deleted. Nothing holds a body in
+// memory: one chunk at a time passes through.
+//
+// The orphan sweep deletes the blobs no row has referenced for longer
+// than the grace period: first the SQL row (refused by the store while any
+// reference exists or commits concurrently), then the object it named.
+package blobs
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/lifecycle"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// Store stores blob bytes. It is safe for concurrent use.
+type Store struct {
+	cfg    Config
+	log    *slog.Logger
+	bucket string
+	obs    jetstream.ObjectStore
+	stream jetstream.Stream
+
+	life     lifecycle.Once
+	cancel   context.CancelFunc
+	loopDone chan struct{}
+
+	m Metrics
+}
+
+// Metrics are monotonically increasing counters of a Store's work.
+type Metrics struct {
+	Uploads         atomic.Int64 // bodies stored
+	UploadsExisting atomic.Int64 // uploads of a blob already held: nothing read
+	UploadBytes     atomic.Int64
+	UploadsRefused  atomic.Int64 // hash mismatch or too large
+	Downloads       atomic.Int64 // downloads opened
+	DownloadBytes   atomic.Int64
+	Swept           atomic.Int64 // orphans deleted
+	SweepErrors     atomic.Int64
+}
+
+// New validates cfg and returns a Store; Start opens its bucket.
+func New(cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.JetStream == nil || cfg.Store == nil {
+		return nil, errors.New("blobs: Config.JetStream and Config.Store are required")
+	}
+	return &Store{cfg: cfg, log: cfg.Logger, bucket: cfg.Names.BlobsBucket()}, nil
+}
+
+// Start opens (creating if absent) the bucket and starts the background
+// sweep.
+func (s *Store) Start(ctx context.Context) error {
+	return s.life.Start(func() error {
+		// Members of a cluster starting together may find JetStream
+		// without a meta leader for a moment: set up in short attempts,
+		// as the segment store does.
+		if err := bus.RetrySetup(ctx, s.bind, func(error) bool { return false }); err != nil {
+			return err
+		}
+		if s.cfg.SweepInterval > 0 {
+			lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			s.cancel, s.loopDone = cancel, make(chan struct{})
+			go s.sweepLoop(lctx)
+		}
+		return nil
+	})
+}
+
+// bind opens (creating if absent) the bucket at the node's replication
+// factor.
+func (s *Store) bind(ctx context.Context) error {
+	js := s.cfg.JetStream
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      s.bucket,
+		Description: "syncnode blob bytes, one object per accepted upload (blob-<hex>-<nuid>)",
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		obs, err = js.ObjectStore(ctx, s.bucket)
+	}
+	if err == nil {
+		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
+	}
+	if err != nil {
+		return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
+	}
+	if s.stream, err = js.Stream(ctx, bus.ObjectStream(s.bucket)); err != nil {
+		return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
+	}
+	s.obs = obs
+	return nil
+}
+
+// Stop ends the background sweep, waiting for a pass in progress within
+// ctx. It is idempotent.
+func (s *Store) Stop(ctx context.Context) error {
+	return s.life.Stop(func() error {
+		if s.cancel == nil {
+			return nil
+		}
+		s.cancel()
+		select {
+		case <-s.loopDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("blobs: stop: %w", ctx.Err())
+		}
+	})
+}
+
+// Metrics returns the store's counters.
+func (s *Store) Metrics() *Metrics { return &s.m }
+
+// MaxBytes is the size cap of one blob.
+func (s *Store) MaxBytes() int64 { return s.cfg.MaxBytes }
+
+func (s *Store) nowMs() int64 { return s.cfg.Clock.Now().UnixMilli() }
+
+// Held returns the partition's row of a blob the partition holds.
+func (s *Store) Held(ctx context.Context, partition, blobID string) (storage.Blob, bool, error) {
+	return s.cfg.Store.BlobGet(ctx, partition, blobID)
+}
+
+// Grant answers an upload grant request (SPEC.md §5.9.3) for a blob of
+// byteLength bytes: blob.too_large over the cap, present=true when the
+// partition holds the blob already. Without a presigned-upload store the
+// grant carries no URL: the client uploads through Put.
+func (s *Store) Grant(ctx context.Context, partition, blobID string, byteLength int64) (present bool, err error) {
+	if !ssp2.ValidBlobID(blobID) {
+		return false, ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the blob id must be sha256:<64 lowercase hex>")
+	}
+	if byteLength < 0 || byteLength > s.cfg.MaxBytes {
+		return false, ssp2.Errorf(ssp2.CodeBlobTooLarge, "byteLength %d is outside 0..%d, the blob size cap", byteLength, s.cfg.MaxBytes)
+	}
+	_, present, err = s.cfg.Store.BlobGet(ctx, partition, blobID)
+	if err != nil {
+		return false, fmt.Errorf("blob grant: %w", err)
+	}
+	return present, nil
+}
+
+// Put stores an upload of blobID into the partition (SPEC.md §5.9.3).
+// declared is the body's declared length (-1 when unknown); body is the
+// decoded bytes. A blob the partition holds already is not read again
+// (existed=true) and its grace period restarts. It refuses, storing
+// nothing: a declared or actual size above the cap (blob.too_large) and
+// bytes whose SHA-256 is not the id (blob.hash_mismatch, also for an id
+// that is not sha256:<64 hex>).
+func (s *Store) Put(ctx context.Context, partition, blobID, mediaType string, declared int64, body io.Reader) (existed bool, err error) {
+	if !ssp2.ValidBlobID(blobID) {
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the blob id must be sha256:<64 lowercase hex>"))
+	}
+	if declared > s.cfg.MaxBytes {
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body of %d bytes exceeds the blob size cap of %d", declared, s.cfg.MaxBytes))
+	}
+	// A read first: a new upload costs no write here.
+	if _, held, err := s.cfg.Store.BlobGet(ctx, partition, blobID); err != nil {
+		return false, err
+	} else if held {
+		// Held, unless swept since the read: then it is uploaded anew.
+		if _, ok, err := s.cfg.Store.BlobTouch(ctx, partition, blobID, s.nowMs()); err != nil || ok {
+			if ok {
+				s.m.UploadsExisting.Add(1)
+			}
+			return ok, err
+		}
+	}
+	hexDigest := blobID[len("sha256:"):]
+	sum, _ := hex.DecodeString(hexDigest)
+	want := "SHA-256=" + base64.URLEncoding.EncodeToString(sum)
+	name := bus.BlobObject(hexDigest, nuid.Next())
+	cr := &capReader{r: body, max: s.cfg.MaxBytes}
+	info, err := bus.PutObject(ctx, s.cfg.JetStream, s.stream, s.bucket, name, s.cfg.ChunkSize, cr)
+	if err != nil {
+		s.deleteObject(ctx, name) // a failed put purged its chunks; its meta may have been written
+		if cr.over {
+			return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body exceeds the blob size cap of %d bytes", s.cfg.MaxBytes))
+		}
+		return false, fmt.Errorf("store blob %s: %w", blobID, err)
+	}
+	if info.Digest != want {
+		s.deleteObject(ctx, name)
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the SHA-256 of the %d bytes received is not %s", info.Size, blobID))
+	}
+	stored, created, err := s.cfg.Store.BlobPut(ctx, storage.Blob{
+		Partition: partition, ID: blobID, ByteLength: int64(info.Size), MediaType: mediaType, Object: name, UploadedAtMs: s.nowMs(),
+	})
+	if err != nil {
+		s.deleteObject(ctx, name)
+		return false, fmt.Errorf("record blob %s: %w", blobID, err)
+	}
+	if !created && stored.Object != name {
+		// A concurrent upload of the same bytes was recorded first.
+		s.deleteObject(ctx, name)
+	}
+	s.m.Uploads.Add(1)
+	s.m.UploadBytes.Add(int64(info.Size))
+	return !created, nil
+}
+
+func (s *Store) refused(err error) error {
+	s.m.UploadsRefused.Add(1)
+	return err
+}
+
+// Open streams a held blob's bytes. The Object Store verifies them
+// against the stored digest: a corrupted object fails the read at its
+// end instead of io.EOF.
+func (s *Store) Open(ctx context.Context, b storage.Blob) (io.ReadCloser, error) {
+	r, err := s.obs.Get(ctx, b.Object)
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", b.ID, err)
+	}
+	s.m.Downloads.Add(1)
+	return &countingReader{ReadCloser: r, n: &s.m.DownloadBytes}, nil
+}
+
+// deleteObject removes an object and its meta message (the Object Store
+// would keep a "deleted" meta forever). Best effort: what it leaves is an
+// unmapped object, which no request can reach.
+func (s *Store) deleteObject(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		s.log.Warn("delete blob object", "object", name, "err", err)
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(bus.ObjectMetaSubject(s.bucket, name))); err != nil {
+		s.log.Warn("purge blob object meta", "object", name, "err", err)
+	}
+}
+
+// Sweep deletes every blob that no row references and that was last
+// uploaded more than the grace period ago (SPEC.md §5.9.2), a batch at a
+// time, and reports how many it deleted.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	before := s.nowMs() - s.cfg.OrphanGrace.Milliseconds()
+	deleted := 0
+	for {
+		orphans, err := s.cfg.Store.BlobOrphans(ctx, before, s.cfg.SweepBatch)
+		if err != nil {
+			return deleted, fmt.Errorf("sweep blobs: %w", err)
+		}
+		n := 0
+		for _, b := range orphans {
+			ok, err := s.cfg.Store.BlobDelete(ctx, b.Partition, b.ID, before)
+			if err != nil {
+				return deleted, fmt.Errorf("sweep blobs: %w", err)
+			}
+			if ok { // referenced or re-uploaded since the listing: kept
+				s.deleteObject(ctx, b.Object)
+				n++
+			}
+		}
+		deleted += n
+		s.m.Swept.Add(int64(n))
+		if len(orphans) < s.cfg.SweepBatch || n == 0 {
+			return deleted, nil
+		}
+	}
+}
+
+func (s *Store) sweepLoop(ctx context.Context) {
+	defer close(s.loopDone)
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.Sweep(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.m.SweepErrors.Add(1)
+			s.log.Warn("blob sweep failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("swept orphan blobs", "deleted", n)
+		}
+	}
+}
+
+// capReader fails a body once it passes max bytes.
+type capReader struct {
+	r    io.Reader
+	n    int64
+	max  int64
+	over bool
+}
+
+var errTooLarge = errors.New("blob exceeds the size cap")
+
+func (c *capReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		c.over = true
+		return 0, errTooLarge
+	}
+	return n, err
+}
+
+// countingReader counts the bytes read into n.
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,300 @@
+package blobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/syncnode/syncnode/embedded/embeddedtest"
+	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/pgstore"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const fileSchema = `{"version":1,"tables":[{"name":"files","columns":[
+	{"name":"id","type":"string"},
+	{"name":"project_id","type":"string"},
+	{"name":"att","type":"blob_ref","nullable":true}],
+	"primaryKey":"id","scopes":["project:{project_id}"]}]}`
+
+func openSQLite(tb testing.TB) storage.Store {
+	tb.Helper()
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(tb.TempDir(), "sync.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openPostgres(tb testing.TB) storage.Store {
+	tb.Helper()
+	url, sch := pgtest.Schema(tb)
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: sch, MaxConns: 8})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
+func eachStore(t *testing.T, fn func(t *testing.T, st storage.Store)) {
+	for name, open := range map[string]func(testing.TB) storage.Store{"sqlite": openSQLite, "postgres": openPostgres} {
+		t.Run(name, func(t *testing.T) { fn(t, open(t)) })
+	}
+}
+
+type env struct {
+	t     *testing.T
+	st    storage.Store
+	sc    *schema.Schema
+	clock *clock.Manual
+	s     *Store
+}
+
+func newEnv(t *testing.T, st storage.Store, grace time.Duration) *env {
+	t.Helper()
+	sc, err := schema.Parse([]byte(fileSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureSchema(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PartitionTouch(t.Context(), "p", 1); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, st: st, sc: sc, clock: clock.NewManual(time.UnixMilli(1_700_000_000_000))}
+	srv := embeddedtest.Start(t)
+	s, err := New(Config{JetStream: srv.JetStream(), Store: st, MaxBytes: 1 << 20, ChunkSize: 64 << 10,
+		OrphanGrace: &grace, SweepInterval: -1, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	e.s = s
+	return e
+}
+
+func idOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func body(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+func (e *env) put(data []byte) {
+	e.t.Helper()
+	if _, err := e.s.Put(e.t.Context(), "p", idOf(data), "application/pdf", int64(len(data)), bytes.NewReader(data)); err != nil {
+		e.t.Fatalf("Put(%d bytes): %v", len(data), err)
+	}
+}
+
+func (e *env) read(id string) []byte {
+	e.t.Helper()
+	b, ok, err := e.s.Held(e.t.Context(), "p", id)
+	if err != nil || !ok {
+		e.t.Fatalf("Held(%s) = %v, %v", id, ok, err)
+	}
+	r, err := e.s.Open(e.t.Context(), b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := io.ReadAll(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+// reference writes a files row referencing the blob.
+func (e *env) reference(rowID, blobID string, n int) {
+	e.t.Helper()
+	tb, _ := e.sc.Table("files")
+	vals := []ssp2.Value{{Bytes: []byte(rowID)}, {Bytes: []byte("p1")}, {Bytes: fmt.Appendf(nil, `{"blobId":"%s","byteLength":%d}`, blobID, n)}}
+	payload, err := tb.Codec.AppendRow(nil, vals)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	err = e.st.WriteTx(e.t.Context(), "p", func(tx storage.Tx) error {
+		_, err := tx.RowUpsert(e.t.Context(), "files", storage.RowWrite{RowID: rowID, Values: vals,
+			Scopes: map[string]string{"project_id": "p1"}, Payload: payload})
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestPutOpen(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		data := body(300_000, 1)
+		id := idOf(data)
+		e.put(data)
+		if got := e.read(id); !bytes.Equal(got, data) {
+			t.Fatalf("read back %d bytes, not the %d uploaded", len(got), len(data))
+		}
+		b, _, _ := e.s.Held(t.Context(), "p", id)
+		if b.ByteLength != int64(len(data)) || b.MediaType != "application/pdf" {
+			t.Fatalf("blob row = %+v", b)
+		}
+		// A re-upload reads nothing and restarts the grace period.
+		e.clock.Advance(time.Minute)
+		existed, err := e.s.Put(t.Context(), "p", id, "", -1, iotestErrReader{})
+		if err != nil || !existed {
+			t.Fatalf("re-upload = %v, %v; want existed", existed, err)
+		}
+		again, _, _ := e.s.Held(t.Context(), "p", id)
+		if again.Object != b.Object || again.UploadedAtMs != b.UploadedAtMs+time.Minute.Milliseconds() {
+			t.Fatalf("re-upload changed the row to %+v from %+v", again, b)
+		}
+		// Another partition does not hold it.
+		if _, ok, _ := e.s.Held(t.Context(), "q", id); ok {
+			t.Fatal("the blob is held by another partition")
+		}
+		// Empty blobs are blobs.
+		e.put(nil)
+		if got := e.read(idOf(nil)); len(got) != 0 {
+			t.Fatalf("empty blob read back %d bytes", len(got))
+		}
+	})
+}
+
+type iotestErrReader struct{}
+
+func (iotestErrReader) Read([]byte) (int, error) { return 0, fmt.Errorf("the body was read") }
+
+func TestPutRefusals(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		data := body(100_000, 2)
+		big := body(1<<20+1, 3)
+		for _, c := range []struct {
+			name     string
+			id       string
+			declared int64
+			body     []byte
+			want     ssp2.Code
+		}{
+			{"hash mismatch", idOf(data[1:]), int64(len(data)), data, ssp2.CodeBlobHashMismatch},
+			{"malformed id", "sha256:abc", int64(len(data)), data, ssp2.CodeBlobHashMismatch},
+			{"declared too large", idOf(big), int64(len(big)), big, ssp2.CodeBlobTooLarge},
+			{"streamed too large", idOf(big), -1, big, ssp2.CodeBlobTooLarge},
+		} {
+			_, err := e.s.Put(t.Context(), "p", c.id, "", c.declared, bytes.NewReader(c.body))
+			if ssp2.CodeOf(err) != c.want {
+				t.Errorf("%s: Put = %v, want %s", c.name, err, c.want)
+			}
+		}
+		stats, err := st.BlobStats(t.Context())
+		if err != nil || stats != (storage.BlobStats{}) {
+			t.Fatalf("refused uploads recorded %+v, %v", stats, err)
+		}
+		objs, err := e.s.obs.List(t.Context())
+		if err == nil && len(objs) > 0 {
+			t.Fatalf("refused uploads left %d objects", len(objs))
+		}
+		if n := e.s.Metrics().UploadsRefused.Load(); n != 4 {
+			t.Fatalf("UploadsRefused = %d, want 4", n)
+		}
+	})
+}
+
+// Concurrent uploads of one blob leave one row and one object.
+func TestConcurrentPuts(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		data := body(200_000, 4)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Go(func() {
+				_, err := e.s.Put(t.Context(), "p", idOf(data), "", int64(len(data)), bytes.NewReader(data))
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		objs, err := e.s.obs.List(t.Context())
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("concurrent uploads left %d objects (%v), want 1", len(objs), err)
+		}
+		if !bytes.Equal(e.read(idOf(data)), data) {
+			t.Fatal("bytes differ")
+		}
+	})
+}
+
+// The sweep deletes exactly the blobs no row references whose last upload
+// is older than the grace period, rows and objects (SPEC.md §5.9.2).
+func TestSweep(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		old, oldRef, fresh := body(1000, 5), body(1000, 6), body(1000, 7)
+		e.put(old)
+		e.put(oldRef)
+		e.reference("r1", idOf(oldRef), len(oldRef))
+		e.clock.Advance(50 * time.Minute)
+		e.put(fresh)
+		e.clock.Advance(11 * time.Minute) // old: 61 min, fresh: 11 min
+		n, err := e.s.Sweep(t.Context())
+		if err != nil || n != 1 {
+			t.Fatalf("Sweep = %d, %v; want 1", n, err)
+		}
+		for _, c := range []struct {
+			data []byte
+			held bool
+		}{{old, false}, {oldRef, true}, {fresh, true}} {
+			if _, ok, _ := e.s.Held(t.Context(), "p", idOf(c.data)); ok != c.held {
+				t.Errorf("blob %s held = %v, want %v", idOf(c.data)[:15], ok, c.held)
+			}
+		}
+		objs, err := e.s.obs.List(t.Context())
+		if err != nil || len(objs) != 2 {
+			t.Fatalf("objects after sweep = %d (%v), want 2", len(objs), err)
+		}
+		// Past its grace period the fresh one goes too; the referenced one
+		// never does.
+		e.clock.Advance(time.Hour)
+		if n, err := e.s.Sweep(t.Context()); err != nil || n != 1 {
+			t.Fatalf("second Sweep = %d, %v; want 1", n, err)
+		}
+		if !bytes.Equal(e.read(idOf(oldRef)), oldRef) {
+			t.Fatal("the referenced blob's bytes changed")
+		}
+		if got := e.s.Metrics().Swept.Load(); got != 2 {
+			t.Fatalf("Swept = %d, want 2", got)
+		}
+	})
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
+)
+
+const blobE2ESchema = `{"version":1,"tables":[{"name":"files","columns":[
+	{"name":"id","type":"string"},
+	{"name":"project_id","type":"string"},
+	{"name":"att","type":"blob_ref","nullable":true}],
+	"primaryKey":"id","scopes":["project:{project_id}"]}]}`
+
+// blobNode is a `syncnode serve` serving blobE2ESchema with a small blob
+// cap and a short orphan grace period.
+type blobNode struct {
+	t      *testing.T
+	base   string // the protocol routes' base URL
+	sc     *schema.Schema
+	secret []byte
+	// authHeader is the header who (a token, or a test-control actor) is
+	// sent in.
+	authHeader func(who string) (string, string)
+	epoch      string
+	n          int
+}
+
+func startBlobNode(t *testing.T, postgres bool) *blobNode {
+	t.Helper()
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "schema.json")
+	if err := os.WriteFile(schemaPath, []byte(blobE2ESchema), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("schema = %q\n[blobs]\nmax_bytes = 2097152\norphan_grace = \"3s\"\nsweep_interval = \"1s\"\n", schemaPath)
+	if postgres {
+		url, sch := pgtest.Schema(t)
+		conf += fmt.Sprintf("[storage]\npostgres_url = %q\npostgres_schema = %q\n", url, sch)
+	}
+	confPath := filepath.Join(dir, "syncnode.toml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "--config", confPath)
+	secret, _, err := auth.DevSecret(s.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schema.Parse([]byte(blobE2ESchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &blobNode{t: t, base: s.url, sc: sc, secret: secret,
+		authHeader: func(tok string) (string, string) { return "Authorization", "Bearer " + tok }}
+}
+
+// token is a bearer token of actor in partition acme holding projects.
+func (b *blobNode) token(actor string, projects ...string) string {
+	b.t.Helper()
+	tok, err := auth.Mint(b.secret, auth.Principal{ActorID: actor, Partition: "acme", Scopes: map[string][]string{"project_id": projects}}, time.Hour, time.Now())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return tok
+}
+
+// do sends one HTTP request and returns the response with its body read.
+func (b *blobNode) do(method, path, tok string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+	b.t.Helper()
+	req, err := http.NewRequest(method, b.base+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set(b.authHeader(tok))
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatalf("%s %s: read: %v", method, path, err)
+	}
+	return resp, got
+}
+
+// wantError asserts an SSP2 JSON error of status and code.
+func wantError(t *testing.T, what string, resp *http.Response, body []byte, status int, code ssp2.Code) {
+	t.Helper()
+	var e struct{ Code string }
+	if resp.StatusCode != status || json.Unmarshal(body, &e) != nil || e.Code != string(code) {
+		t.Fatalf("%s: %d %s, want %d %s", what, resp.StatusCode, body, status, code)
+	}
+}
+
+func blobIDOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func (b *blobNode) upload(tok string, data []byte) {
+	b.t.Helper()
+	resp, body := b.do(http.MethodPut, "/blobs/"+blobIDOf(data), tok, bytes.NewReader(data), "Content-Type", "image/png")
+	if resp.StatusCode != http.StatusOK || len(body) != 0 {
+		b.t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+}
+
+// sync sends one wire version 2 request as tok and decodes the answer.
+func (b *blobNode) sync(tok string, frames ...ssp2.Frame) *ssp2.Message {
+	b.t.Helper()
+	body, err := (&ssp2.Message{WireVersion: 2, Kind: ssp2.KindRequest, Frames: frames}).AppendEncode(nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	resp, out := b.do(http.MethodPost, "/sync", tok, bytes.NewReader(body), "Content-Type", "application/vnd.syncular.sync.v2")
+	if resp.StatusCode != http.StatusOK {
+		b.t.Fatalf("sync: %d %s", resp.StatusCode, out)
+	}
+	m, err := ssp2.DecodeMessage(out)
+	if err != nil {
+		b.t.Fatalf("sync response: %v", err)
+	}
+	return m
+}
+
+// push upserts a files row whose att references data (nil: NULL) and
+// returns the commit's result.
+func (b *blobNode) push(tok, rowID string, data []byte) *ssp2.PushResult {
+	b.t.Helper()
+	if b.epoch == "" {
+		m := b.sync(tok, &ssp2.ReqHeader{ClientID: "blob-e2e", SchemaVersion: 1}, &ssp2.PullHeader{Accept: 3})
+		b.epoch = m.Frames[0].(*ssp2.RespHeader).LogEpoch
+	}
+	t, _ := b.sc.Table("files")
+	att := ssp2.Value{Null: true}
+	if data != nil {
+		att = ssp2.Value{Bytes: fmt.Appendf(nil, `{"blobId":"%s","byteLength":%d,"mediaType":"image/png"}`, blobIDOf(data), len(data))}
+	}
+	payload, err := t.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(rowID)}, {Bytes: []byte("p1")}, att})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.n++
+	ep := b.epoch
+	m := b.sync(tok, &ssp2.ReqHeader{ClientID: "blob-e2e", SchemaVersion: 1, LogEpoch: &ep},
+		&ssp2.PushCommit{ClientCommitID: fmt.Sprintf("c%d", b.n), Operations: []ssp2.Operation{{Table: "files", RowID: rowID, Op: ssp2.OpUpsert, Payload: payload}}})
+	for _, f := range m.Frames {
+		if r, ok := f.(*ssp2.PushResult); ok {
+			return r
+		}
+	}
+	b.t.Fatalf("no push result in %+v", m.Frames)
+	return nil
+}
+
+// Blobs end to end through serve over HTTP, on both stores (SPEC.md §5.9):
+// upload, the push-time existence check, download authorized by the
+// referencing row, ETag/304, refusals with the spec's codes, the upload
+// grant, and the orphan sweep.
+func TestBlobsEndToEnd(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		name := map[bool]string{false: "sqlite", true: "postgres"}[pg]
+		t.Run(name, func(t *testing.T) { testBlobsEndToEnd(t, pg) })
+	}
+}
+
+func testBlobsEndToEnd(t *testing.T, postgres bool) {
+	b := startBlobNode(t, postgres)
+	alice, bob := b.token("alice", "p1"), b.token("bob", "p2")
+	photo := bytes.Repeat([]byte("photo bytes "), 100_000) // 1.2 MB
+	orphan := []byte("never referenced")
+
+	// A push referencing a blob not uploaded yet is refused whole.
+	if r := b.push(alice, "f1", photo); r.Status != ssp2.PushRejected || r.Results[0].Code != string(ssp2.CodeBlobNotFound) {
+		t.Fatalf("push before upload = %+v", r)
+	}
+
+	// Bad uploads are refused, storing nothing.
+	resp, body := b.do(http.MethodPut, "/blobs/"+blobIDOf(photo[1:]), alice, bytes.NewReader(photo))
+	wantError(t, "hash mismatch", resp, body, http.StatusBadRequest, ssp2.CodeBlobHashMismatch)
+	big := make([]byte, 2<<20+1)
+	resp, body = b.do(http.MethodPut, "/blobs/"+blobIDOf(big), alice, bytes.NewReader(big))
+	wantError(t, "over the cap", resp, body, http.StatusRequestEntityTooLarge, ssp2.CodeBlobTooLarge)
+	resp, body = b.do(http.MethodPut, "/blobs/"+blobIDOf(photo), "", bytes.NewReader(photo))
+	wantError(t, "no token", resp, body, http.StatusUnauthorized, ssp2.CodeAuthRequired)
+
+	// The upload grant: the cap up front, {} before the upload (no
+	// presign: upload through PUT), present after.
+	resp, body = b.do(http.MethodPost, "/blobs/"+blobIDOf(big)+"/upload-grant", alice, strings.NewReader(`{"byteLength":2097153}`))
+	wantError(t, "grant over the cap", resp, body, http.StatusRequestEntityTooLarge, ssp2.CodeBlobTooLarge)
+	grant := fmt.Sprintf(`{"byteLength":%d,"mediaType":"image/png"}`, len(photo))
+	if resp, body = b.do(http.MethodPost, "/blobs/"+blobIDOf(photo)+"/upload-grant", alice, strings.NewReader(grant)); resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "{}" {
+		t.Fatalf("grant before upload: %d %s", resp.StatusCode, body)
+	}
+
+	b.upload(alice, photo)
+	b.upload(bob, photo) // existing: 200 again
+	b.upload(alice, orphan)
+	if resp, body = b.do(http.MethodPost, "/blobs/"+blobIDOf(photo)+"/upload-grant", alice, strings.NewReader(grant)); resp.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"present":true}` {
+		t.Fatalf("grant after upload: %d %s", resp.StatusCode, body)
+	}
+
+	// Uploaded but not referenced: nobody may download it.
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil)
+	wantError(t, "before the reference", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+
+	if r := b.push(alice, "f1", photo); r.Status != ssp2.PushApplied {
+		t.Fatalf("push after upload = %+v", r)
+	}
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil)
+	if resp.StatusCode != 200 || !bytes.Equal(body, photo) {
+		t.Fatalf("download: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	for k, want := range map[string]string{"ETag": `"` + blobIDOf(photo) + `"`, "Cache-Control": "private, max-age=0",
+		"Vary": "Authorization, Accept-Encoding", "Content-Type": "image/png", "Content-Length": fmt.Sprint(len(photo))} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("download header %s = %q, want %q", k, got, want)
+		}
+	}
+	if resp, body = b.do(http.MethodHead, "/blobs/"+blobIDOf(photo), alice, nil); resp.StatusCode != 200 || len(body) != 0 ||
+		resp.ContentLength != int64(len(photo)) {
+		t.Fatalf("HEAD: %d, length %d, %d body bytes", resp.StatusCode, resp.ContentLength, len(body))
+	}
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil, "If-None-Match", `"`+blobIDOf(photo)+`"`)
+	if resp.StatusCode != http.StatusNotModified || len(body) != 0 {
+		t.Fatalf("If-None-Match: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), bob, nil)
+	wantError(t, "another scope", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf([]byte("unknown")), alice, nil)
+	wantError(t, "unknown blob", resp, body, http.StatusNotFound, ssp2.CodeBlobNotFound)
+
+	// The sweep deletes the unreferenced blob once its grace period is
+	// over, and never the referenced one, older by then.
+	poll.Until(t, 30*time.Second, "the orphan is swept", func() bool {
+		resp, _ := b.do(http.MethodGet, "/blobs/"+blobIDOf(orphan), alice, nil)
+		return resp.StatusCode == http.StatusNotFound
+	})
+	if resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil); resp.StatusCode != 200 || !bytes.Equal(body, photo) {
+		t.Fatalf("the referenced blob after the sweep: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	// Dropping the reference makes it an orphan too.
+	if r := b.push(alice, "f1", nil); r.Status != ssp2.PushApplied {
+		t.Fatalf("push dropping the reference = %+v", r)
+	}
+	poll.Until(t, 30*time.Second, "the unreferenced photo is swept", func() bool {
+		resp, _ := b.do(http.MethodGet, "/blobs/"+blobIDOf(photo), alice, nil)
+		return resp.StatusCode == http.StatusNotFound
+	})
+	// The sweep counts a pass's deletions when the pass ends.
+	poll.Until(t, 10*time.Second, "the sweep is counted", func() bool {
+		_, metrics := b.do(http.MethodGet, "/metrics", "", nil)
+		return strings.Contains(string(metrics), "syncnode_blob_swept_total 2")
+	})
+	_, metrics := b.do(http.MethodGet, "/metrics", "", nil)
+	for _, want := range []string{`syncnode_blob_uploads_total{outcome="stored"} 2`, `syncnode_blob_uploads_total{outcome="existing"} 1`,
+		`syncnode_blob_uploads_total{outcome="refused"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// A test-control instance serves blobs under its mount, authorized by the
+// instance's live grants (capability "blobs").
+func TestTestControlBlobs(t *testing.T) {
+	s := startServe(t, "--test-control")
+	var out struct{ ID string }
+	mustCall(t, "POST", s.url+"/__test/instances", map[string]any{"schema": json.RawMessage(blobE2ESchema), "partition": "p", "nowMs": startMs}, &out)
+	sc, err := schema.Parse([]byte(blobE2ESchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blobNode{t: t, base: s.url + "/i/" + out.ID, sc: sc,
+		authHeader: func(actor string) (string, string) { return "X-Syncular-Test-Actor", actor }}
+	for actor, projects := range map[string][]string{"alice": {"p1"}, "bob": {"p2"}} {
+		mustCall(t, "POST", s.url+"/__test/i/"+out.ID+"/allowed-scopes", map[string]any{"actorId": actor, "allowed": map[string][]string{"project_id": projects}}, nil)
+	}
+	var caps []string
+	mustCall(t, "GET", s.url+"/__test/capabilities", nil, &caps)
+	if !slices.Contains(caps, "blobs") {
+		t.Fatalf("capabilities %v lack blobs", caps)
+	}
+	data := []byte("a test-control blob")
+	if r := b.push("alice", "f1", data); r.Status != ssp2.PushRejected || r.Results[0].Code != string(ssp2.CodeBlobNotFound) {
+		t.Fatalf("push before upload = %+v", r)
+	}
+	b.upload("alice", data)
+	if r := b.push("alice", "f1", data); r.Status != ssp2.PushApplied {
+		t.Fatalf("push = %+v", r)
+	}
+	if resp, body := b.do(http.MethodGet, "/blobs/"+blobIDOf(data), "alice", nil); resp.StatusCode != 200 || !bytes.Equal(body, data) {
+		t.Fatalf("download: %d %q", resp.StatusCode, body)
+	}
+	resp, body := b.do(http.MethodGet, "/blobs/"+blobIDOf(data), "bob", nil)
+	wantError(t, "another scope", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+}

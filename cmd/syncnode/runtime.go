@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runtimeConfig is the [runtime] section: settings of the Go runtime of
+// the serving process. They are the process's, not a node's (a process
+// may hold several nodes), so the binary applies them, not node.
+type runtimeConfig struct {
+	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT):
+	// "64MiB", "1GiB", a plain number of bytes, or "off". The GOMEMLIMIT
+	// environment variable, when set, wins.
+	MemoryLimit string `toml:"memory_limit"`
+	// PprofListen serves net/http/pprof on its own listener at this
+	// host:port; empty (the default) serves nothing.
+	PprofListen string `toml:"pprof_listen"`
+}
+
+// DefaultMemoryLimit is the soft limit without configuration: enough for
+// the working set of a busy node, low enough that the garbage collector
+// runs before garbage doubles the resident size.
+const DefaultMemoryLimit = "64MiB"
+
+// minMemoryLimit refuses limits under which the collector would run
+// nearly continuously.
+const minMemoryLimit = 8 << 20
+
+// parseMemoryLimit parses memory_limit; ok is false for "off".
+func parseMemoryLimit(s string) (n int64, ok bool, err error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "off") {
+		return 0, false, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, false, errors.New("not a size such as 64MiB, 1GiB, a number of bytes, or off")
+	}
+	if v*mult < minMemoryLimit {
+		return 0, false, fmt.Errorf("%d bytes is below 8 MiB", v*mult)
+	}
+	return v * mult, true, nil
+}
+
+func (r runtimeConfig) validate(bad func(field, format string, args ...any)) {
+	if _, _, err := parseMemoryLimit(r.MemoryLimit); err != nil {
+		bad("runtime.memory_limit", "%q: %v", r.MemoryLimit, err)
+	}
+	if r.PprofListen != "" {
+		if _, _, err := net.SplitHostPort(r.PprofListen); err != nil {
+			bad("runtime.pprof_listen", "%q is not host:port", r.PprofListen)
+		}
+	}
+}
+
+// applyMemoryLimit sets the runtime's soft memory limit from the config
+// unless GOMEMLIMIT is set, and says which applies.
+func (r runtimeConfig) applyMemoryLimit(log *slog.Logger, getenv func(string) string) {
+	if env := getenv("GOMEMLIMIT"); env != "" {
+		log.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", env)
+		return
+	}
+	n, ok, err := parseMemoryLimit(r.MemoryLimit)
+	if err != nil || !ok {
+		return // validated; "off" keeps the runtime's default (none)
+	}
+	debug.SetMemoryLimit(n)
+}
+
+// startPprof serves the profiling endpoints on their own listener until
+// ctx ends; it returns the bound address.
+func (r runtimeConfig) startPprof(ctx context.Context, log *slog.Logger) (string, error) {
+	if r.PprofListen == "" {
+		return "", nil
+	}
+	ln, err := net.Listen("tcp", r.PprofListen)
+	if err != nil {
+		return "", fmt.Errorf("runtime.pprof_listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("pprof listener stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	log.Warn("pprof endpoints are served; keep this address private", "pprof", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return ln.Addr().String(), nil
+}

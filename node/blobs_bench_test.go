@@ -1,0 +1,165 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncnode/syncnode/blobs"
+	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+const benchBlobSchema = `{"version":1,"tables":[{"name":"files","columns":[
+	{"name":"id","type":"string"},
+	{"name":"project_id","type":"string"},
+	{"name":"att","type":"blob_ref","nullable":true}],
+	"primaryKey":"id","scopes":["project:{project_id}"]}]}`
+
+// BenchmarkBlobs measures blob upload (PUT /blobs/{id}) and download
+// (GET /blobs/{id}) over HTTP against a raw Object Store put and get of
+// the same bytes on the same embedded server, with the same chunk size
+// (issue 13: within 2×).
+func BenchmarkBlobs(b *testing.B) {
+	sc, err := schema.Parse([]byte(benchBlobSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	grace := time.Duration(0)
+	n := nodetest.Start(b, func(c *node.Config) {
+		c.Schema = sc
+		c.Blobs = blobs.Config{MaxBytes: 64 << 20, OrphanGrace: &grace, SweepInterval: -1}
+	})
+	tok := nodetest.Token(b, "alice", "acme", map[string][]string{"project_id": {"p1"}})
+	ctx := context.Background()
+	js := n.NATS.JetStream()
+	raw, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "bench_raw", Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	send := func(req *http.Request) {
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s %s: %d", req.Method, req.URL.Path, resp.StatusCode)
+		}
+	}
+	idOf := func(data []byte) string {
+		sum := sha256.Sum256(data)
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	chunk := &jetstream.ObjectMetaOptions{ChunkSize: blobs.DefaultChunkSize}
+
+	for _, size := range []int{1 << 20, 50 << 20} {
+		data := make([]byte, size)
+		for i := 0; i < size; i += 8 {
+			binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9E3779B97F4A7C15)
+		}
+		label := fmt.Sprintf("%dMB", size>>20)
+
+		b.Run("upload/"+label, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				binary.LittleEndian.PutUint64(data, uint64(i)) // a new blob each time
+				id := idOf(data)
+				b.StartTimer()
+				req, _ := http.NewRequest(http.MethodPut, n.URL()+"/blobs/"+id, bytes.NewReader(data))
+				send(req)
+				b.StopTimer()
+				if _, err := n.Blobs.Sweep(ctx); err != nil { // unreferenced: deleted
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+		b.Run("raw-put/"+label, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				name := fmt.Sprintf("raw-%d", i)
+				if _, err := raw.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: chunk}, bytes.NewReader(data)); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := raw.Delete(ctx, name); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+
+		// One referenced blob, downloaded again and again.
+		binary.LittleEndian.PutUint64(data, uint64(size))
+		id := idOf(data)
+		req, _ := http.NewRequest(http.MethodPut, n.URL()+"/blobs/"+id, bytes.NewReader(data))
+		send(req)
+		reference(b, n, sc, id, size)
+		if _, err := raw.Put(ctx, jetstream.ObjectMeta{Name: "raw-get", Opts: chunk}, bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("download/"+label, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodGet, n.URL()+"/blobs/"+id, nil)
+				send(req)
+			}
+		})
+		b.Run("raw-get/"+label, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				r, err := raw.Get(ctx, "raw-get")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					b.Fatal(err)
+				}
+				r.Close()
+			}
+		})
+	}
+}
+
+// reference writes a files row referencing the blob, so it may be
+// downloaded.
+func reference(b *testing.B, n *node.Node, sc *schema.Schema, id string, size int) {
+	b.Helper()
+	t, _ := sc.Table("files")
+	vals := []ssp2.Value{{Bytes: []byte("f-" + id[7:15])}, {Bytes: []byte("p1")}, {Bytes: fmt.Appendf(nil, `{"blobId":"%s","byteLength":%d}`, id, size)}}
+	payload, err := t.Codec.AppendRow(nil, vals)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := n.Store.PartitionTouch(ctx, "acme", time.Now().UnixMilli()); err != nil {
+		b.Fatal(err)
+	}
+	err = n.Store.WriteTx(ctx, "acme", func(tx storage.Tx) error {
+		_, err := tx.RowUpsert(ctx, "files", storage.RowWrite{RowID: string(vals[0].Bytes), Values: vals,
+			Scopes: map[string]string{"project_id": "p1"}, Payload: payload})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
