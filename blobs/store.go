@@ -99,18 +99,7 @@ func (s *Store) Start(ctx context.Context) error {
 // factor.
 func (s *Store) bind(ctx context.Context) error {
 	js := s.cfg.JetStream
-	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      s.bucket,
-		Description: "syncnode blob bytes, one object per accepted upload (blob-<hex>-<nuid>)",
-		Storage:     jetstream.FileStorage,
-		Replicas:    s.cfg.Replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		obs, err = js.ObjectStore(ctx, s.bucket)
-	}
-	if err == nil {
-		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
-	}
+	obs, err := bus.OpenObjectStore(ctx, js, s.bucket, "syncnode blob bytes, one object per accepted upload (blob-<hex>-<nuid>)", s.cfg.Replicas)
 	if err != nil {
 		return fmt.Errorf("open blob bucket %s: %w", s.bucket, err)
 	}

@@ -105,3 +105,23 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 	}
 	return info, nil
 }
+
+// OpenObjectStore opens the file-backed object store bucket, creating it
+// when absent, at replicas: an existing bucket is raised (or lowered) to
+// replicas, so a bucket a single node created follows the node into a
+// cluster. The segment and blob stores open their buckets through it.
+func OpenObjectStore(ctx context.Context, js jetstream.JetStream, bucket, description string, replicas int) (jetstream.ObjectStore, error) {
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: bucket, Description: description, Storage: jetstream.FileStorage, Replicas: replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		obs, err = js.ObjectStore(ctx, bucket)
+	}
+	if err == nil {
+		err = EnsureReplicas(ctx, js, ObjectStream(bucket), replicas)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obs, nil
+}

@@ -118,18 +118,7 @@ var errBadBucket = errors.New("unusable bucket")
 
 func (s *Store) bind(ctx context.Context) error {
 	js := s.cfg.JetStream
-	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      s.bucket,
-		Description: "syncnode bootstrap segments, named sha256-<hex> after their content address",
-		Storage:     jetstream.FileStorage,
-		Replicas:    s.cfg.Replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		obs, err = js.ObjectStore(ctx, s.bucket)
-	}
-	if err == nil {
-		err = bus.EnsureReplicas(ctx, js, bus.ObjectStream(s.bucket), s.cfg.Replicas)
-	}
+	obs, err := bus.OpenObjectStore(ctx, js, s.bucket, "syncnode bootstrap segments, named sha256-<hex> after their content address", s.cfg.Replicas)
 	if err != nil {
 		return fmt.Errorf("open segment bucket %s: %w", s.bucket, err)
 	}
