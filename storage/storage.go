@@ -58,6 +58,14 @@ type Store interface {
 	// restore (SPEC.md §2.1).
 	PartitionRotateEpoch(ctx context.Context, partition string, nowMs int64) (Partition, error)
 
+	// PartitionAdopt registers the partition with the given log epoch when
+	// it has no registry row, and returns the row: a read replica of a log
+	// kept by another node (an edge's, on its hub) carries that node's
+	// epoch. An existing row is returned unchanged, whatever its epoch:
+	// the caller compares. An epoch the stores cannot hold (empty, over 1
+	// KiB, U+0000) is refused with CodeInvalidRequest.
+	PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (Partition, error)
+
 	// WriteTx runs fn in a transaction holding the partition write lock.
 	// fn's error rolls the transaction back and is returned unchanged; a nil
 	// return commits. The partition must be registered

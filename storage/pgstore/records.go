@@ -106,6 +106,27 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	return p, nil
 }
 
+// PartitionAdopt implements storage.Store.
+func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (storage.Partition, error) {
+	if err := commitlog.CheckEpoch(logEpoch); err != nil {
+		return storage.Partition{}, err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
+		VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING`, partition, logEpoch, nowMs)
+	if err != nil {
+		return storage.Partition{}, fmt.Errorf("adopt partition: %w", err)
+	}
+	s.analyzer.wrote("sync_partitions", int(tag.RowsAffected()))
+	p, ok, err := s.readPartition(ctx, partition)
+	if err == nil && !ok {
+		err = errors.New("partition vanished after insert")
+	}
+	if err != nil {
+		return storage.Partition{}, fmt.Errorf("adopt partition: %w", err)
+	}
+	return p, nil
+}
+
 // PartitionGet implements storage.Store.
 func (s *Store) PartitionGet(ctx context.Context, partition string) (storage.Partition, error) {
 	p, ok, err := s.readPartition(ctx, partition)

@@ -109,6 +109,32 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	return p, nil
 }
 
+// PartitionAdopt implements storage.Store on the writer.
+func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (storage.Partition, error) {
+	if err := commitlog.CheckEpoch(logEpoch); err != nil {
+		return storage.Partition{}, err
+	}
+	var p storage.Partition
+	err := s.write(ctx, func(c *conn) error {
+		if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
+			VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, partition, logEpoch, nowMs, nowMs); err != nil {
+			return err
+		}
+		var (
+			ok  bool
+			err error
+		)
+		if p, ok, err = readPartition(ctx, c, partition); err == nil && !ok {
+			err = fmt.Errorf("partition %q vanished after insert", partition)
+		}
+		return err
+	})
+	if err != nil {
+		return storage.Partition{}, fmt.Errorf("adopt partition: %w", err)
+	}
+	return p, nil
+}
+
 // PartitionGet implements storage.Store.
 func (s *Store) PartitionGet(ctx context.Context, partition string) (storage.Partition, error) {
 	var (

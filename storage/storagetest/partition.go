@@ -14,6 +14,7 @@ var partitionTests = []test{
 	{"ConcurrentFirstTouch", testPartitionConcurrentTouch},
 	{"GetAndList", testPartitionGetList},
 	{"RotateEpoch", testPartitionRotate},
+	{"Adopt", testPartitionAdopt},
 }
 
 var storeTests = []test{
@@ -153,4 +154,34 @@ func testPartitionRotate(t *testing.T, e *env) {
 	}
 	_, err = s.PartitionRotateEpoch(ctx, "unregistered", 1)
 	wantCode(t, err, ssp2.CodeStoragePartitionUnregistered)
+}
+
+// testPartitionAdopt: a replica partition takes the epoch it is given;
+// an existing row is returned unchanged; a bad epoch changes nothing.
+func testPartitionAdopt(t *testing.T, e *env) {
+	ctx := t.Context()
+	s := e.fresh()
+	p, err := s.PartitionAdopt(ctx, "replica", "edge-epoch-1", 7_000)
+	check(t, err)
+	want := storage.Partition{ID: "replica", LogEpoch: "edge-epoch-1", CreatedAtMs: 7_000, LastSeenMs: 7_000}
+	if p != want {
+		t.Fatalf("adopted = %+v, want %+v", p, want)
+	}
+	again, err := s.PartitionAdopt(ctx, "replica", "another-epoch", 8_000)
+	check(t, err)
+	if again != want {
+		t.Fatalf("second adopt = %+v, want the first row %+v", again, want)
+	}
+	touched, err := s.PartitionTouch(ctx, "replica", 7_000)
+	check(t, err)
+	if touched.LogEpoch != "edge-epoch-1" {
+		t.Fatalf("touch after adopt: epoch %q, want the adopted one", touched.LogEpoch)
+	}
+	for _, bad := range []string{"", "a\x00b"} {
+		_, err := s.PartitionAdopt(ctx, "bad", bad, 1)
+		wantCode(t, err, ssp2.CodeInvalidRequest)
+	}
+	if _, err := s.PartitionGet(ctx, "bad"); ssp2.CodeOf(err) != ssp2.CodeStoragePartitionUnregistered {
+		t.Fatalf("a refused adopt registered the partition: %v", err)
+	}
 }
