@@ -84,3 +84,7 @@ func HookTokenSubject() string { return hookPrefix + HookToken }
 // HookSubjects matches every request of one hook: syncnode.hook.<hook>.>
 // (for the token hook, use HookTokenSubject).
 func HookSubjects(hook string) string { return hookPrefix + hook + ".>" }
+
+// AdminEdgeStatus is a hub's edge links and replicas (every hub node
+// answers: each runs its own links).
+const AdminEdgeStatus = "edge.status"

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -214,6 +215,8 @@ type Server struct {
 	connOpts []nats.Option  // how to open more connections
 	urls     string         // external mode
 	replicas int
+	leafs    []LeafRemote
+	opts     *server.Options // embedded: the server's options, random ports resolved
 	logger   *slog.Logger
 
 	life lifecycle.Once
@@ -354,6 +357,7 @@ func (s *Server) startEmbedded(ctx context.Context) error {
 	}
 	s.nc, s.js, s.domain, s.srv, s.connOpts = nc, js, domain, srv, connOpts
 	s.replicas = replicasFor(cfg.Replicas, clusterSize(opts))
+	s.leafs, s.opts = leafRemotes(opts), opts
 	cfg.Logger.Info("nats: embedded server ready",
 		"server", opts.ServerName, "client_url", s.ClientURL(), "domain", domain, "store_dir", filepath.Join(opts.StoreDir, JetStreamDir))
 	return nil
@@ -550,6 +554,94 @@ func checkPortsFree(opts *server.Options) error {
 // object stores the node creates: Config.Replicas, or the detected one
 // (3 on a cluster of three or more servers, else 1). Zero before Start.
 func (s *Server) Replicas() int { return s.replicas }
+
+// LeafRemote is one leafnodes { remotes } entry of the embedded server:
+// the hub it dials and the subjects it keeps off the link.
+type LeafRemote struct {
+	URLs []string
+	// DenyExports are subjects whose local messages are not sent to the
+	// hub; DenyImports subjects whose hub messages are not received.
+	DenyExports, DenyImports []string
+}
+
+// LeafRemotes are the embedded server's leaf remotes (none in external
+// mode or on a hub).
+func (s *Server) LeafRemotes() []LeafRemote { return s.leafs }
+
+// LeafConnections is the number of leaf connections up: on an edge, its
+// links to the hub; on a hub, the edges attached. Zero in external mode.
+func (s *Server) LeafConnections() int {
+	if s.srv == nil {
+		return 0
+	}
+	return s.srv.NumLeafNodes()
+}
+
+// LeafURL is where edges dial this server's leafnodes {} listener
+// (nats-leaf://host:port, a random port resolved), or "" when it has
+// none.
+func (s *Server) LeafURL() string {
+	if s.opts == nil || s.opts.LeafNode.Port <= 0 {
+		return ""
+	}
+	host := s.opts.LeafNode.Host
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "nats-leaf://" + net.JoinHostPort(host, strconv.Itoa(s.opts.LeafNode.Port))
+}
+
+// CheckLeafIsolation refuses leaf remotes that let any of subjects
+// cross the link in either direction: each remote must deny both
+// exports and imports of each (a wider wildcard counts). A hub stream
+// bound to the same subjects would otherwise store the edge's messages
+// too and answer its publishes (NATS-NOTES pitfall 3).
+func (s *Server) CheckLeafIsolation(subjects []string) error {
+	var errs []error
+	for _, r := range s.leafs {
+		for _, subj := range subjects {
+			for _, dir := range []struct {
+				name string
+				list []string
+			}{{"deny_exports", r.DenyExports}, {"deny_imports", r.DenyImports}} {
+				if !slices.ContainsFunc(dir.list, func(p string) bool { return subjectCovers(p, subj) }) {
+					errs = append(errs, fmt.Errorf("%w: leaf remote %v: %s must include %q", ErrLeafNotIsolated, r.URLs, dir.name, subj))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// subjectCovers reports whether pattern matches every subject that
+// subject (itself possibly a wildcard) matches.
+func subjectCovers(pattern, subject string) bool {
+	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return i < len(st)
+		}
+		if i >= len(st) {
+			return false
+		}
+		if p != "*" && p != st[i] || p == "*" && st[i] == ">" {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+func leafRemotes(opts *server.Options) []LeafRemote {
+	var out []LeafRemote
+	for _, r := range opts.LeafNode.Remotes {
+		lr := LeafRemote{DenyExports: slices.Clone(r.DenyExports), DenyImports: slices.Clone(r.DenyImports)}
+		for _, u := range r.URLs {
+			lr.URLs = append(lr.URLs, u.Redacted())
+		}
+		out = append(out, lr)
+	}
+	return out
+}
 
 // Mode reports whether the server is embedded or external.
 func (s *Server) Mode() Mode { return s.mode }

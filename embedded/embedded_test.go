@@ -150,8 +150,8 @@ func TestNATSConfExamples(t *testing.T) {
 	if len(opts.LeafNode.Remotes) != 1 {
 		t.Fatalf("leafnode example: %d remotes", len(opts.LeafNode.Remotes))
 	}
-	if got := opts.LeafNode.Remotes[0].DenyExports; len(got) != 1 || got[0] != "sync.>" {
-		t.Errorf("leafnode remote deny_exports = %v, want [sync.>]", got)
+	if r := opts.LeafNode.Remotes[0]; len(r.DenyExports) != 8 || r.DenyExports[0] != "sync.>" || len(r.DenyImports) != 8 {
+		t.Errorf("leafnode remote deny_exports = %v, deny_imports = %v, want the node's eight subjects each", r.DenyExports, r.DenyImports)
 	}
 }
 

@@ -17,6 +17,10 @@ var ErrNotReady = errors.New("nats not ready")
 // user too.
 var ErrAuthRequired = errors.New("nats requires authentication")
 
+// ErrLeafNotIsolated is returned by Server.CheckLeafIsolation for a leaf
+// remote that lets one of the node's subjects cross the link.
+var ErrLeafNotIsolated = errors.New("leaf remote does not isolate the node's subjects")
+
 // PortInUseError is returned by Start when a fixed listener port of the
 // embedded server is already taken, for example by a stock nats-server on
 // 4222. Addr is the host:port that could not be bound.
