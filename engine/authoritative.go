@@ -68,6 +68,9 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 			return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)
 		}
 	}
+	if err := e.guardRemote(ctx, c.Partition, true); err != nil {
+		return AuthoritativeResult{}, err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, c.Partition, e.nowMs())
 	if err != nil {
 		return AuthoritativeResult{}, fmt.Errorf("push authoritative: %w", err)

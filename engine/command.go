@@ -85,6 +85,9 @@ func (e *Engine) BindCaller(ctx context.Context, id Identity, clientID string) e
 		return internal("read client record", err)
 	}
 	if !ok {
+		if err := e.guardRemote(ctx, id.Partition, false); err != nil {
+			return err
+		}
 		if _, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs()); err != nil {
 			return internal("touch partition", err)
 		}
@@ -117,6 +120,9 @@ func (e *Engine) ResolveAllowed(ctx context.Context, id Identity) (Allowed, erro
 // Admit admits a request of the partition through the serve gate, as
 // every sync request is (registering the partition on first touch).
 func (e *Engine) Admit(ctx context.Context, partition string) error {
+	if err := e.guardRemote(ctx, partition, false); err != nil {
+		return err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, partition, e.nowMs())
 	if err != nil {
 		return internal("touch partition", err)
@@ -137,6 +143,9 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		}
 	}
 	if err := e.BindCaller(ctx, c.Identity, c.CallerClientID); err != nil {
+		return CommandResult{}, err
+	}
+	if err := e.guardRemote(ctx, c.Identity.Partition, true); err != nil {
 		return CommandResult{}, err
 	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, c.Identity.Partition, e.nowMs())

@@ -21,6 +21,9 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, id Identity, segmentID st
 	if e.cfg.Segments == nil {
 		return storage.SegmentPublication{}, ssp2.Errorf(ssp2.CodeNotFound, "unknown segment")
 	}
+	if err := e.guardRemote(ctx, id.Partition, false); err != nil {
+		return storage.SegmentPublication{}, err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs())
 	if err != nil {
 		return storage.SegmentPublication{}, internal("touch partition", err)

@@ -138,6 +138,9 @@ type Config struct {
 	// requests by them during a resolver outage (SPEC.md §7.3); nil turns
 	// the feature off (no LEASE frame, an outage fails closed).
 	Leases LeaseAuthority
+	// Router, when set, serves the partitions homed on other nodes from a
+	// read replica and forwards their writes (route.go).
+	Router Router
 	// CascadeLimit caps the operations reference enforcement may append
 	// to one commit (SPEC.md §6.11; default 1,000). A commit needing more
 	// is refused whole with sync.reference_violation, reason
@@ -335,6 +338,10 @@ type request struct {
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
 	done map[string]storage.PushRecord
+	// remote is set for a partition homed on another node (route.go);
+	// forwarded holds the results its home stored for this request.
+	remote    bool
+	forwarded map[string]storage.PushRecord
 }
 
 // Sync handles one SSP2 request. A request-level failure detected before
@@ -360,6 +367,11 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 		return err
 	}
 	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.nowMs()}
+	if e.cfg.Router != nil && e.cfg.Router.Remote(id.Partition) {
+		if err := e.route(ctx, r); err != nil {
+			return err
+		}
+	}
 	if err := e.prepare(ctx, r); err != nil {
 		return err
 	}

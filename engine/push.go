@@ -26,6 +26,12 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if rec, ok := r.done[key]; ok {
 		return false, e.replay(r, key, rec)
 	}
+	if rec, ok := r.forwarded[key]; ok {
+		// Applied (or rejected) at the partition's home just now: answer
+		// it as this node would have.
+		r.done[key] = rec
+		return false, e.answer(r, rec)
+	}
 	if e.failLookup.CompareAndSwap(true, false) {
 		return false, e.cacheMiss(r, key, "the idempotency lookup of this commit failed (injected)")
 	}
@@ -39,6 +45,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		}
 		r.done[key] = rec
 		return false, e.replay(r, key, rec)
+	}
+	if r.remote {
+		return false, e.homeMiss(r, key)
 	}
 
 	var (
@@ -74,24 +83,30 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if replayed {
 		return false, e.replay(r, key, out.rec)
 	}
-	res, details, err := decodeRecord(out.rec)
-	if err != nil {
-		return false, internal("decode push result", err)
-	}
-	fitWire(res, r.req.WireVersion)
-	e.countPush(res)
 	if out.appended {
 		e.metrics.Commits.Add(1)
 	}
-	if err := r.enc.WriteFrame(res); err != nil {
+	if err := e.answer(r, out.rec); err != nil {
 		return false, err
 	}
-	if details != nil {
-		if err := r.enc.WriteFrame(details); err != nil {
-			return false, err
-		}
-	}
 	return out.appended, nil
+}
+
+// answer writes the result of a commit just processed, as stored.
+func (e *Engine) answer(r *request, rec storage.PushRecord) error {
+	res, details, err := decodeRecord(rec)
+	if err != nil {
+		return internal("decode push result", err)
+	}
+	fitWire(res, r.req.WireVersion)
+	e.countPush(res)
+	if err := r.enc.WriteFrame(res); err != nil {
+		return err
+	}
+	if details != nil {
+		return r.enc.WriteFrame(details)
+	}
+	return nil
 }
 
 // foreign reports whether a stored result belongs to another actor's

@@ -78,6 +78,9 @@ func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Atta
 	if err := ids.Check("the client id", clientID); err != nil {
 		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "%v", err)
 	}
+	if err := e.guardRemote(ctx, id.Partition, false); err != nil {
+		return Attachment{}, err
+	}
 	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs())
 	if err != nil {
 		return Attachment{}, internal("touch partition", err)
