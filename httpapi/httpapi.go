@@ -70,7 +70,12 @@ type Config struct {
 	// DefaultMaxRequestBytes).
 	MaxRequestBytes int64
 	// Ready reports whether the node may serve; /readyz answers its error.
-	Ready    func(ctx context.Context) error
+	Ready func(ctx context.Context) error
+	// ReadyDetail, when set, adds its fields to a ready /readyz answer
+	// (the edge links of a hub, say): state an operator reads that does
+	// not make the node unready.
+	ReadyDetail func() map[string]any
+
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	// SegmentCacheBytes bounds the cache of compressed segment bodies
@@ -237,7 +242,13 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, `{"ready":true}`+"\n")
+	if h.cfg.ReadyDetail == nil {
+		_, _ = io.WriteString(w, `{"ready":true}`+"\n")
+		return
+	}
+	body := h.cfg.ReadyDetail()
+	body["ready"] = true
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // serveSync is POST /sync.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
@@ -102,6 +103,10 @@ type Config struct {
 	// Operations configures the remote operations (REMOTE.md): POST
 	// /operations, GET /operations/realtime and their NATS binding.
 	Operations OperationsConfig
+	// Edge places the node in an edge/hub topology (package edge): with
+	// Edge.Name it is that edge, else with Edge.Homes naming edges it is
+	// their hub. The wiring fields are the node's.
+	Edge edge.Config
 	// Leases turns auth leases on (SPEC.md §7.3) when Leases.TTL is set;
 	// the zero value leaves them off.
 	Leases LeasesConfig
@@ -377,6 +382,12 @@ func (c Config) Validate() error {
 	}
 	if c.Bus == nil {
 		errs = append(errs, c.NATS.Validate())
+	}
+	if c.Edge.Enabled() {
+		errs = append(errs, c.Edge.WithDefaults().Validate())
+		if c.Names != (bus.Names{}) {
+			bad("Edge: the edge service answers on the deployment's subjects; an edge topology needs the production namespace")
+		}
 	}
 	errs = append(errs, c.SignedURLs.validate())
 	if c.Leases.TTL != 0 || c.Leases.Key != nil {

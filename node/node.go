@@ -28,6 +28,7 @@ import (
 
 	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/blobs"
+	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/gate"
@@ -77,6 +78,10 @@ type Node struct {
 	Admin *admin.Admin
 	// Leases is the auth lease authority (nil when leases are off).
 	Leases *leases.Leases
+	// EdgeHome is the edge side of an edge node, EdgeHub the hub side of
+	// its hub (package edge); nil outside an edge topology.
+	EdgeHome *edge.Home
+	EdgeHub  *edge.Hub
 
 	ownNATS    bool // NATS was started by this node (not Config.Bus)
 	adminConn  *nats.Conn
@@ -147,6 +152,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 		if err = n.NATS.Start(ctx); err != nil {
 			return fmt.Errorf("start NATS: %w", err)
 		}
+	}
+	if err = n.checkEdge(); err != nil {
+		return err
 	}
 	js := n.NATS.JetStream()
 	// Every stream, bucket and object store the node creates has the
@@ -227,7 +235,13 @@ func (n *Node) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if err = n.newEdgeHub(&ec); err != nil {
+		return err
+	}
 	if n.Engine, err = engine.New(ec); err != nil {
+		return err
+	}
+	if err = n.startEdge(ctx, ac.Registry); err != nil {
 		return err
 	}
 	if err = n.startReactions(ctx, ac.Registry); err != nil {
@@ -244,6 +258,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 
 	ac.Engine, ac.Segments, ac.Blobs, ac.Ready = n.Engine, n.Segments, n.Blobs, n.ready
+	if n.cfg.Edge.Enabled() {
+		ac.ReadyDetail = n.readyDetail
+	}
 	if err = ac.Registry.Register(n.Blobs.Collector()); err != nil {
 		return err
 	}
@@ -380,6 +397,9 @@ func (n *Node) stop(ctx context.Context) error {
 		if err := n.Gate.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := n.stopEdge(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if n.Relay != nil && n.Engine != nil {
 		// No request runs any more: publish what was committed before

@@ -64,7 +64,7 @@ func (n *Node) startAdmin(ctx context.Context) error {
 	if n.Admin, err = admin.New(admin.Config{
 		Conn: nc, Node: n.cfg.Name, Version: n.cfg.Admin.Version, Storage: storage, Hooks: n.Hooks.Names(),
 		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(), Names: n.cfg.Names,
-		Ready: n.ready, Extensions: []admin.Extension{rx}, Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
+		Ready: n.ready, Extensions: n.adminExtensions(rx), Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
 	}); err != nil {
 		return err
 	}

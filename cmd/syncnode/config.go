@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/hooks"
@@ -57,7 +58,25 @@ type config struct {
 	SignedURLs signedURLsConfig `toml:"signed_urls"`
 	Runtime    runtimeConfig    `toml:"runtime"`
 	Leases     leasesConfig     `toml:"leases"`
+	Edge       edgeConfig       `toml:"edge"`
 	TestMode   testModeConfig   `toml:"-"`
+}
+
+// edgeConfig is [edge]: the edge/hub topology (package edge). name makes
+// the node that edge; homes (shared by the hub and every edge) maps
+// partition ids, or prefixes ending in *, to an edge name or "hub".
+type edgeConfig struct {
+	Name           string            `toml:"name"`
+	Homes          map[string]string `toml:"homes"`
+	PingInterval   duration          `toml:"ping_interval"`
+	RequestTimeout duration          `toml:"request_timeout"`
+	ForwardWait    duration          `toml:"forward_wait"`
+	PageCommits    int               `toml:"page_commits"`
+}
+
+func (e edgeConfig) node() edge.Config {
+	return edge.Config{Name: e.Name, Homes: e.Homes, PingInterval: e.PingInterval.Duration, RequestTimeout: e.RequestTimeout.Duration,
+		ForwardWait: e.ForwardWait.Duration, PageCommits: e.PageCommits}
 }
 
 // imagesConfig is the SQLite-image lane: on, a bootstrap of a table
@@ -355,6 +374,9 @@ func (c *config) validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
+	}
+	if err := c.Edge.node().WithDefaults().Validate(); err != nil {
+		bad("edge", "%v", err)
 	}
 	if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		bad("http.listen", "%q is not host:port", c.HTTP.Listen)
@@ -728,6 +750,7 @@ func (c config) node() (node.Config, error) {
 		Admin:      node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},
 		Images:     node.ImagesConfig{Disabled: !c.Images.Enabled},
 		Operations: node.OperationsConfig{File: c.Operations},
+		Edge:       c.Edge.node(),
 	}
 	if nc.SignedURLs, err = c.SignedURLs.node(); err != nil {
 		return node.Config{}, err

@@ -24,7 +24,7 @@ var layers = [][]string{
 	{"node"},
 	{"loadfix", "reactions"},
 	{"realtime", "admin"},
-	{"relay", "segments", "blobs", "gate", "httpapi", "backfill", "rules", "hooks", "leases", "operations"},
+	{"relay", "segments", "blobs", "gate", "httpapi", "backfill", "rules", "hooks", "leases", "operations", "edge"},
 	{"engine", "bus", "storage/sqlitestore", "storage/pgstore"},
 	{"storage/internal"},
 	{"storage", "auth", "client", "signedurl"},

@@ -1,0 +1,64 @@
+package edge
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are monotonically increasing counters of a Hub's work.
+type Metrics struct {
+	LinkUps   atomic.Int64 // a link answered after being down (or at first)
+	LinkDowns atomic.Int64 // a link stopped answering
+	Applied   atomic.Int64 // edge commits applied to the replicas
+	Sourced   atomic.Int64 // commit events read from the source streams
+	// Forwarded counts pushes the edges answered, ForwardRefused those
+	// refused (the link cut, or the edge's own refusal).
+	Forwarded      atomic.Int64
+	ForwardRefused atomic.Int64
+}
+
+// Collector exports the hub's link state, replica lag and counters:
+//
+//	syncnode_edge_link_up{edge}               1 while the edge answers
+//	syncnode_edge_replica_lag_commits{edge}   edge commits not yet applied
+//	syncnode_edge_replica_applied_total       edge commits applied
+//	syncnode_edge_sourced_events_total        events read from the source streams
+//	syncnode_edge_link_changes_total{state}   up / down transitions
+//	syncnode_edge_forwarded_total{result}     pushes forwarded: answered / refused
+func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
+
+type hubCollector struct{ h *Hub }
+
+var (
+	descLinkUp    = prometheus.NewDesc("syncnode_edge_link_up", "1 while the edge answers the hub over the leaf link.", []string{"edge"}, nil)
+	descLag       = prometheus.NewDesc("syncnode_edge_replica_lag_commits", "Edge commits the hub's replica has not applied yet.", []string{"edge"}, nil)
+	descApplied   = prometheus.NewDesc("syncnode_edge_replica_applied_total", "Edge commits applied to the hub's replicas.", nil, nil)
+	descSourced   = prometheus.NewDesc("syncnode_edge_sourced_events_total", "Commit events read from the hub's edge source streams.", nil, nil)
+	descChanges   = prometheus.NewDesc("syncnode_edge_link_changes_total", "Edge link state changes, by the state entered.", []string{"state"}, nil)
+	descForwarded = prometheus.NewDesc("syncnode_edge_forwarded_total", "Pushes for edge partitions forwarded to their edge, by result.", []string{"result"}, nil)
+)
+
+func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded} {
+		ch <- d
+	}
+}
+
+func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.h.Status() {
+		up := 0.0
+		if s.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLinkUp, prometheus.GaugeValue, up, s.Edge)
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(s.LagCommits), s.Edge)
+	}
+	m := &c.h.metrics
+	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(m.Applied.Load()))
+	ch <- prometheus.MustNewConstMetric(descSourced, prometheus.CounterValue, float64(m.Sourced.Load()))
+	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkUps.Load()), "up")
+	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
+	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")
+	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.ForwardRefused.Load()), "refused")
+}
