@@ -44,6 +44,26 @@ func Schema(t testing.TB) *schema.Schema {
 // configuration first.
 func Start(t testing.TB, mod func(*node.Config)) *node.Node {
 	t.Helper()
+	n, err := node.New(Config(t, mod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Errorf("stop node: %v", err)
+		}
+	})
+	return n
+}
+
+// Config is the configuration Start starts a node with, mod applied.
+func Config(t testing.TB, mod func(*node.Config)) node.Config {
+	t.Helper()
 	v, err := auth.NewVerifier(auth.Config{Secret: Secret})
 	if err != nil {
 		t.Fatal(err)
@@ -61,21 +81,7 @@ func Start(t testing.TB, mod func(*node.Config)) *node.Node {
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("stop node: %v", err)
-		}
-	})
-	return n
+	return cfg
 }
 
 // Token mints a token for actor in partition holding scopes.
