@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/syncnode/syncnode/client"
@@ -235,9 +236,9 @@ func TestHubRealtimeEdgeDeltas(t *testing.T) {
 	}
 }
 
-// TestHubRestartWhileEdgeWrites: the hub restarts while the edge keeps
-// taking commits; the new hub process resumes the replica from its SQL
-// and catches up.
+// TestHubRestartWhileEdgeWrites: the hub restarts while a client of the
+// edge keeps pushing; the new hub process resumes the replica and the
+// source stream from what it stored, and catches up.
 func TestHubRestartWhileEdgeWrites(t *testing.T) {
 	tp := startTopology(t)
 	ctx := context.Background()
@@ -245,17 +246,37 @@ func TestHubRestartWhileEdgeWrites(t *testing.T) {
 	pushTodos(t, writer, "before", 50)
 	tp.waitReplica(edgePart)
 
+	const during = 150
+	done := make(chan error, 1)
+	var pushed atomic.Int64
+	go func() {
+		for i := 0; i < during; i++ {
+			id := fmt.Sprintf("during-%05d", i)
+			if _, err := writer.Upsert(ctx, "todos", nodetest.Todo(id, project, id)); err != nil {
+				done <- err
+				return
+			}
+			if _, err := writer.SyncUntilIdle(ctx); err != nil {
+				done <- err
+				return
+			}
+			pushed.Add(1)
+		}
+		done <- nil
+	}()
+	poll.Until(t, waitLong, "writes under way", func() bool { return pushed.Load() >= 20 })
 	if err := tp.hub.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pushTodos(t, writer, "during", 300)
 	tp.hub = startHub(t, tp.hubDir)
 	tp.px.retarget(trimLeaf(tp.hub.NATS.LeafURL()))
 	tp.waitLink(true)
-	pushTodos(t, writer, "after", 50)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	tp.waitReplica(edgePart)
 	sameRows(t, rows(t, tp.edg.Store, edgePart), rows(t, tp.hub.Store, edgePart))
-	poll.Until(t, waitLong, "sourced events", func() bool { return edgeStreamCount(t, tp.hub) == 400 })
+	poll.Until(t, waitLong, "sourced events", func() bool { return edgeStreamCount(t, tp.hub) == 50+during })
 }
 
 // TestEdgeRestartWithBacklog: an edge restarts with commits the hub has
