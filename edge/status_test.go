@@ -72,6 +72,14 @@ func TestLinkStateReported(t *testing.T) {
 	if !ready.Ready || ready.Edges[0].Up || ready.Edges[0].Error == "" {
 		t.Fatalf("readyz while cut = %+v: want ready, the link down with its error", ready)
 	}
+	// Reads of the replica go on while the edge is cut off.
+	reader := clientOf(t, tp.hub, edgePart, &client.MemoryStore{}, "hub-reader")
+	if _, err := reader.SyncUntilIdle(ctx); err != nil {
+		t.Fatalf("a pull from the replica while cut: %v", err)
+	}
+	if reader.Count("todos") != 3 {
+		t.Fatalf("the replica served %d rows while cut, want 3", reader.Count("todos"))
+	}
 	// Downs: the hub's first poll, before the edge started, and the cut.
 	if m := httpGet(t, tp.hub.URL()+"/metrics"); !strings.Contains(m, `syncnode_edge_link_up{edge="shop1"} 0`) || !strings.Contains(m, `syncnode_edge_link_changes_total{state="down"} 2`) {
 		t.Errorf("metrics while cut lack the link down:\n%s", grepLines(m, "syncnode_edge"))
