@@ -59,12 +59,16 @@ type link struct {
 	edge string
 	wake chan struct{}
 
-	mu       sync.Mutex
-	up       bool
-	since    time.Time // of the last up/down change
-	lastErr  error
-	sourced  bool
-	consume  jetstream.ConsumeContext
+	mu      sync.Mutex
+	up      bool
+	since   time.Time // of the last up/down change
+	lastErr error
+	sourced bool
+	consume jetstream.ConsumeContext
+	// page is the commits asked per request: halved after a request
+	// timed out (an edge too slow to answer a full page in time), doubled
+	// back after each answer up to Config.PageCommits. Loop only.
+	page     int
 	parts    map[string]*replicaState
 	progress chan struct{} // closed and replaced whenever a replica advances
 }
@@ -327,13 +331,22 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
 	}
 	for s.applied < p.MaxCommitSeq {
+		if l.page == 0 {
+			l.page = h.cfg.PageCommits
+		}
 		var page commitsReply
-		if err := h.request(bus.EdgeCommitsSubject(l.edge), commitsRequest{Partition: p.ID, AfterSeq: s.applied, Limit: h.cfg.PageCommits}, &page); err != nil {
+		if err := h.request(bus.EdgeCommitsSubject(l.edge), commitsRequest{Partition: p.ID, AfterSeq: s.applied, Limit: l.page}, &page); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+				l.page = max(l.page/2, 1)
+			}
 			return err
 		}
 		if page.Error != nil {
+			// The edge's own deadline (a page too slow to read).
+			l.page = max(l.page/2, 1)
 			return page.Error.err()
 		}
+		l.page = min(l.page*2, h.cfg.PageCommits)
 		if page.LogEpoch != p.LogEpoch || s.epoch != "" && s.epoch != page.LogEpoch {
 			return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch))
 		}
