@@ -30,7 +30,7 @@ const (
 	edgePart  = "p-shop1"
 	hubPart   = "p-hub"
 	project   = "proj"
-	waitLong  = 30 * time.Second
+	waitLong  = 2 * time.Minute // a bound, not a timing: -race on a loaded machine is slow
 	waitShort = 10 * time.Second
 )
 
