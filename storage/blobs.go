@@ -44,6 +44,11 @@ type BlobIndex interface {
 
 	// BlobStats counts the blob rows, their bytes and the references.
 	BlobStats(ctx context.Context) (BlobStats, error)
+
+	// BlobObjectHeld reports whether some blob row, in any partition,
+	// names the Object Store object: the sweep collects the objects none
+	// does (an upload whose node died before its row was written).
+	BlobObjectHeld(ctx context.Context, object string) (bool, error)
 }
 
 // BlobChecker is the push-time existence check (SPEC.md §5.9.6), part of
