@@ -110,6 +110,12 @@ type Config struct {
 	// "segments/{id}?st=…" is appended to (a CDN in front of the node);
 	// empty takes the request's own mount (Identity.MountURL).
 	SignedURLBase string
+	// BlobPresign serves blobs by signed URL (SPEC.md §5.9.3, §5.9.5):
+	// upload grants carry a presigned PUT, and an authorized GET
+	// /blobs/{id} answers {url, urlExpiresAtMs} instead of the bytes. nil
+	// means on when SignedURLs is set; true needs SignedURLs.
+	// SetBlobPresign switches it at run time.
+	BlobPresign *bool
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -175,6 +181,8 @@ type Engine struct {
 	// failLookup fails the next optimistic idempotency lookup
 	// (FailNextIdempotencyLookup).
 	failLookup atomic.Bool
+	// blobPresign is Config.BlobPresign, switched by SetBlobPresign.
+	blobPresign atomic.Bool
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -208,6 +216,10 @@ type Metrics struct {
 	ImageRefs       atomic.Int64
 	SignedURLs      atomic.Int64
 	SignedRefusals  atomic.Int64
+	// SignedBlobURLs counts presigned blob downloads and upload grants
+	// minted, SignedBlobRefusals the blob requests by signed URL refused.
+	SignedBlobURLs     atomic.Int64
+	SignedBlobRefusals atomic.Int64
 }
 
 // Defaults.
@@ -286,6 +298,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
 	}
+	if cfg.BlobPresign != nil && *cfg.BlobPresign && cfg.SignedURLs == nil {
+		return nil, errors.New("engine: Config.BlobPresign needs SignedURLs")
+	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -300,6 +315,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, inlineMax: int64(*cfg.InlineSegmentMaxBytes)}
 	e.validators.Store(vs)
+	e.blobPresign.Store(cfg.SignedURLs != nil && (cfg.BlobPresign == nil || *cfg.BlobPresign))
 	return e, nil
 }
 
