@@ -47,7 +47,10 @@ type Config struct {
 
 	// Clock stamps uploads and decides the grace period (default
 	// clock.System).
-	Clock  clock.Clock
+	Clock clock.Clock
+	// Wall is the clock the sweep compares Object Store timestamps with
+	// (default clock.System): they are the server's, whatever Clock says.
+	Wall   clock.Clock
 	Logger *slog.Logger
 }
 
@@ -80,7 +83,7 @@ func (c Config) WithDefaults() Config {
 	if c.SweepBatch == 0 {
 		c.SweepBatch = DefaultSweepBatch
 	}
-	c.Clock = clock.Or(c.Clock)
+	c.Clock, c.Wall = clock.Or(c.Clock), clock.Or(c.Wall)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
