@@ -193,25 +193,31 @@ func TestConfig(t *testing.T) {
 }
 
 // FuzzVerify: no input panics, every refusal is typed, and whatever
-// verifies grants exactly the object asked for, unexpired.
+// verifies, as any kind, grants exactly the object asked for, unexpired.
 func FuzzVerify(f *testing.F) {
 	s := newSigner(f, time.Minute)
 	now := time.Unix(1_700_000_000, 0)
 	tok, _ := s.Sign(Segment, "p1", seg, "d", now)
-	f.Add(tok)
-	f.Add(tok[:10])
+	up, _ := s.SignUpload("p1", seg, 7, now)
+	down, _ := s.Sign(Blob, "p1", seg, "", now)
+	for _, t := range []string{tok, up, down} {
+		f.Add(t)
+		f.Add(t[:10])
+	}
 	f.Add("e30.AAAA")
 	f.Fuzz(func(t *testing.T, token string) {
-		c, err := s.Verify(token, Segment, seg, now)
-		if err != nil {
-			var r *Refusal
-			if !errors.As(err, &r) {
-				t.Fatalf("untyped error %v", err)
+		for _, kind := range []Kind{Segment, Blob, BlobUpload} {
+			c, err := s.Verify(token, kind, seg, now)
+			if err != nil {
+				var r *Refusal
+				if !errors.As(err, &r) || r.Kind != kind {
+					t.Fatalf("untyped error %v", err)
+				}
+				continue
 			}
-			return
-		}
-		if c.Kind != Segment || c.ID != seg || now.Unix() > c.Exp+int64(Skew/time.Second) {
-			t.Fatalf("verified claims %+v for another object or past expiry", c)
+			if c.Kind != kind || c.ID != seg || now.Unix() > c.Exp+int64(Skew/time.Second) || c.ByteLength < 0 {
+				t.Fatalf("verified claims %+v for another object or past expiry", c)
+			}
 		}
 	})
 }
