@@ -159,19 +159,10 @@ func (s *Store) Grant(ctx context.Context, partition, blobID string, byteLength 
 	return present, nil
 }
 
-// Upload is one upload of a blob into a partition.
-type Upload struct {
-	Partition, BlobID string
-	// MediaType is the advisory type the upload declared ("" for none).
-	MediaType string
-	// Declared is the body's declared length, -1 when unknown.
-	Declared int64
-	// Limit, when set, caps the body below the store's MaxBytes (a
-	// presigned grant's byteLength).
-	Limit *int64
-	// Body is the decoded bytes.
-	Body io.Reader
-}
+// Upload is one upload of a blob into a partition (its type lives in
+// storage so that the HTTP layer shares it without importing this
+// package).
+type Upload = storage.BlobUpload
 
 // Put stores an upload (SPEC.md §5.9.3). A blob the partition holds
 // already is not read again (existed=true) and its grace period

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncnode/syncnode/blobs"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
@@ -23,7 +22,7 @@ import (
 type BlobSource interface {
 	// Put stores an upload of the decoded body; existed reports a blob
 	// the partition held already (nothing was read).
-	Put(ctx context.Context, u blobs.Upload) (existed bool, err error)
+	Put(ctx context.Context, u storage.BlobUpload) (existed bool, err error)
 	// Grant checks an upload grant request and reports whether the
 	// partition holds the blob already.
 	Grant(ctx context.Context, partition, blobID string, byteLength int64) (present bool, err error)
@@ -52,7 +51,7 @@ var errNoBlobs = ssp2.Errorf(ssp2.CodeBlobNotFound, "this node keeps no blobs")
 // may not exceed the granted byteLength.
 func (h *Handler) serveBlobUpload(w http.ResponseWriter, r *http.Request) {
 	blobID := r.PathValue("id")
-	u := blobs.Upload{BlobID: blobID, MediaType: uploadMediaType(r.Header.Get("Content-Type")), Declared: r.ContentLength}
+	u := storage.BlobUpload{BlobID: blobID, MediaType: uploadMediaType(r.Header.Get("Content-Type")), Declared: r.ContentLength}
 	if r.URL.Query().Has(signedurl.Param) {
 		if h.cfg.Blobs == nil {
 			writeError(w, errNoBlobs)
@@ -75,7 +74,7 @@ func (h *Handler) serveBlobUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // storeBlob streams an admitted upload's body into the blob store.
-func (h *Handler) storeBlob(w http.ResponseWriter, r *http.Request, u blobs.Upload) {
+func (h *Handler) storeBlob(w http.ResponseWriter, r *http.Request, u storage.BlobUpload) {
 	blobID := u.BlobID
 	body := &uploadReader{r: r.Body, rc: http.NewResponseController(w), timeout: h.cfg.WriteTimeout}
 	var src io.Reader = body
