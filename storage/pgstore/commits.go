@@ -143,6 +143,28 @@ const (
 		WHERE partition = $1 AND seq >= $3 AND seq <= $4 AND seq = ANY($2) ORDER BY seq`
 )
 
+// qLastScopeSeq seeks, for each value, the newest index entry (the
+// primary key ends in seq, so each is one backward index seek) and keeps
+// the greatest.
+const qLastScopeSeq = `SELECT COALESCE(MAX((SELECT s.seq FROM sync_scope_index s
+		WHERE s.partition = $1 AND s.tbl = $2 AND s.variable = $3 AND s.value = v.value ORDER BY s.seq DESC LIMIT 1)), 0)
+	FROM unnest($4::text[]) AS v(value)`
+
+// LastScopeSeq implements storage.ReadTx.
+func (t *tx) LastScopeSeq(ctx context.Context, partition, table, variable string, values []string) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if len(values) == 0 {
+		return 0, nil
+	}
+	var seq int64
+	if _, err := t.queryRow(ctx, qLastScopeSeq, []any{partition, table, variable, values}, &seq); err != nil {
+		return 0, t.fail("last scope seq", "", err)
+	}
+	return seq, nil
+}
+
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
 // transaction's snapshot (or under its lock).
