@@ -169,6 +169,8 @@ type Engine struct {
 	metrics Metrics
 	// inlineMax is Config.InlineSegmentMaxBytes.
 	inlineMax int64
+	// inline caches the checked inline frames of stored segments.
+	inline inlineFrames
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]

@@ -123,7 +123,7 @@ func (s *benchSocket) close() {
 
 // registerClients writes client records registered on p1 at cursor: a
 // fixture, so a thousand sockets need no thousand rounds.
-func registerClients(b *testing.B, st storage.Store, actor string, n int, cursor int64) {
+func registerClients(b testing.TB, st storage.Store, actor string, n int, cursor int64) {
 	b.Helper()
 	subs := json.RawMessage(`[{"id":"tasks","table":"tasks","scopes":{"project_id":["p1"]}}]`)
 	for i := range n {
