@@ -93,13 +93,13 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("blobs config: "+format, args...)) }
 	if err := bus.CheckReplicas(c.Replicas); err != nil {
-		bad("%w", err)
+		bad("Replicas %w", err)
 	}
 	if c.MaxBytes < 1 {
 		bad("MaxBytes %d must be positive", c.MaxBytes)
 	}
 	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
-		bad("%w", err)
+		bad("ChunkSize %w", err)
 	}
 	if c.OrphanGrace != nil && *c.OrphanGrace < 0 {
 		bad("OrphanGrace %v must not be negative", *c.OrphanGrace)

@@ -29,10 +29,11 @@ const (
 )
 
 // CheckChunkSize refuses an object chunk size outside
-// MinChunkSize..MaxChunkSize.
+// MinChunkSize..MaxChunkSize (the error names the value; callers prefix
+// the field).
 func CheckChunkSize(n int) error {
 	if n < MinChunkSize || n > MaxChunkSize {
-		return fmt.Errorf("ChunkSize %d outside 1 KiB..8 MiB", n)
+		return fmt.Errorf("%d outside 1 KiB..8 MiB", n)
 	}
 	return nil
 }

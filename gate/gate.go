@@ -116,7 +116,7 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if err := bus.CheckReplicas(c.Replicas); err != nil {
-		errs = append(errs, fmt.Errorf("gate config: %w", err))
+		errs = append(errs, fmt.Errorf("gate config: Replicas %w", err))
 	}
 	if c.AttemptTimeout < 0 || c.WatchCheck < 0 {
 		errs = append(errs, errors.New("gate config: AttemptTimeout and WatchCheck must not be negative"))

@@ -148,7 +148,7 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("segments config: "+format, args...)) }
 	if err := bus.CheckReplicas(c.Replicas); err != nil {
-		bad("%w", err)
+		bad("Replicas %w", err)
 	}
 	if c.TTL < time.Second {
 		bad("TTL %v below 1s", c.TTL)
@@ -157,7 +157,7 @@ func (c Config) Validate() error {
 		bad("ReuseMargin %v outside [0, TTL %v)", c.ReuseMargin, c.TTL)
 	}
 	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
-		bad("%w", err)
+		bad("ChunkSize %w", err)
 	}
 	if c.SpillBytes < 0 {
 		bad("SpillBytes %d negative", c.SpillBytes)
