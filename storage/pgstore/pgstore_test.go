@@ -33,12 +33,19 @@ func testURL(tb testing.TB) string {
 // openTB opens a store in a fresh schema, dropped at cleanup.
 func openTB(tb testing.TB, maxConns int32) *Store {
 	tb.Helper()
+	return openConfig(tb, Config{MaxConns: maxConns})
+}
+
+// openConfig is openTB with cfg's MaxConns and test hooks.
+func openConfig(tb testing.TB, cfg Config) *Store {
+	tb.Helper()
 	url := testURL(tb)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "syncnode_test_" + hex.EncodeToString(b[:])
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: url, Schema: name, MaxConns: maxConns})
+	cfg.URL, cfg.Schema = url, name
+	s, err := Open(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}

@@ -29,7 +29,10 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
-	ops        opsViews // registered queries' views (query.go)
+	ops        opsViews    // registered queries' views (query.go)
+	groups     writeGroups // the open write group of each partition (group.go)
+	advances   advances    // pending cursor advances (advance.go)
+	hints      idemHints   // keys whose optimistic lookup missed (hints.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -71,6 +74,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
+	if cfg.dial != nil {
+		pc.ConnConfig.DialFunc = cfg.dial(pc.ConnConfig.DialFunc)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
@@ -144,6 +150,7 @@ func (s *Store) Capabilities() storage.Capabilities {
 // waiting for acquired connections to be released. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.closeAdvances()
 		s.analyzer.close()
 		s.pool.Close()
 	})
