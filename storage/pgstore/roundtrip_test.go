@@ -196,3 +196,62 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("round trips:\n got  %s\n want %s (at most)", got, want)
 	}
 }
+
+// BenchmarkPushOnePartition pushes single-change commits from 16
+// goroutines into one partition, each push its optimistic lookup and
+// its write transaction as the engine makes them: the load fixture's
+// shape, where every client writes the same partition and the write
+// groups share transactions.
+func BenchmarkPushOnePartition(b *testing.B) {
+	s := openTB(b, 16)
+	ctx := b.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(8) // 16 goroutines on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := next.Add(1)
+			key := fmt.Sprint(n)
+			rw := roundTripRow(b, sc, fmt.Sprintf("r%d", n%1000), key)
+			if _, ok, err := s.IdempotencyGet(ctx, "p", "c", key); err != nil || ok {
+				b.Errorf("lookup: %v %v", ok, err)
+				return
+			}
+			err := s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+				if _, ok, err := tx.IdempotencyGet(ctx, "c", key); err != nil || ok {
+					return fmt.Errorf("re-check: %v %v", ok, err)
+				}
+				if _, _, err := tx.RowGet(ctx, "p", "tasks", rw.RowID); err != nil {
+					return err
+				}
+				v, err := tx.RowUpsert(ctx, "tasks", rw)
+				if err != nil {
+					return err
+				}
+				seq, err := tx.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: key, SchemaVersion: 1,
+					Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
+				if err != nil {
+					return err
+				}
+				_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: key, ActorID: "a",
+					Status: storage.PushApplied, CommitSeq: seq, Result: []byte("result"), CreatedAtMs: 1})
+				return err
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+}
