@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Defaults.
@@ -24,10 +22,6 @@ type Config struct {
 	Schema string
 	// MaxConns bounds the connection pool (default 16).
 	MaxConns int32
-
-	// dial, when set (by tests), wraps the pool's dialer: the round-trip
-	// test counts what the connections send.
-	dial func(pgconn.DialFunc) pgconn.DialFunc
 }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)

@@ -20,11 +20,13 @@ import (
 // only a guess at which keys are coming: a key without one is looked up
 // as before.
 
-// Hint bounds: how many keys a partition keeps (the oldest go first) and
-// for how long.
+// Hint bounds: how many keys a partition keeps (the oldest go first), for
+// how long, and how many partitions keep hints (past it they are all
+// forgotten: a hint only saves a round trip).
 const (
 	maxHintsPerPartition = 64
 	hintTTL              = 5 * time.Second
+	maxHintPartitions    = 4096
 )
 
 type hint struct {
@@ -41,7 +43,7 @@ func (h *idemHints) add(partition string, key idemKey) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.m == nil {
+	if _, ok := h.m[partition]; h.m == nil || !ok && len(h.m) >= maxHintPartitions {
 		h.m = map[string][]hint{}
 	}
 	hs := h.m[partition]

@@ -171,7 +171,7 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 func TestRoundTrips(t *testing.T) {
 	c := &tripCounter{}
 	// One connection: every statement is prepared once, by the warm-up.
-	s := openConfig(t, Config{MaxConns: 1, dial: c.dial})
+	s := openDial(t, 1, c.dial)
 	ctx := t.Context()
 	sc, err := schema.Parse([]byte(roundTripSchema))
 	if err != nil {

@@ -60,6 +60,12 @@ const lockKeySchema = 0x73796e63 // "sync"
 // (created if absent), applies the internal migrations, and returns the
 // store. Application tables are installed by EnsureSchema.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	return open(ctx, cfg, nil)
+}
+
+// open is Open with dial, when not nil (tests), wrapping the pool's
+// dialer: the round-trip test counts what the connections send.
+func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.DialFunc) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -74,8 +80,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
-	if cfg.dial != nil {
-		pc.ConnConfig.DialFunc = cfg.dial(pc.ConnConfig.DialFunc)
+	if dial != nil {
+		pc.ConnConfig.DialFunc = dial(pc.ConnConfig.DialFunc)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
