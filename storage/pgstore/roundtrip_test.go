@@ -165,9 +165,14 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 
 // TestRoundTrips counts the round trips of a push + pull round's store
 // calls (after a warm-up round has prepared every statement) and holds
-// them to the budget: a push transaction is two round trips when its
-// commit's lookup missed just before (lock, partition and re-check in
-// one; upsert, result and COMMIT in the other) plus one per row read.
+// them to the budget. A push transaction whose commit's optimistic lookup
+// just missed is four: BEGIN, the lock, the hinted push results and the
+// partition row; the savepoint and the row read; the upsert; the queued
+// writes and COMMIT. The pull window is three (BEGIN and the partition
+// row; the first candidates with their changes and headers; COMMIT), the
+// relay's read two, and a cursor advance none (it waits for the next
+// flush, once per ClientAdvanceDelay). Before this budget the round was
+// 1 + 1 + 5 + 5 + 1 + 5.
 func TestRoundTrips(t *testing.T) {
 	c := &tripCounter{}
 	// One connection: every statement is prepared once, by the warm-up.
