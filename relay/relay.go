@@ -941,10 +941,13 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []bus.CommitMsg, 
 // of the whole process per event): one by one costs about 110 µs per
 // event at every run length; an atomic batch of 32 costs 200–260 µs per
 // event, of 64 120–145, of 128 about the same as one by one, of 256 about
-// 65. Past 32 one by one would still save some CPU, but over a remote
-// NATS each message is a round trip of its own, so the runs it takes stay
-// short.
-const smallRun = 32
+// 65. In a whole node, though, 32 did not pay: events published one by
+// one reach the node's own subscribers (the reaction runner's wake-up
+// read, the hubs) one at a time instead of in a burst they coalesce, and
+// a 20-VU push-pull profile moved the saving in the server's stream loop
+// into those. Over a remote NATS each single publish is also a round trip
+// of its own.
+const smallRun = 16
 
 // singleMessageCommits reports whether every commit in events has exactly
 // one event (touches one table).
