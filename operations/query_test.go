@@ -61,7 +61,7 @@ func TestScopedQueryOracle(t *testing.T) {
 				grant = []string{engine.Wildcard}
 			}
 			want := projects[rng.IntN(len(projects))]
-			op := []string{"byProject", "sloppy"}[trial%2]
+			op := []string{"byProject", "sloppy", "selfJoin"}[trial%3]
 			id := caller(part, fmt.Sprintf("actor%d", trial), engine.Allowed{"project_id": grant})
 			res, err := e.query(id, op, want)
 			granted := slices.Contains(grant, want) || slices.Contains(grant, engine.Wildcard)
