@@ -171,3 +171,24 @@ func TestQueryValues(t *testing.T) {
 		}
 	})
 }
+
+// TestScopedQueryTwoValues: a scope variable covered by two parameters
+// reads the rows of both values when both are granted (and not the rows
+// of a third), and is forbidden when one is not.
+func TestScopedQueryTwoValues(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func(testing.TB) storage.Store) {
+		e := newEnv(t, open, validFile(), nil)
+		e.put("p", task("a1", "a", "x", 1, false), task("b1", "b", "x", 1, false), task("c1", "c", "x", 1, false))
+		res, err := e.query(caller("p", "u", engine.Allowed{"project_id": {"a", "b", "c"}}), "twoProjects", "a", "b")
+		if err != nil || fmt.Sprint(res.Rows) != fmt.Sprint([]Object{{{"id", "a1"}, {"title", "x"}}, {{"id", "b1"}, {"title", "x"}}}) {
+			t.Fatalf("two granted values: %v %v", res.Rows, err)
+		}
+		res, err = e.query(caller("p", "u", engine.Allowed{"project_id": {"a", "b"}}), "twoProjects", "a", "a")
+		if err != nil || len(res.Rows) != 1 {
+			t.Fatalf("one value twice: %v %v", res.Rows, err)
+		}
+		if _, err := e.query(caller("p", "u", engine.Allowed{"project_id": {"a"}}), "twoProjects", "a", "b"); errCode(err) != CodeForbidden {
+			t.Fatalf("one value ungranted: %v", err)
+		}
+	})
+}

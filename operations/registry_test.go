@@ -148,6 +148,11 @@ func validFile() File {
 			Tables: []string{"tasks"}, MaxRows: 1000, Mode: Scoped,
 			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
 			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0}}}}},
+		// Two values covering one scope variable.
+		{ID: "twoProjects", SQL: "SELECT id, title FROM tasks WHERE project_id IN (?, ?) ORDER BY id",
+			Tables: []string{"tasks"}, MaxRows: 100, Mode: Scoped,
+			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
+			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0, 1}}}}},
 		{ID: "five", SQL: "SELECT id, title FROM tasks WHERE project_id = ? ORDER BY id",
 			Tables: []string{"tasks"}, MaxRows: 5, Mode: Scoped,
 			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
