@@ -85,6 +85,8 @@ func (a *Admin) Endpoints() []Endpoint {
 		{Name: bus.AdminCheckpointsRepublish, Handler: Handle(func(ctx context.Context, _ Empty) (RepublishResponse, error) { return a.Republish(ctx) })},
 		{Name: bus.AdminSegmentsStats, Handler: Handle(func(ctx context.Context, _ Empty) (SegmentStats, error) { return a.SegmentStats(ctx) })},
 		{Name: bus.AdminSegmentsPrune, Handler: Handle(a.SegmentPrune)},
+		{Name: bus.AdminLeasesRevoke, Handler: Handle(a.LeaseRevoke)},
+		{Name: bus.AdminLeasesClear, Handler: Handle(a.LeaseClear)},
 	}
 }
 
@@ -115,7 +117,7 @@ func (a *Admin) Start(context.Context) error {
 	svc, err := micro.AddService(a.cfg.Conn, micro.Config{
 		Name:        bus.AdminService,
 		Version:     serviceVersion(a.cfg.Version),
-		Description: "syncnode admin API: node, partitions, checkpoints, segments, reactions",
+		Description: "syncnode admin API: node, partitions, checkpoints, segments, leases, reactions",
 		Metadata:    map[string]string{"node": a.cfg.Node, "version": a.cfg.Version, "storage": a.cfg.Storage},
 		QueueGroup:  bus.AdminQueueGroup,
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {

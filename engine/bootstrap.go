@@ -129,13 +129,17 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 		}
 		e.metrics.RowsBootstrapped.Add(pub.RowCount)
 		if inlineOK && (!refOK || pub.ByteLength < e.inlineMax) {
+			frame := &ssp2.SegmentInline{Payload: data}
 			if data == nil {
 				if data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID); err != nil {
 					return 0, false, internal("read segment", err)
 				}
+				if frame, err = e.inline.frame(pub.SegmentID, data); err != nil {
+					return 0, false, internal("stored segment", err)
+				}
 			}
 			e.metrics.SegmentsInline.Add(1)
-			if err := r.enc.WriteFrame(&ssp2.SegmentInline{Payload: data}); err != nil {
+			if err := r.enc.WriteFrame(frame); err != nil {
 				return 0, false, err
 			}
 		} else {
