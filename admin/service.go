@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -93,7 +94,7 @@ func (a *Admin) Endpoints() []Endpoint {
 // Start registers the micro service "syncnode" on Config.Conn with every
 // endpoint: built-in ones and the extensions'. ctx is unused: handlers
 // run until Stop, each under Config.Timeout.
-func (a *Admin) Start(context.Context) error {
+func (a *Admin) Start(ctx context.Context) error {
 	if a.cfg.Conn == nil {
 		return errors.New("admin: Start needs Config.Conn")
 	}
@@ -136,6 +137,16 @@ func (a *Admin) Start(context.Context) error {
 			_ = svc.Stop()
 			return fmt.Errorf("admin: add endpoint %s: %w", ep.Name, err)
 		}
+	}
+	// The subscriptions are sent, not yet known to the server: a PING
+	// round trip makes Start return only once a request finds a
+	// responder (without it, a client right after start can get "no
+	// responders").
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.cfg.Conn.FlushWithContext(fctx); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("admin: flush subscriptions: %w", err)
 	}
 	a.mu.Lock()
 	a.svc = svc
