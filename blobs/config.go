@@ -95,14 +95,14 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("blobs config: "+format, args...)) }
-	if c.Replicas < 1 || c.Replicas > 5 {
-		bad("Replicas %d outside 1..5", c.Replicas)
+	if err := bus.CheckReplicas(c.Replicas); err != nil {
+		bad("Replicas %w", err)
 	}
 	if c.MaxBytes < 1 {
 		bad("MaxBytes %d must be positive", c.MaxBytes)
 	}
-	if c.ChunkSize < 1<<10 || c.ChunkSize > 8<<20 {
-		bad("ChunkSize %d outside 1 KiB..8 MiB", c.ChunkSize)
+	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
+		bad("ChunkSize %w", err)
 	}
 	if c.OrphanGrace != nil && *c.OrphanGrace < 0 {
 		bad("OrphanGrace %v must not be negative", *c.OrphanGrace)

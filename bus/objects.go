@@ -20,6 +20,25 @@ import (
 // memory) at once.
 const ObjectWindow = 4
 
+// The chunk sizes of the node's object stores (blobs, segments): at least
+// 1 KiB, so that an object is not mostly message headers, and at most
+// 8 MiB, the largest max_payload the NATS server accepts without a
+// warning (a chunk is one message).
+const (
+	MinChunkSize = 1 << 10
+	MaxChunkSize = 8 << 20
+)
+
+// CheckChunkSize refuses an object chunk size outside
+// MinChunkSize..MaxChunkSize (the error names the value; callers prefix
+// the field).
+func CheckChunkSize(n int) error {
+	if n < MinChunkSize || n > MaxChunkSize {
+		return fmt.Errorf("%d outside 1 KiB..8 MiB", n)
+	}
+	return nil
+}
+
 // ObjectPut describes the object PutObject writes.
 type ObjectPut struct {
 	Bucket    string

@@ -175,6 +175,8 @@ type Engine struct {
 	metrics Metrics
 	// inlineMax is Config.InlineSegmentMaxBytes.
 	inlineMax int64
+	// inline caches the checked inline frames of stored segments.
+	inline inlineFrames
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
@@ -351,6 +353,11 @@ type request struct {
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
 	done map[string]storage.PushRecord
+	// looked: the stored results of the request's commits (those whose
+	// ids lookupIDs passes) were read at the start, and pushes holds the
+	// ones found (storage.RequestStarter).
+	looked bool
+	pushes map[string]storage.PushRecord
 }
 
 // Sync handles one SSP2 request. A request-level failure detected before
@@ -433,7 +440,16 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		hasClient bool
 		err       error
 	)
-	if checkClientID(hdr.ClientID) == nil {
+	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok && checkClientID(hdr.ClientID) == nil {
+		// With the stored results of the request's commits: the
+		// optimistic idempotency lookups in the same read (push.go).
+		var st storage.RequestStart
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{
+			Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(req.Commits), NowMs: r.now,
+		})
+		part, client, hasClient = st.Partition, st.Client, st.HasClient
+		r.looked, r.pushes = true, st.Pushes
+	} else if checkClientID(hdr.ClientID) == nil {
 		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
 	} else {
 		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
