@@ -37,6 +37,8 @@ type API interface {
 	Republish(ctx context.Context) (RepublishResponse, error)
 	SegmentStats(ctx context.Context) (SegmentStats, error)
 	SegmentPrune(ctx context.Context, req SegmentPruneRequest) (SegmentPruneResponse, error)
+	LeaseRevoke(ctx context.Context, req LeaseRequest) (LeaseResponse, error)
+	LeaseClear(ctx context.Context, req LeaseRequest) (LeaseResponse, error)
 }
 
 // Store is what the admin API reads and changes in SQL (storage.Store).
@@ -108,6 +110,9 @@ type Config struct {
 	Relay    Relay
 	// JetStream reads SYNC_COMMITS for the relay lag.
 	JetStream jetstream.JetStream
+	// Leases is the node's auth lease authority; nil (leases off) makes
+	// leases.* answer admin.unavailable.
+	Leases Leases
 	// Names is the bus namespace of the commit stream read (the zero
 	// Names is production). The admin service itself always answers on
 	// the production admin subjects: it is per deployment.

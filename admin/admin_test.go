@@ -35,12 +35,16 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// startSecured starts a node on the documented nats.conf with users.
-func startSecured(t *testing.T) *node.Node {
+// startSecured starts a node on the documented nats.conf with users;
+// mods edit the configuration further.
+func startSecured(t *testing.T, mods ...func(*node.Config)) *node.Node {
 	t.Helper()
 	return nodetest.Start(t, func(c *node.Config) {
 		c.NATS.ConfigFile = permissionsConf
 		c.NATS.User, c.NATS.Password = "syncnode", "node-secret"
+		for _, m := range mods {
+			m(c)
+		}
 	})
 }
 

@@ -154,3 +154,13 @@ func (c *Client) SegmentStats(ctx context.Context) (SegmentStats, error) {
 func (c *Client) SegmentPrune(ctx context.Context, req SegmentPruneRequest) (SegmentPruneResponse, error) {
 	return call[SegmentPruneResponse](ctx, c, bus.AdminSegmentsPrune, req)
 }
+
+// LeaseRevoke implements API.
+func (c *Client) LeaseRevoke(ctx context.Context, req LeaseRequest) (LeaseResponse, error) {
+	return call[LeaseResponse](ctx, c, bus.AdminLeasesRevoke, req)
+}
+
+// LeaseClear implements API.
+func (c *Client) LeaseClear(ctx context.Context, req LeaseRequest) (LeaseResponse, error) {
+	return call[LeaseResponse](ctx, c, bus.AdminLeasesClear, req)
+}

@@ -9,6 +9,7 @@
 //	partitions.prune         prune a partition's commit log (SPEC.md §4.6)
 //	checkpoints.*            every `syncnode checkpoints` operation: list, declare, activate, gate, rotate-epoch, republish
 //	segments.stats|prune     the bootstrap segment store
+//	leases.revoke|clear      auth leases (SPEC.md §7.3): every `syncnode leases` operation
 //	reactions.*              list, show, retry, prune, stats: package reactions adds them through Extension
 //
 // *Admin runs the operations over a node's components (Config) and, once

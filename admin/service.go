@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -85,13 +86,15 @@ func (a *Admin) Endpoints() []Endpoint {
 		{Name: bus.AdminCheckpointsRepublish, Handler: Handle(func(ctx context.Context, _ Empty) (RepublishResponse, error) { return a.Republish(ctx) })},
 		{Name: bus.AdminSegmentsStats, Handler: Handle(func(ctx context.Context, _ Empty) (SegmentStats, error) { return a.SegmentStats(ctx) })},
 		{Name: bus.AdminSegmentsPrune, Handler: Handle(a.SegmentPrune)},
+		{Name: bus.AdminLeasesRevoke, Handler: Handle(a.LeaseRevoke)},
+		{Name: bus.AdminLeasesClear, Handler: Handle(a.LeaseClear)},
 	}
 }
 
 // Start registers the micro service "syncnode" on Config.Conn with every
 // endpoint: built-in ones and the extensions'. ctx is unused: handlers
 // run until Stop, each under Config.Timeout.
-func (a *Admin) Start(context.Context) error {
+func (a *Admin) Start(ctx context.Context) error {
 	if a.cfg.Conn == nil {
 		return errors.New("admin: Start needs Config.Conn")
 	}
@@ -115,7 +118,7 @@ func (a *Admin) Start(context.Context) error {
 	svc, err := micro.AddService(a.cfg.Conn, micro.Config{
 		Name:        bus.AdminService,
 		Version:     serviceVersion(a.cfg.Version),
-		Description: "syncnode admin API: node, partitions, checkpoints, segments, reactions",
+		Description: "syncnode admin API: node, partitions, checkpoints, segments, leases, reactions",
 		Metadata:    map[string]string{"node": a.cfg.Node, "version": a.cfg.Version, "storage": a.cfg.Storage},
 		QueueGroup:  bus.AdminQueueGroup,
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
@@ -134,6 +137,16 @@ func (a *Admin) Start(context.Context) error {
 			_ = svc.Stop()
 			return fmt.Errorf("admin: add endpoint %s: %w", ep.Name, err)
 		}
+	}
+	// The subscriptions are sent, not yet known to the server: a PING
+	// round trip makes Start return only once a request finds a
+	// responder (without it, a client right after start can get "no
+	// responders").
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.cfg.Conn.FlushWithContext(fctx); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("admin: flush subscriptions: %w", err)
 	}
 	a.mu.Lock()
 	a.svc = svc

@@ -47,7 +47,10 @@ type Config struct {
 
 	// Clock stamps uploads and decides the grace period (default
 	// clock.System).
-	Clock  clock.Clock
+	Clock clock.Clock
+	// Wall is the clock the sweep compares Object Store timestamps with
+	// (default clock.System): they are the server's, whatever Clock says.
+	Wall   clock.Clock
 	Logger *slog.Logger
 }
 
@@ -80,7 +83,7 @@ func (c Config) WithDefaults() Config {
 	if c.SweepBatch == 0 {
 		c.SweepBatch = DefaultSweepBatch
 	}
-	c.Clock = clock.Or(c.Clock)
+	c.Clock, c.Wall = clock.Or(c.Clock), clock.Or(c.Wall)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,14 +95,14 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("blobs config: "+format, args...)) }
-	if c.Replicas < 1 || c.Replicas > 5 {
-		bad("Replicas %d outside 1..5", c.Replicas)
+	if err := bus.CheckReplicas(c.Replicas); err != nil {
+		bad("Replicas %w", err)
 	}
 	if c.MaxBytes < 1 {
 		bad("MaxBytes %d must be positive", c.MaxBytes)
 	}
-	if c.ChunkSize < 1<<10 || c.ChunkSize > 8<<20 {
-		bad("ChunkSize %d outside 1 KiB..8 MiB", c.ChunkSize)
+	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
+		bad("ChunkSize %w", err)
 	}
 	if c.OrphanGrace != nil && *c.OrphanGrace < 0 {
 		bad("OrphanGrace %v must not be negative", *c.OrphanGrace)

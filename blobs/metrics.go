@@ -11,10 +11,11 @@ import (
 //	syncnode_blob_downloads_total          downloads opened
 //	syncnode_blob_download_bytes_total     bytes streamed to clients
 //	syncnode_blob_swept_total              orphans deleted by the sweep
+//	syncnode_blob_swept_objects_total      objects no blob row named, deleted by the sweep
 //	syncnode_blob_sweep_errors_total       failed background sweep passes
 type collector struct {
-	m                                                *Metrics
-	uploads, upBytes, downloads, downBytes, swept, e *prometheus.Desc
+	m                                                        *Metrics
+	uploads, upBytes, downloads, downBytes, swept, sweptO, e *prometheus.Desc
 }
 
 // Collector returns the store's Prometheus collector.
@@ -29,13 +30,14 @@ func (s *Store) Collector() prometheus.Collector {
 		downloads: d("syncnode_blob_downloads_total", "Blob downloads opened."),
 		downBytes: d("syncnode_blob_download_bytes_total", "Blob bytes streamed to clients."),
 		swept:     d("syncnode_blob_swept_total", "Orphan blobs deleted by the sweep."),
+		sweptO:    d("syncnode_blob_swept_objects_total", "Blob objects no blob row named (a crash between object and row), deleted by the sweep."),
 		e:         d("syncnode_blob_sweep_errors_total", "Background blob sweep passes that failed."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.uploads, c.upBytes, c.downloads, c.downBytes, c.swept, c.e} {
+	for _, d := range []*prometheus.Desc{c.uploads, c.upBytes, c.downloads, c.downBytes, c.swept, c.sweptO, c.e} {
 		ch <- d
 	}
 }
@@ -52,5 +54,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.downloads, c.m.Downloads.Load())
 	counter(c.downBytes, c.m.DownloadBytes.Load())
 	counter(c.swept, c.m.Swept.Load())
+	counter(c.sweptO, c.m.SweptObjects.Load())
 	counter(c.e, c.m.SweepErrors.Load())
 }

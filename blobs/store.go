@@ -61,6 +61,7 @@ type Metrics struct {
 	Downloads       atomic.Int64 // downloads opened
 	DownloadBytes   atomic.Int64
 	Swept           atomic.Int64 // orphans deleted
+	SweptObjects    atomic.Int64 // objects no blob row named, deleted
 	SweepErrors     atomic.Int64
 }
 
@@ -142,8 +143,8 @@ func (s *Store) Held(ctx context.Context, partition, blobID string) (storage.Blo
 
 // Grant answers an upload grant request (SPEC.md §5.9.3) for a blob of
 // byteLength bytes: blob.too_large over the cap, present=true when the
-// partition holds the blob already. Without a presigned-upload store the
-// grant carries no URL: the client uploads through Put.
+// partition holds the blob already. The grant's URL, when blobs are
+// presigned, is the engine's (engine.SignBlobUpload).
 func (s *Store) Grant(ctx context.Context, partition, blobID string, byteLength int64) (present bool, err error) {
 	if !ssp2.ValidBlobID(blobID) {
 		return false, ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the blob id must be sha256:<64 lowercase hex>")
@@ -158,20 +159,30 @@ func (s *Store) Grant(ctx context.Context, partition, blobID string, byteLength 
 	return present, nil
 }
 
-// Put stores an upload of blobID into the partition (SPEC.md §5.9.3).
-// declared is the body's declared length (-1 when unknown); body is the
-// decoded bytes. A blob the partition holds already is not read again
-// (existed=true) and its grace period restarts. It refuses, storing
-// nothing: a declared or actual size above the cap (blob.too_large) and
-// bytes whose SHA-256 is not the id (blob.hash_mismatch, also for an id
-// that is not sha256:<64 hex>).
-func (s *Store) Put(ctx context.Context, partition, blobID, mediaType string, declared int64, body io.Reader) (existed bool, err error) {
-	if !ssp2.ValidBlobID(blobID) {
+// Upload is one upload of a blob into a partition (its type lives in
+// storage so that the HTTP layer shares it without importing this
+// package).
+type Upload = storage.BlobUpload
+
+// Put stores an upload (SPEC.md §5.9.3). A blob the partition holds
+// already is not read again (existed=true) and its grace period
+// restarts. It refuses, storing nothing: a declared or actual size above
+// the cap or the upload's limit (blob.too_large) and bytes whose SHA-256
+// is not the id (blob.hash_mismatch, also for an id that is not
+// sha256:<64 hex>). The digest is checked before the object's meta is
+// written, so refused bytes never become an object.
+func (s *Store) Put(ctx context.Context, u Upload) (existed bool, err error) {
+	if !ssp2.ValidBlobID(u.BlobID) {
 		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the blob id must be sha256:<64 lowercase hex>"))
 	}
-	if declared > s.cfg.MaxBytes {
-		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body of %d bytes exceeds the blob size cap of %d", declared, s.cfg.MaxBytes))
+	limit := s.cfg.MaxBytes
+	if u.Limit != nil && *u.Limit < limit {
+		limit = max(*u.Limit, 0)
 	}
+	if u.Declared > limit {
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body of %d bytes exceeds the limit of %d", u.Declared, limit))
+	}
+	partition, blobID := u.Partition, u.BlobID
 	// A read first: a new upload costs no write here.
 	if _, held, err := s.cfg.Store.BlobGet(ctx, partition, blobID); err != nil {
 		return false, err
@@ -188,21 +199,26 @@ func (s *Store) Put(ctx context.Context, partition, blobID, mediaType string, de
 	sum, _ := hex.DecodeString(hexDigest)
 	want := "SHA-256=" + base64.URLEncoding.EncodeToString(sum)
 	name := bus.BlobObject(hexDigest, nuid.Next())
-	cr := &capReader{r: body, max: s.cfg.MaxBytes}
-	info, err := bus.PutObject(ctx, s.cfg.JetStream, s.stream, s.bucket, name, s.cfg.ChunkSize, cr)
-	if err != nil {
-		s.deleteObject(ctx, name) // a failed put purged its chunks; its meta may have been written
-		if cr.over {
-			return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body exceeds the blob size cap of %d bytes", s.cfg.MaxBytes))
-		}
+	cr := &capReader{r: u.Body, max: limit}
+	errMismatch := errors.New("digest mismatch")
+	info, err := bus.PutObject(ctx, s.cfg.JetStream, s.stream, bus.ObjectPut{Bucket: s.bucket, Name: name, ChunkSize: s.cfg.ChunkSize,
+		VerifyFunc: func(info jetstream.ObjectInfo) error {
+			if info.Digest != want {
+				return errMismatch
+			}
+			return nil
+		}}, cr)
+	switch {
+	case errors.Is(err, errMismatch):
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the SHA-256 of the %d bytes received is not %s", info.Size, blobID))
+	case err != nil && cr.over:
+		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobTooLarge, "the body exceeds the limit of %d bytes", limit))
+	case err != nil:
+		s.deleteObject(ctx, name) // a failed meta publish may have been stored
 		return false, fmt.Errorf("store blob %s: %w", blobID, err)
 	}
-	if info.Digest != want {
-		s.deleteObject(ctx, name)
-		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the SHA-256 of the %d bytes received is not %s", info.Size, blobID))
-	}
 	stored, created, err := s.cfg.Store.BlobPut(ctx, storage.Blob{
-		Partition: partition, ID: blobID, ByteLength: int64(info.Size), MediaType: mediaType, Object: name, UploadedAtMs: s.nowMs(),
+		Partition: partition, ID: blobID, ByteLength: int64(info.Size), MediaType: u.MediaType, Object: name, UploadedAtMs: s.nowMs(),
 	})
 	if err != nil {
 		s.deleteObject(ctx, name)
@@ -250,8 +266,54 @@ func (s *Store) deleteObject(ctx context.Context, name string) {
 
 // Sweep deletes every blob that no row references and that was last
 // uploaded more than the grace period ago (SPEC.md §5.9.2), a batch at a
-// time, and reports how many it deleted.
+// time, then the objects of the bucket that no blob row names and that
+// are older than the grace period and MinObjectAge (an upload whose node
+// died between storing the object and writing its row, or a sweep that
+// died between the row and the object). It reports how many blob rows it
+// deleted; the objects are counted in Metrics().SweptObjects.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
+	n, err := s.sweepRows(ctx)
+	if err != nil {
+		return n, err
+	}
+	return n, s.sweepObjects(ctx)
+}
+
+// MinObjectAge is the youngest an unnamed object may be to be swept,
+// whatever the grace period: an upload writes its object a moment before
+// its row, and that moment must never look like a crash.
+const MinObjectAge = 10 * time.Minute
+
+// sweepObjects deletes the bucket's unnamed objects. Object ages are the
+// Object Store's timestamps, so they are compared with Config.Wall, not
+// the store's clock.
+func (s *Store) sweepObjects(ctx context.Context) error {
+	cutoff := s.cfg.Wall.Now().Add(-max(*s.cfg.OrphanGrace, MinObjectAge))
+	objs, err := s.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sweep blob objects: %w", err)
+	}
+	for _, o := range objs {
+		if o.ModTime.After(cutoff) || !bus.IsBlobObject(o.Name) {
+			continue
+		}
+		held, err := s.cfg.Store.BlobObjectHeld(ctx, o.Name)
+		if err != nil {
+			return fmt.Errorf("sweep blob objects: %w", err)
+		}
+		if held {
+			continue
+		}
+		s.deleteObject(ctx, o.Name)
+		s.m.SweptObjects.Add(1)
+	}
+	return nil
+}
+
+func (s *Store) sweepRows(ctx context.Context) (int, error) {
 	before := s.nowMs() - s.cfg.OrphanGrace.Milliseconds()
 	deleted := 0
 	for {

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/goleak"
 
+	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/schema"
@@ -109,7 +112,7 @@ func body(n int, seed byte) []byte {
 
 func (e *env) put(data []byte) {
 	e.t.Helper()
-	if _, err := e.s.Put(e.t.Context(), "p", idOf(data), "application/pdf", int64(len(data)), bytes.NewReader(data)); err != nil {
+	if _, err := e.s.Put(e.t.Context(), Upload{Partition: "p", BlobID: idOf(data), MediaType: "application/pdf", Declared: int64(len(data)), Body: bytes.NewReader(data)}); err != nil {
 		e.t.Fatalf("Put(%d bytes): %v", len(data), err)
 	}
 }
@@ -166,7 +169,7 @@ func TestPutOpen(t *testing.T) {
 		}
 		// A re-upload reads nothing and restarts the grace period.
 		e.clock.Advance(time.Minute)
-		existed, err := e.s.Put(t.Context(), "p", id, "", -1, iotestErrReader{})
+		existed, err := e.s.Put(t.Context(), Upload{Partition: "p", BlobID: id, Declared: -1, Body: iotestErrReader{}})
 		if err != nil || !existed {
 			t.Fatalf("re-upload = %v, %v; want existed", existed, err)
 		}
@@ -199,15 +202,19 @@ func TestPutRefusals(t *testing.T) {
 			name     string
 			id       string
 			declared int64
+			limit    *int64
 			body     []byte
 			want     ssp2.Code
 		}{
-			{"hash mismatch", idOf(data[1:]), int64(len(data)), data, ssp2.CodeBlobHashMismatch},
-			{"malformed id", "sha256:abc", int64(len(data)), data, ssp2.CodeBlobHashMismatch},
-			{"declared too large", idOf(big), int64(len(big)), big, ssp2.CodeBlobTooLarge},
-			{"streamed too large", idOf(big), -1, big, ssp2.CodeBlobTooLarge},
+			{"hash mismatch", idOf(data[1:]), int64(len(data)), nil, data, ssp2.CodeBlobHashMismatch},
+			{"malformed id", "sha256:abc", int64(len(data)), nil, data, ssp2.CodeBlobHashMismatch},
+			{"declared too large", idOf(big), int64(len(big)), nil, big, ssp2.CodeBlobTooLarge},
+			{"streamed too large", idOf(big), -1, nil, big, ssp2.CodeBlobTooLarge},
+			{"declared past the limit", idOf(data), int64(len(data)), new(int64(len(data) - 1)), data, ssp2.CodeBlobTooLarge},
+			{"streamed past the limit", idOf(data), -1, new(int64(len(data) - 1)), data, ssp2.CodeBlobTooLarge},
+			{"a zero limit", idOf(data), -1, new(int64(0)), data, ssp2.CodeBlobTooLarge},
 		} {
-			_, err := e.s.Put(t.Context(), "p", c.id, "", c.declared, bytes.NewReader(c.body))
+			_, err := e.s.Put(t.Context(), Upload{Partition: "p", BlobID: c.id, Declared: c.declared, Limit: c.limit, Body: bytes.NewReader(c.body)})
 			if ssp2.CodeOf(err) != c.want {
 				t.Errorf("%s: Put = %v, want %s", c.name, err, c.want)
 			}
@@ -220,8 +227,13 @@ func TestPutRefusals(t *testing.T) {
 		if err == nil && len(objs) > 0 {
 			t.Fatalf("refused uploads left %d objects", len(objs))
 		}
-		if n := e.s.Metrics().UploadsRefused.Load(); n != 4 {
-			t.Fatalf("UploadsRefused = %d, want 4", n)
+		if n := e.s.Metrics().UploadsRefused.Load(); n != 7 {
+			t.Fatalf("UploadsRefused = %d, want 7", n)
+		}
+		// The chunks of refused bodies are gone too.
+		info, err := e.s.stream.Info(t.Context())
+		if err != nil || info.State.Msgs != 0 {
+			t.Fatalf("refused uploads left %d messages in the bucket (%v)", info.State.Msgs, err)
 		}
 	})
 }
@@ -235,7 +247,7 @@ func TestConcurrentPuts(t *testing.T) {
 		errs := make(chan error, 4)
 		for range 4 {
 			wg.Go(func() {
-				_, err := e.s.Put(t.Context(), "p", idOf(data), "", int64(len(data)), bytes.NewReader(data))
+				_, err := e.s.Put(t.Context(), Upload{Partition: "p", BlobID: idOf(data), Declared: int64(len(data)), Body: bytes.NewReader(data)})
 				errs <- err
 			})
 		}
@@ -295,6 +307,70 @@ func TestSweep(t *testing.T) {
 		}
 		if got := e.s.Metrics().Swept.Load(); got != 2 {
 			t.Fatalf("Swept = %d, want 2", got)
+		}
+	})
+}
+
+// An object no blob row names — its node died between storing it and
+// writing the row, built here with the store's own object write — is
+// swept once it is older than the grace period and MinObjectAge, by the
+// Object Store's clock; named objects never are.
+func TestSweepUnnamedObjects(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		wall := clock.NewManual(time.Now().Add(-time.Second))
+		e.s.cfg.Wall = wall
+		kept := body(3000, 8)
+		e.put(kept)
+		e.reference("r1", idOf(kept), len(kept))
+		unreferenced := body(2000, 9) // has a row: the row pass decides
+		e.put(unreferenced)
+		crashed := body(70_000, 10) // two chunks
+		sum := sha256.Sum256(crashed)
+		name := bus.BlobObject(hex.EncodeToString(sum[:]), nuid.Next())
+		if _, err := bus.PutObject(t.Context(), e.s.cfg.JetStream, e.s.stream, bus.ObjectPut{Bucket: e.s.bucket, Name: name, ChunkSize: e.s.cfg.ChunkSize}, bytes.NewReader(crashed)); err != nil {
+			t.Fatal(err)
+		}
+		// An object of another shape in the bucket is not the sweep's.
+		if _, err := bus.PutObject(t.Context(), e.s.cfg.JetStream, e.s.stream, bus.ObjectPut{Bucket: e.s.bucket, Name: "not-a-blob", ChunkSize: 1024}, bytes.NewReader([]byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+		names := func() map[string]bool {
+			objs, err := e.s.obs.List(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]bool{}
+			for _, o := range objs {
+				m[o.Name] = true
+			}
+			return m
+		}
+		if n, err := e.s.Sweep(t.Context()); err != nil || n != 0 || e.s.Metrics().SweptObjects.Load() != 0 || !names()[name] {
+			t.Fatalf("Sweep within the grace = %d, %v; swept objects %d", n, err, e.s.Metrics().SweptObjects.Load())
+		}
+		// Past the grace period on the store's clock only: the object is
+		// still young by the Object Store's.
+		e.clock.Advance(2 * time.Hour)
+		if n, err := e.s.Sweep(t.Context()); err != nil || n != 1 || !names()[name] {
+			t.Fatalf("Sweep past the row grace = %d, %v; the unnamed object must wait for its own age", n, err)
+		}
+		wall.Advance(time.Hour + MinObjectAge)
+		if n, err := e.s.Sweep(t.Context()); err != nil || n != 0 {
+			t.Fatalf("Sweep past the object grace = %d, %v", n, err)
+		}
+		got := names()
+		if got[name] || !got["not-a-blob"] || len(got) != 2 || e.s.Metrics().SweptObjects.Load() != 1 {
+			t.Fatalf("objects after the sweep: %v (swept %d)", got, e.s.Metrics().SweptObjects.Load())
+		}
+		if !bytes.Equal(e.read(idOf(kept)), kept) {
+			t.Fatal("the referenced blob's bytes changed")
+		}
+		// Its chunks went with it: what is left is the kept blob's and the
+		// foreign object's.
+		info, err := e.s.stream.Info(t.Context(), jetstream.WithSubjectFilter(bus.ObjectChunks(e.s.bucket)))
+		if err != nil || len(info.State.Subjects) != 2 {
+			t.Fatalf("chunk subjects after the sweep: %v (%v)", info.State.Subjects, err)
 		}
 	})
 }

@@ -49,6 +49,9 @@ const (
 	AdminCheckpointsRepublish = "checkpoints.republish"
 	AdminSegmentsStats        = "segments.stats"
 	AdminSegmentsPrune        = "segments.prune"
+	// Auth leases (SPEC.md §7.3): `syncnode leases revoke|clear`.
+	AdminLeasesRevoke = "leases.revoke"
+	AdminLeasesClear  = "leases.clear"
 	// AdminReactionsGroup is the group of the reactions endpoints
 	// (syncnode.admin.reactions.<op>), which package reactions registers
 	// through admin.Extension.

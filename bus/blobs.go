@@ -17,3 +17,18 @@ const bucketBlobs = "sync_blobs"
 // lowercase hex digits and a unique upload id (a NUID): blob-<hex>-<id>.
 // The caller validates both.
 func BlobObject(hexDigest, upload string) string { return "blob-" + hexDigest + "-" + upload }
+
+// IsBlobObject reports whether name is a BlobObject name: blob-<64
+// lowercase hex>-<upload id>.
+func IsBlobObject(name string) bool {
+	const prefix = "blob-"
+	if len(name) < len(prefix)+64+2 || name[:len(prefix)] != prefix || name[len(prefix)+64] != '-' {
+		return false
+	}
+	for _, c := range name[len(prefix) : len(prefix)+64] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

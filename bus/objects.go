@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"time"
 
@@ -19,27 +20,85 @@ import (
 // memory) at once.
 const ObjectWindow = 4
 
-// PutObject streams r into a new object name of bucket, laid out as the
-// Object Store lays objects out — chunks on a fresh $O.<bucket>.C.<nuid>
+// The chunk sizes of the node's object stores (blobs, segments): at least
+// 1 KiB, so that an object is not mostly message headers, and at most
+// 8 MiB, the largest max_payload the NATS server accepts without a
+// warning (a chunk is one message).
+const (
+	MinChunkSize = 1 << 10
+	MaxChunkSize = 8 << 20
+)
+
+// CheckChunkSize refuses an object chunk size outside
+// MinChunkSize..MaxChunkSize (the error names the value; callers prefix
+// the field).
+func CheckChunkSize(n int) error {
+	if n < MinChunkSize || n > MaxChunkSize {
+		return fmt.Errorf("%d outside 1 KiB..8 MiB", n)
+	}
+	return nil
+}
+
+// ObjectPut describes the object PutObject writes.
+type ObjectPut struct {
+	Bucket    string
+	Name      string
+	ChunkSize int
+	// Bytes, when not nil, are the whole object: published in slices of
+	// ChunkSize without a copy, and the reader is not read.
+	Bytes []byte
+	// Digest is the Object Store digest of Bytes ("SHA-256=<base64url>")
+	// when the caller knows it: then Bytes are not hashed again. It is
+	// ignored for a reader, whose bytes are always hashed.
+	Digest string
+	// VerifyFunc, when set, checks the object's info (size, chunks and
+	// the digest of what was published) before its meta is written; an
+	// error fails the put, which then leaves nothing behind, and is
+	// returned as is.
+	VerifyFunc func(jetstream.ObjectInfo) error
+}
+
+// PutObject writes a new object of p.Bucket named p.Name, laid out as
+// the Object Store lays objects out — chunks on a fresh $O.<bucket>.C.<nuid>
 // subject, then the meta on $O.<bucket>.M.<name> with a rollup — so every
-// Object Store reader and tool reads it. It publishes on js with a window
-// of ObjectWindow chunks of chunkSize bytes: the Object Store's own Put
-// makes a JetStream context per call, whose reconnect-watch goroutine can
-// outlive it. stream is the bucket's stream (ObjectStream), used to purge
-// the chunks of a failed put. The returned info carries the size and the
-// Object Store's SHA-256 digest ("SHA-256=<base64url>").
-func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, bucket, name string, chunkSize int, r io.Reader) (info jetstream.ObjectInfo, err error) {
+// Object Store reader and tool reads it. Its bytes are p.Bytes or, when
+// p.Bytes is nil, what r yields. It publishes on js with a window of
+// ObjectWindow chunks: the Object Store's own Put makes a JetStream
+// context per call, whose reconnect-watch goroutine can outlive it.
+// stream is the bucket's stream (ObjectStream), used to purge the chunks
+// of a failed put. The returned info carries the size, the chunk count
+// and the Object Store's SHA-256 digest ("SHA-256=<base64url>"). The
+// segment and blob stores write every object through it.
+func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p ObjectPut, r io.Reader) (info jetstream.ObjectInfo, err error) {
+	if p.ChunkSize < 1 {
+		return info, fmt.Errorf("put object %s: chunk size %d", p.Name, p.ChunkSize)
+	}
 	id := nuid.Next()
-	subj := ObjectChunkSubject(bucket, id)
+	subj := ObjectChunkSubject(p.Bucket, id)
 	var (
 		bufs [ObjectWindow][]byte
 		acks [ObjectWindow]jetstream.PubAckFuture
-		h    = sha256.New()
+		h    hash.Hash
+		mem  = p.Bytes
 	)
+	if mem == nil || p.Digest == "" {
+		h = sha256.New()
+	}
 	defer func() {
 		if err != nil {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
+			// Chunks still in flight land after a purge sent now: let
+			// them land first.
+			for _, f := range acks {
+				if f != nil {
+					select {
+					case <-f.Ok():
+					case <-f.Err():
+					case <-pctx.Done():
+					}
+				}
+			}
 			_ = stream.Purge(pctx, jetstream.WithPurgeSubject(subj))
 		}
 	}()
@@ -56,19 +115,35 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 	for i := 0; ; i++ {
 		slot := i % ObjectWindow
 		if acks[slot] != nil {
-			// A slot's buffer is reused only once its chunk is stored.
-			if err := wait(acks[slot]); err != nil {
+			// A slot (and its buffer) is reused only once its chunk is
+			// stored.
+			f := acks[slot]
+			acks[slot] = nil
+			if err := wait(f); err != nil {
 				return info, err
 			}
-			acks[slot] = nil
 		}
-		if bufs[slot] == nil {
-			bufs[slot] = make([]byte, chunkSize)
+		var (
+			chunk []byte
+			rerr  error
+		)
+		if p.Bytes != nil {
+			chunk, mem = mem[:min(len(mem), p.ChunkSize)], mem[min(len(mem), p.ChunkSize):]
+			if len(mem) == 0 {
+				rerr = io.EOF
+			}
+		} else {
+			if bufs[slot] == nil {
+				bufs[slot] = make([]byte, p.ChunkSize)
+			}
+			n, err := io.ReadFull(r, bufs[slot])
+			chunk, rerr = bufs[slot][:n], err
 		}
-		n, rerr := io.ReadFull(r, bufs[slot])
-		if n > 0 {
-			h.Write(bufs[slot][:n])
-			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: bufs[slot][:n]})
+		if n := len(chunk); n > 0 {
+			if h != nil {
+				h.Write(chunk)
+			}
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: chunk})
 			if err != nil {
 				return info, err
 			}
@@ -83,21 +158,31 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			return info, rerr
 		}
 	}
-	for _, f := range acks {
+	for i, f := range acks {
 		if f != nil {
+			acks[i] = nil
 			if err := wait(f); err != nil {
 				return info, err
 			}
 		}
 	}
-	info.ObjectMeta = jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize)}}
-	info.Bucket, info.NUID, info.ModTime = bucket, id, time.Now().UTC()
-	info.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(h.Sum(nil))
+	info.ObjectMeta = jetstream.ObjectMeta{Name: p.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(p.ChunkSize)}}
+	info.Bucket, info.NUID, info.ModTime = p.Bucket, id, time.Now().UTC()
+	if h != nil {
+		info.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(h.Sum(nil))
+	} else {
+		info.Digest = p.Digest
+	}
+	if p.VerifyFunc != nil {
+		if err := p.VerifyFunc(info); err != nil {
+			return info, err
+		}
+	}
 	meta, err := json.Marshal(&info)
 	if err != nil {
 		return info, err
 	}
-	m := nats.NewMsg(ObjectMetaSubject(bucket, name))
+	m := nats.NewMsg(ObjectMetaSubject(p.Bucket, p.Name))
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Data = meta
 	if _, err := js.PublishMsg(ctx, m); err != nil {

@@ -2,7 +2,10 @@ package bus
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -24,25 +27,25 @@ func TestPutObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := 0
 	for _, size := range []int{0, 1, 4096, 5*4096 + 7} {
 		data := bytes.Repeat([]byte{byte(size)}, size)
-		name := "o" + string(rune('a'+size%26))
-		info, err := PutObject(ctx, js, stream, "objs", name, 4096, bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored, err := obs.GetInfo(ctx, name)
-		if err != nil || stored.Digest != info.Digest || stored.Size != uint64(size) {
-			t.Fatalf("size %d: stored %+v (%v), put %+v", size, stored, err, info)
-		}
-		r, err := obs.Get(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := io.ReadAll(r)
-		r.Close()
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("size %d: read back %d bytes, %v", size, len(got), err)
+		sum := sha256.Sum256(data)
+		digest := "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
+		// From a reader, from memory hashed, from memory with its digest.
+		mem := append([]byte{}, data...) // not nil, even when empty
+		for _, p := range []ObjectPut{{}, {Bytes: mem}, {Bytes: mem, Digest: digest}} {
+			n++
+			name := fmt.Sprintf("o%d", n)
+			p.Bucket, p.Name, p.ChunkSize = "objs", name, 4096
+			info, err := PutObject(ctx, js, stream, p, bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Digest != digest || info.Size != uint64(size) {
+				t.Fatalf("size %d: put info %+v, want digest %s", size, info, digest)
+			}
+			checkObject(t, obs, name, data, info)
 		}
 	}
 	before, err := stream.Info(ctx)
@@ -50,16 +53,45 @@ func TestPutObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	_, err = PutObject(ctx, js, stream, "objs", "broken", 4096, io.MultiReader(bytes.NewReader(make([]byte, 3*4096)), errReader{boom}))
+	_, err = PutObject(ctx, js, stream, ObjectPut{Bucket: "objs", Name: "broken", ChunkSize: 4096}, io.MultiReader(bytes.NewReader(make([]byte, 3*4096)), errReader{boom}))
 	if !errors.Is(err, boom) {
 		t.Fatalf("failed put = %v, want the reader's error", err)
 	}
+	// A refusal of VerifyFunc writes no meta and leaves no chunks.
+	refused := errors.New("refused")
+	var seen jetstream.ObjectInfo
+	_, err = PutObject(ctx, js, stream, ObjectPut{Bucket: "objs", Name: "unverified", ChunkSize: 4096,
+		VerifyFunc: func(i jetstream.ObjectInfo) error { seen = i; return refused }}, bytes.NewReader(make([]byte, 2*4096+1)))
+	if !errors.Is(err, refused) || seen.Size != 2*4096+1 || seen.Chunks != 3 || seen.Digest == "" {
+		t.Fatalf("verified put = %v, VerifyFunc saw %+v", err, seen)
+	}
 	after, err := stream.Info(ctx)
 	if err != nil || after.State.Msgs != before.State.Msgs {
-		t.Fatalf("a failed put left %d messages (before %d): %v", after.State.Msgs, before.State.Msgs, err)
+		t.Fatalf("failed puts left %d messages (before %d): %v", after.State.Msgs, before.State.Msgs, err)
 	}
-	if _, err := obs.GetInfo(ctx, "broken"); !errors.Is(err, jetstream.ErrObjectNotFound) {
-		t.Fatalf("failed put left an object: %v", err)
+	for _, name := range []string{"broken", "unverified"} {
+		if _, err := obs.GetInfo(ctx, name); !errors.Is(err, jetstream.ErrObjectNotFound) {
+			t.Fatalf("failed put left object %s: %v", name, err)
+		}
+	}
+}
+
+func checkObject(t *testing.T, obs jetstream.ObjectStore, name string, data []byte, info jetstream.ObjectInfo) {
+	t.Helper()
+	ctx := t.Context()
+	size := len(data)
+	stored, err := obs.GetInfo(ctx, name)
+	if err != nil || stored.Digest != info.Digest || stored.Size != uint64(size) {
+		t.Fatalf("size %d: stored %+v (%v), put %+v", size, stored, err, info)
+	}
+	r, err := obs.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("size %d: read back %d bytes, %v", size, len(got), err)
 	}
 }
 

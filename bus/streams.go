@@ -74,10 +74,24 @@ func (c StreamsConfig) WithDefaults() StreamsConfig {
 	return c
 }
 
+// MaxReplicas is the largest replication factor JetStream gives a
+// stream, KV bucket or object store.
+const MaxReplicas = 5
+
+// CheckReplicas refuses a replication factor outside 1..MaxReplicas: the
+// rule of every stream, KV bucket and object store a node creates. The
+// error names the value, not the field: callers prefix theirs.
+func CheckReplicas(n int) error {
+	if n < 1 || n > MaxReplicas {
+		return fmt.Errorf("%d outside 1..%d", n, MaxReplicas)
+	}
+	return nil
+}
+
 func (c StreamConfig) validate(name string) error {
 	var errs []error
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("%s: Replicas %d outside 1..5", name, c.Replicas))
+	if err := CheckReplicas(c.Replicas); err != nil {
+		errs = append(errs, fmt.Errorf("%s: Replicas %w", name, err))
 	}
 	if c.MaxBytes < -1 || c.MaxBytes == 0 {
 		errs = append(errs, fmt.Errorf("%s: MaxBytes %d must be positive or -1", name, c.MaxBytes))

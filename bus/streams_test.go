@@ -166,3 +166,29 @@ func TestNamespacesShareAServer(t *testing.T) {
 		t.Fatalf("second delete: %v", err)
 	}
 }
+
+// TestCheckBounds: the replica and chunk-size rules accept their bounds
+// and refuse one past each.
+func TestCheckBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		check func(int) error
+		ok    []int
+		bad   []int
+	}{
+		{"replicas", CheckReplicas, []int{1, MaxReplicas}, []int{0, -1, MaxReplicas + 1}},
+		{"chunk size", CheckChunkSize, []int{MinChunkSize, MaxChunkSize}, []int{0, MinChunkSize - 1, MaxChunkSize + 1}},
+	} {
+		for _, n := range tc.ok {
+			if err := tc.check(n); err != nil {
+				t.Errorf("%s %d refused: %v", tc.name, n, err)
+			}
+		}
+		for _, n := range tc.bad {
+			if err := tc.check(n); err == nil {
+				t.Errorf("%s %d accepted", tc.name, n)
+			}
+		}
+	}
+}

@@ -54,24 +54,44 @@ func (r *roundState) image(data []byte, f *ssp2.SegmentRef) error {
 	r.c.rep.mu.Unlock()
 	// Rows of a chunk are encoded into one buffer, then copied into an
 	// arena of exactly their size with their ids in one string: two
-	// allocations per chunk rather than two per row.
+	// allocations per chunk rather than two per row. Reading and applying
+	// overlap: this goroutine reads and encodes the next chunk while an
+	// applier goroutine puts the previous one into the replica, in order,
+	// one chunk per replica update.
 	type pending struct {
 		version        int64
 		start, end     int
 		idStart, idEnd int
 	}
-	chunk := make([]pending, 0, imageChunk)
-	var buf, ids []byte
+	type chunk struct {
+		rows  []pending
+		arena []byte
+		ids   string
+	}
+	free := make(chan []pending, 3)
+	for range cap(free) {
+		free <- make([]pending, 0, imageChunk)
+	}
+	work := make(chan chunk, 1)
 	var applied int64
-	flush := func() {
-		arena, idStr := append([]byte(nil), buf...), string(ids)
-		r.c.rep.mu.Lock()
-		for _, p := range chunk {
-			tr.rows[idStr[p.idStart:p.idEnd]] = rowEntry{version: p.version, data: arena[p.start:p.end:p.end]}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range work {
+			r.c.rep.mu.Lock()
+			for _, p := range c.rows {
+				tr.rows[c.ids[p.idStart:p.idEnd]] = rowEntry{version: p.version, data: c.arena[p.start:p.end:p.end]}
+			}
+			r.c.rep.mu.Unlock()
+			applied += int64(len(c.rows))
+			free <- c.rows[:0]
 		}
-		r.c.rep.mu.Unlock()
-		applied += int64(len(chunk))
-		chunk, buf, ids = chunk[:0], buf[:0], ids[:0]
+	}()
+	rows := <-free
+	var buf, ids []byte
+	flush := func() {
+		work <- chunk{rows: rows, arena: append([]byte(nil), buf...), ids: string(ids)}
+		rows, buf, ids = <-free, buf[:0], ids[:0]
 	}
 	n, err := im.Rows(l, func(version int64, vals []ssp2.Value) error {
 		v := vals[pk]
@@ -87,17 +107,21 @@ func (r *roundState) image(data []byte, f *ssp2.SegmentRef) error {
 		if ids, err = appendRowID(ids, pkType, v); err != nil {
 			return err
 		}
-		chunk = append(chunk, pending{version: version, start: start, end: len(buf), idStart: idStart, idEnd: len(ids)})
-		if len(chunk) == imageChunk {
+		rows = append(rows, pending{version: version, start: start, end: len(buf), idStart: idStart, idEnd: len(ids)})
+		if len(rows) == imageChunk {
 			flush()
 		}
 		return nil
 	})
+	if err == nil && len(rows) > 0 {
+		flush()
+	}
+	// A failure leaves the chunks before it applied (SPEC.md §5.3: the
+	// committed prefix stays for a safe retry).
+	close(work)
+	<-done
 	if err != nil {
 		return err
-	}
-	if len(chunk) > 0 {
-		flush()
 	}
 	if n != f.RowCount || applied != f.RowCount {
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "sqlite image: applied %d rows, the descriptor says %d", applied, f.RowCount)

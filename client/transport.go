@@ -130,16 +130,23 @@ func (c *Client) download(ctx context.Context, ref *ssp2.SegmentRef, requested m
 	if ref.ByteLength < 0 || ref.ByteLength > maxSegmentBytes {
 		return nil, fmt.Errorf("download segment: byteLength %d out of range", ref.ByteLength)
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, ref.ByteLength+1))
-	if _, err := buf.ReadFrom(io.LimitReader(body, ref.ByteLength+1)); err != nil {
+	// The bytes are read into a buffer of exactly that size and hashed as
+	// they arrive, in the same pass that stores them, while the rest is
+	// still in flight; one byte more is an error.
+	data := make([]byte, ref.ByteLength)
+	h := sha256.New()
+	n, err := io.ReadFull(io.TeeReader(body, h), data)
+	if err == nil {
+		var extra [1]byte
+		if m, _ := io.ReadFull(body, extra[:]); m > 0 {
+			return nil, fmt.Errorf("download segment %s: more bytes than the descriptor's %d", ref.SegmentID, ref.ByteLength)
+		}
+	} else if err == io.ErrUnexpectedEOF || err == io.EOF {
+		return nil, fmt.Errorf("download segment %s: got %d bytes, descriptor says %d", ref.SegmentID, n, ref.ByteLength)
+	} else {
 		return nil, fmt.Errorf("download segment: %w", err)
 	}
-	data := buf.Bytes()
-	if int64(len(data)) != ref.ByteLength {
-		return nil, fmt.Errorf("download segment %s: got %d bytes, descriptor says %d", ref.SegmentID, len(data), ref.ByteLength)
-	}
-	sum := sha256.Sum256(data)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != ref.SegmentID {
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != ref.SegmentID {
 		return nil, fmt.Errorf("download segment %s: content address mismatch (got %s)", ref.SegmentID, got)
 	}
 	return data, nil

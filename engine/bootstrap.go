@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/syncnode/syncnode/internal/ids"
@@ -57,14 +58,38 @@ func encodeToken(asOf int64, table, rowCursor string) json.RawMessage {
 	return b
 }
 
+// bootstrapPin is the pin of a fresh bootstrap of t (SPEC.md §4.7), read
+// in snapshot tx: the partition's max seq, or for a bootstrap eligible
+// for the sqlite lane its scope pin — the newest commit whose change to
+// t carries one of the subscription's values of its first scope variable
+// (keys in byte order, the variable CommitWindow's candidates are walked
+// by), raised to the horizon and capped at the max seq. No change the
+// subscription would receive lies after the scope pin, so the snapshot
+// there is the snapshot now; and every segment key (rows pages and
+// images alike) carries the pin, so a commit outside the scope leaves
+// the stored segments the match for their key.
+func bootstrapPin(ctx context.Context, tx storage.ReadTx, part storage.Partition, t *schema.Table, eff map[string][]string, lim pullLimits) (int64, error) {
+	if !sqliteEligible(lim, t) || len(eff) == 0 {
+		return part.MaxCommitSeq, nil
+	}
+	first := slices.Min(slices.Collect(maps.Keys(eff)))
+	last, err := tx.LastScopeSeq(ctx, part.ID, t.Name, first, eff[first])
+	if err != nil {
+		return 0, err
+	}
+	return min(max(last, part.HorizonSeq), part.MaxCommitSeq), nil
+}
+
 // bootstrap streams a pinned, paged snapshot of one table (SPEC.md §4.7,
-// §5): up to lim.pages pages of lim.rows rows, each one rows segment
-// delivered inline or by reference, built once per key and reused.
-func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscription, t *schema.Table, eff map[string][]string, part storage.Partition, lim pullLimits) (int64, bool, error) {
+// §5) from pin (bootstrapPin), or from the point a resume token names:
+// up to lim.pages pages of lim.rows rows, each one rows segment
+// delivered inline or by reference, built once per key and reused — or,
+// at the start of a table on the image lane, one SQLite image.
+func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscription, t *schema.Table, eff map[string][]string, part storage.Partition, pin int64, lim pullLimits) (int64, bool, error) {
 	e.metrics.Bootstraps.Add(1)
 	asOf, cursor, resumed := resumePoint(sub.BootstrapState, t.Name, part)
 	if !resumed {
-		asOf, cursor = part.MaxCommitSeq, ""
+		asOf, cursor = pin, ""
 	}
 	inlineOK := lim.accept&ssp2.AcceptInlineRows != 0
 	refOK := lim.accept&ssp2.AcceptExternalRows != 0 && e.cfg.Segments != nil
@@ -104,13 +129,17 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 		}
 		e.metrics.RowsBootstrapped.Add(pub.RowCount)
 		if inlineOK && (!refOK || pub.ByteLength < e.inlineMax) {
+			frame := &ssp2.SegmentInline{Payload: data}
 			if data == nil {
 				if data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID); err != nil {
 					return 0, false, internal("read segment", err)
 				}
+				if frame, err = e.inline.frame(pub.SegmentID, data); err != nil {
+					return 0, false, internal("stored segment", err)
+				}
 			}
 			e.metrics.SegmentsInline.Add(1)
-			if err := r.enc.WriteFrame(&ssp2.SegmentInline{Payload: data}); err != nil {
+			if err := r.enc.WriteFrame(frame); err != nil {
 				return 0, false, err
 			}
 		} else {

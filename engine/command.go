@@ -91,6 +91,35 @@ func (e *Engine) BindCaller(ctx context.Context, id Identity, clientID string) e
 		if _, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs()); err != nil {
 			return internal("touch partition", err)
 		}
+	}
+	return e.bindCaller(ctx, id, clientID, c, ok)
+}
+
+// AdmitCaller is BindCaller then Admit with one read of the partition
+// and client records: the entry of a registered query.
+func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	if err := CheckCallerClientID(clientID); err != nil {
+		return err
+	}
+	part, c, ok, err := e.cfg.Store.PartitionTouchClient(ctx, id.Partition, clientID, e.nowMs())
+	if err != nil {
+		return internal("touch partition", err)
+	}
+	if err := e.bindCaller(ctx, id, clientID, c, ok); err != nil {
+		return err
+	}
+	_, err = e.admit(ctx, part)
+	return err
+}
+
+// bindCaller completes a bind after the read of the client record c
+// (ok: it exists, in a partition that exists).
+func (e *Engine) bindCaller(ctx context.Context, id Identity, clientID string, c storage.Client, ok bool) error {
+	if !ok {
+		var err error
 		c, err = e.cfg.Store.ClientBind(ctx, storage.Client{Partition: id.Partition, ClientID: clientID, ActorID: id.ActorID,
 			WireVersion: 2, Cursor: -1, UpdatedAtMs: e.nowMs()})
 		if err != nil {

@@ -110,6 +110,12 @@ type Config struct {
 	// "segments/{id}?st=…" is appended to (a CDN in front of the node);
 	// empty takes the request's own mount (Identity.MountURL).
 	SignedURLBase string
+	// BlobPresign serves blobs by signed URL (SPEC.md §5.9.3, §5.9.5):
+	// upload grants carry a presigned PUT, and an authorized GET
+	// /blobs/{id} answers {url, urlExpiresAtMs} instead of the bytes. nil
+	// means on when SignedURLs is set; true needs SignedURLs.
+	// SetBlobPresign switches it at run time.
+	BlobPresign *bool
 
 	// Validators are per-table write validators (SPEC.md §6.7).
 	Validators map[string]RowValidator
@@ -172,12 +178,16 @@ type Engine struct {
 	metrics Metrics
 	// inlineMax is Config.InlineSegmentMaxBytes.
 	inlineMax int64
+	// inline caches the checked inline frames of stored segments.
+	inline inlineFrames
 	// validators is the installed validator set (validators.go): read once
 	// per commit, replaced whole by SetValidators.
 	validators atomic.Pointer[validatorSet]
 	// failLookup fails the next optimistic idempotency lookup
 	// (FailNextIdempotencyLookup).
 	failLookup atomic.Bool
+	// blobPresign is Config.BlobPresign, switched by SetBlobPresign.
+	blobPresign atomic.Bool
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -211,6 +221,10 @@ type Metrics struct {
 	ImageRefs       atomic.Int64
 	SignedURLs      atomic.Int64
 	SignedRefusals  atomic.Int64
+	// SignedBlobURLs counts presigned blob downloads and upload grants
+	// minted, SignedBlobRefusals the blob requests by signed URL refused.
+	SignedBlobURLs     atomic.Int64
+	SignedBlobRefusals atomic.Int64
 }
 
 // Defaults.
@@ -289,6 +303,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
 	}
+	if cfg.BlobPresign != nil && *cfg.BlobPresign && cfg.SignedURLs == nil {
+		return nil, errors.New("engine: Config.BlobPresign needs SignedURLs")
+	}
 	vs, err := newValidatorSet(cfg.Schema, cfg.Validators, cfg.CommitValidator)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -303,6 +320,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, inlineMax: int64(*cfg.InlineSegmentMaxBytes)}
 	e.validators.Store(vs)
+	e.blobPresign.Store(cfg.SignedURLs != nil && (cfg.BlobPresign == nil || *cfg.BlobPresign))
 	return e, nil
 }
 
@@ -342,6 +360,11 @@ type request struct {
 	// forwarded holds the results its home stored for this request.
 	remote    bool
 	forwarded map[string]storage.PushRecord
+	// looked: the stored results of the request's commits (those whose
+	// ids lookupIDs passes) were read at the start, and pushes holds the
+	// ones found (storage.RequestStarter).
+	looked bool
+	pushes map[string]storage.PushRecord
 }
 
 // Sync handles one SSP2 request. A request-level failure detected before
@@ -429,7 +452,16 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 		hasClient bool
 		err       error
 	)
-	if checkClientID(hdr.ClientID) == nil {
+	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok && checkClientID(hdr.ClientID) == nil {
+		// With the stored results of the request's commits: the
+		// optimistic idempotency lookups in the same read (push.go).
+		var st storage.RequestStart
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{
+			Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(req.Commits), NowMs: r.now,
+		})
+		part, client, hasClient = st.Partition, st.Client, st.HasClient
+		r.looked, r.pushes = true, st.Pushes
+	} else if checkClientID(hdr.ClientID) == nil {
 		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
 	} else {
 		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)

@@ -15,20 +15,23 @@ import (
 // The image lane (SPEC.md §5.3): a table whose snapshot exceeds one rows
 // page bootstraps from one SQLite database image when the client accepts
 // images (accept bit 2). The image covers the whole table for the
-// effective scopes at the pin, is delivered by SEGMENT_REF only, and is
-// built once per (partition, epoch, table, schema version, scope digest,
-// pin) through the segment store — single-flight on a node, content-
-// addressed in the Object Store, reused by every client with the key.
+// effective scopes at the pin (the scope pin of §4.7, which only a
+// change in those scopes moves), is delivered by SEGMENT_REF only, and
+// is built once per (partition, epoch, table, schema version, scope
+// digest, pin) through the segment store — single-flight on a node,
+// content-addressed in the Object Store, reused by every client with
+// the key.
 
 // imageScanBatch is how many rows one scan of an image build reads.
 const imageScanBatch = 5000
 
-// imageEligible reports whether a bootstrap at the start of table t may
-// take the image lane: the client accepts images, the node can build and
-// reference them, and the table holds no client-side encrypted column
-// (SPEC.md §5.11: the server never images ciphertext it cannot type).
-func (e *Engine) imageEligible(lim pullLimits, t *schema.Table) bool {
-	if lim.accept&ssp2.AcceptSQLite == 0 || e.cfg.ImageWriter == nil || e.cfg.Segments == nil {
+// sqliteEligible reports whether a bootstrap of table t is eligible for
+// the sqlite lane (SPEC.md §5.3, §4.7): the client accepts images and the
+// table holds no client-side encrypted column (§5.11: the server never
+// images ciphertext it cannot type). Eligibility decides the pin
+// (bootstrapPin), whether or not this node builds images.
+func sqliteEligible(lim pullLimits, t *schema.Table) bool {
+	if lim.accept&ssp2.AcceptSQLite == 0 {
 		return false
 	}
 	for _, c := range t.Columns {
@@ -37,6 +40,13 @@ func (e *Engine) imageEligible(lim pullLimits, t *schema.Table) bool {
 		}
 	}
 	return true
+}
+
+// imageEligible reports whether a bootstrap at the start of table t may
+// take the image lane: it is eligible and the node can build and
+// reference images.
+func (e *Engine) imageEligible(lim pullLimits, t *schema.Table) bool {
+	return e.cfg.ImageWriter != nil && e.cfg.Segments != nil && sqliteEligible(lim, t)
 }
 
 // imageKey is the reuse key of a table's image.

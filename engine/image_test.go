@@ -15,7 +15,6 @@ import (
 	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/ssp2"
-	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -39,6 +38,7 @@ type imageHarness struct {
 	segs   *segments.Store
 	signer *signedurl.Signer
 	clock  *clock.Manual
+	seeds  int
 }
 
 // newImageHarness is an engine with the image lane and signed URLs on,
@@ -71,9 +71,11 @@ func newImageHarness(t *testing.T) *imageHarness {
 	return ih
 }
 
-// seed pushes n rows of table into project.
-func (h *imageHarness) seed(who Identity, epoch, table, project string, n int) {
+// seed pushes n rows of table into project in one commit and returns
+// the partition's max seq after it.
+func (h *imageHarness) seed(who Identity, epoch, table, project string, n int) int64 {
 	h.t.Helper()
+	h.seeds++
 	t, _ := h.schema.Table(table)
 	ops := make([]ssp2.Operation, n)
 	for i := range ops {
@@ -89,10 +91,12 @@ func (h *imageHarness) seed(who Identity, epoch, table, project string, n int) {
 		ops[i] = ssp2.Operation{Table: table, RowID: rowID, Op: ssp2.OpUpsert, Payload: payload}
 	}
 	m := h.sync(who, 2, &ssp2.ReqHeader{ClientID: "seeder", SchemaVersion: 1, LogEpoch: &epoch},
-		&ssp2.PushCommit{ClientCommitID: fmt.Sprintf("seed-%s-%s", table, project), Operations: ops})
-	if r := m.Frames[1].(*ssp2.PushResult); r.Status != ssp2.PushApplied {
+		&ssp2.PushCommit{ClientCommitID: fmt.Sprintf("seed-%d", h.seeds), Operations: ops})
+	r := m.Frames[1].(*ssp2.PushResult)
+	if r.Status != ssp2.PushApplied || r.CommitSeq == nil {
 		h.t.Fatalf("seed: %+v", r)
 	}
+	return *r.CommitSeq
 }
 
 // pull bootstraps one subscription and returns its frames after
@@ -123,16 +127,11 @@ func TestImageLane(t *testing.T) {
 	h := newImageHarness(t)
 	who := id("alice", "p1", "p2")
 	epoch := h.epoch(who)
-	h.seed(who, epoch, "tasks", "p1", 2500)
-	h.seed(who, epoch, "tasks", "p2", 400)
-	h.seed(who, epoch, "secrets", "p1", 2500)
-	var head int64
-	if err := h.store.ReadTx(context.Background(), func(tx storage.ReadTx) error {
-		p, err := tx.Partition(context.Background(), "p")
-		head = p.MaxCommitSeq
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	// The image pins at its scope pin (SPEC.md §4.7): the last commit to
+	// tasks in p1, not the partition's head.
+	head := h.seed(who, epoch, "tasks", "p1", 2500)
+	if later := max(h.seed(who, epoch, "tasks", "p2", 400), h.seed(who, epoch, "secrets", "p1", 2500)); later <= head {
+		t.Fatalf("seeds at %d, then %d", head, later)
 	}
 
 	frames := h.pull(who, epoch, "tasks", "p1", acceptAll, 0, nil)
@@ -206,6 +205,62 @@ func TestImageLane(t *testing.T) {
 	rowsLane("a resumed bootstrap", resumed)
 	if r, ok := resumed[0].(*ssp2.SegmentRef); ok && r.RowCursor == nil {
 		t.Fatal("the resumed page has no row cursor")
+	}
+}
+
+// TestImageScopePin: an image is pinned at its scope pin (SPEC.md §4.7),
+// so a commit outside the subscription's scopes — another project, or
+// another table under the same project — reuses the stored image and
+// its pin, and the incremental pull from that pin is empty; a commit in
+// the scope moves the pin and builds a new image. A client without
+// accept bit 2 still pins at the partition's head.
+func TestImageScopePin(t *testing.T) {
+	h := newImageHarness(t)
+	who := id("alice", "p1", "p2")
+	epoch := h.epoch(who)
+	pin := h.seed(who, epoch, "tasks", "p1", 1500)
+	ref := h.pull(who, epoch, "tasks", "p1", acceptAll, 0, nil)[0].(*ssp2.SegmentRef)
+	if ref.MediaType != ssp2.MediaSQLite || ref.AsOfCommitSeq != pin {
+		t.Fatalf("first image: %+v, want a sqlite segment pinned at %d", ref, pin)
+	}
+
+	head := max(h.seed(who, epoch, "tasks", "p2", 10), h.seed(who, epoch, "secrets", "p1", 10))
+	frames := h.pull(who, epoch, "tasks", "p1", acceptAll, 0, nil)
+	again := frames[0].(*ssp2.SegmentRef)
+	if again.SegmentID != ref.SegmentID || again.AsOfCommitSeq != pin {
+		t.Fatalf("after commits elsewhere (head %d): image %s at %d, want %s at %d", head, again.SegmentID, again.AsOfCommitSeq, ref.SegmentID, pin)
+	}
+	if end := frames[len(frames)-1].(*ssp2.SubEnd); end.NextCursor != pin {
+		t.Fatalf("SUB_END cursor %d, want the pin %d", end.NextCursor, pin)
+	}
+	if m := h.e.Metrics(); m.ImagesBuilt.Load() != 1 || m.ImagesReused.Load() != 1 {
+		t.Fatalf("images built %d, reused %d; want 1, 1", m.ImagesBuilt.Load(), m.ImagesReused.Load())
+	}
+	m := h.sync(who, 2, &ssp2.ReqHeader{ClientID: "puller", SchemaVersion: 1, LogEpoch: &epoch},
+		&ssp2.PullHeader{Accept: acceptAll},
+		&ssp2.Subscription{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": {"p1"}}, Cursor: pin})
+	for _, f := range m.Frames {
+		switch f := f.(type) {
+		case *ssp2.Commit:
+			t.Fatalf("the window after the scope pin holds commit %d", f.CommitSeq)
+		case *ssp2.SubEnd:
+			if f.NextCursor != head {
+				t.Fatalf("incremental cursor %d, want the head %d", f.NextCursor, head)
+			}
+		}
+	}
+
+	if r := h.pull(who, epoch, "tasks", "p1", ssp2.AcceptInlineRows|ssp2.AcceptExternalRows, 1, nil); r[len(r)-1].(*ssp2.SubEnd).NextCursor != head {
+		t.Fatalf("rows lane without bit 2 pinned at %d, want the head %d", r[len(r)-1].(*ssp2.SubEnd).NextCursor, head)
+	}
+
+	moved := h.seed(who, epoch, "tasks", "p1", 1)
+	next := h.pull(who, epoch, "tasks", "p1", acceptAll, 0, nil)[0].(*ssp2.SegmentRef)
+	if next.SegmentID == ref.SegmentID || next.AsOfCommitSeq != moved {
+		t.Fatalf("after a commit in the scope: image at %d (same bytes %v), want a new one at %d", next.AsOfCommitSeq, next.SegmentID == ref.SegmentID, moved)
+	}
+	if m := h.e.Metrics(); m.ImagesBuilt.Load() != 2 {
+		t.Fatalf("images built %d, want 2", m.ImagesBuilt.Load())
 	}
 }
 

@@ -91,6 +91,7 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 
 	var part storage.Partition
 	var win storage.Window
+	var pin int64
 	mode := modeIncremental
 	err = e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
 		var err error
@@ -103,6 +104,11 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 			return err
 		}
 		mode = chooseMode(sub, part)
+		if mode == modeBootstrap {
+			// A fresh bootstrap's pin, from the snapshot that chose it.
+			pin, err = bootstrapPin(ctx, tx, part, t, eff, lim)
+			return err
+		}
 		if mode != modeIncremental {
 			return nil
 		}
@@ -128,7 +134,7 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 	case modeReset:
 		return sub.Cursor, false, e.closedSection(r, sub, ssp2.SubReset, ssp2.CodeCursorExpired)
 	case modeBootstrap:
-		return e.bootstrap(ctx, r, sub, t, eff, part, lim)
+		return e.bootstrap(ctx, r, sub, t, eff, part, pin, lim)
 	}
 	if err := r.enc.WriteFrame(&ssp2.SubStart{ID: sub.ID, Status: ssp2.SubActive, EffectiveScopes: eff}); err != nil {
 		return 0, false, err

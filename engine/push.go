@@ -35,7 +35,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if e.failLookup.CompareAndSwap(true, false) {
 		return false, e.cacheMiss(r, key, "the idempotency lookup of this commit failed (injected)")
 	}
-	rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, r.id.Partition, r.req.Header.ClientID, key)
+	rec, ok, err := e.lookup(ctx, r, key)
 	if err != nil {
 		return false, internal("idempotency lookup", err)
 	}
@@ -107,6 +107,32 @@ func (e *Engine) answer(r *request, rec storage.PushRecord) error {
 		return r.enc.WriteFrame(details)
 	}
 	return nil
+}
+
+// lookup is the optimistic idempotency lookup of a commit id that
+// ids.Check passed: from the request's first read when the store made it
+// (prepare), else from the store.
+func (e *Engine) lookup(ctx context.Context, r *request, key string) (storage.PushRecord, bool, error) {
+	if r.looked {
+		rec, ok := r.pushes[key]
+		return rec, ok, nil
+	}
+	return e.cfg.Store.IdempotencyGet(ctx, r.id.Partition, r.req.Header.ClientID, key)
+}
+
+// lookupIDs returns the commit ids of a request that can be looked up
+// (push refuses the others before any lookup); a repeated id is harmless.
+func lookupIDs(commits []*ssp2.PushCommit) []string {
+	if len(commits) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(commits))
+	for _, c := range commits {
+		if ids.Check("the client commit id", c.ClientCommitID) == nil {
+			out = append(out, c.ClientCommitID)
+		}
+	}
+	return out
 }
 
 // foreign reports whether a stored result belongs to another actor's

@@ -81,15 +81,13 @@ func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Atta
 	if err := e.guardRemote(ctx, id.Partition, false); err != nil {
 		return Attachment{}, err
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs())
+	// One statement reads the partition and the client record, as a
+	// round's prepare does: a reconnect storm attaches twice per socket.
+	part, client, hasClient, err := e.cfg.Store.PartitionTouchClient(ctx, id.Partition, clientID, e.nowMs())
 	if err != nil {
 		return Attachment{}, internal("touch partition", err)
 	}
-	a := Attachment{Partition: part}
-	a.Client, a.HasClient, err = e.cfg.Store.ClientGet(ctx, id.Partition, clientID)
-	if err != nil {
-		return Attachment{}, internal("read client record", err)
-	}
+	a := Attachment{Partition: part, Client: client, HasClient: hasClient}
 	if a.HasClient && a.Client.ActorID != id.ActorID {
 		return Attachment{}, ssp2.Errorf(ssp2.CodeInvalidClientID, "client id is bound to another actor")
 	}

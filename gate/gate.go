@@ -115,8 +115,8 @@ func (c Config) WithDefaults() Config {
 // also requires the wiring: Store, Schema, and Conn with JetStream.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("gate config: Replicas %d outside 1..5", c.Replicas))
+	if err := bus.CheckReplicas(c.Replicas); err != nil {
+		errs = append(errs, fmt.Errorf("gate config: Replicas %w", err))
 	}
 	if c.AttemptTimeout < 0 || c.WatchCheck < 0 {
 		errs = append(errs, errors.New("gate config: AttemptTimeout and WatchCheck must not be negative"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -133,15 +134,15 @@ func NewScopes(cfg ScopesConfig) (*Scopes, error) {
 // ResolveScopes implements engine.Resolver. The returned map is shared by
 // every request served from the cache and must not be modified.
 func (s *Scopes) ResolveScopes(ctx context.Context, partition, actorID string) (engine.Allowed, error) {
-	p, err := bus.NewPartition(partition)
-	if err != nil {
-		return nil, fmt.Errorf("hook scopes: %w", err)
-	}
-	key := p.Token() + "\x00" + actorID
-	if p.Hashed() {
-		key = p.Escaped() + "\x00" + actorID
-	}
+	// The raw ids key the cache, the partition's length first so that no
+	// two pairs share a key; a hit costs a map lookup, and the partition
+	// is escaped into its subject only to ask.
+	key := strconv.Itoa(len(partition)) + ":" + partition + actorID
 	allowed, hit, err := s.cache.get(ctx, key, func(ctx context.Context) (engine.Allowed, time.Duration, error) {
+		p, err := bus.NewPartition(partition)
+		if err != nil {
+			return nil, 0, fmt.Errorf("hook scopes: %w", err)
+		}
 		var r ScopesReply
 		if err := s.c.call(ctx, bus.HookScopesSubject(p), ScopesRequest{Partition: partition, ActorID: actorID}, &r); err != nil {
 			return nil, 0, err

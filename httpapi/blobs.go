@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -21,7 +22,7 @@ import (
 type BlobSource interface {
 	// Put stores an upload of the decoded body; existed reports a blob
 	// the partition held already (nothing was read).
-	Put(ctx context.Context, partition, blobID, mediaType string, declared int64, body io.Reader) (existed bool, err error)
+	Put(ctx context.Context, u storage.BlobUpload) (existed bool, err error)
 	// Grant checks an upload grant request and reports whether the
 	// partition holds the blob already.
 	Grant(ctx context.Context, partition, blobID string, byteLength int64) (present bool, err error)
@@ -45,20 +46,42 @@ var errNoBlobs = ssp2.Errorf(ssp2.CodeBlobNotFound, "this node keeps no blobs")
 
 // serveBlobUpload is PUT /blobs/{id} (SPEC.md §5.9.3): 200 with an empty
 // body once the decoded body, whose SHA-256 must be the id, is stored, or
-// was already.
+// was already. With ?st= it is the presigned PUT of an upload grant: the
+// token is the whole grant (no host authentication is read), and the body
+// may not exceed the granted byteLength.
 func (h *Handler) serveBlobUpload(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.admitUpload(w, r)
-	if !ok {
-		return
-	}
 	blobID := r.PathValue("id")
-	declared := r.ContentLength
+	u := storage.BlobUpload{BlobID: blobID, MediaType: uploadMediaType(r.Header.Get("Content-Type")), Declared: r.ContentLength}
+	if r.URL.Query().Has(signedurl.Param) {
+		if h.cfg.Blobs == nil {
+			writeError(w, errNoBlobs)
+			return
+		}
+		g, err := h.cfg.Engine.AuthorizeSignedBlobUpload(r.Context(), blobID, r.URL.Query().Get(signedurl.Param))
+		if err != nil {
+			h.writeBlobError(w, "signed blob upload authorization failed", err)
+			return
+		}
+		u.Partition, u.Limit = g.Partition, &g.ByteLength
+	} else {
+		id, ok := h.admitUpload(w, r)
+		if !ok {
+			return
+		}
+		u.Partition = id.Partition
+	}
+	h.storeBlob(w, r, u)
+}
+
+// storeBlob streams an admitted upload's body into the blob store.
+func (h *Handler) storeBlob(w http.ResponseWriter, r *http.Request, u storage.BlobUpload) {
+	blobID := u.BlobID
 	body := &uploadReader{r: r.Body, rc: http.NewResponseController(w), timeout: h.cfg.WriteTimeout}
 	var src io.Reader = body
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip", "x-gzip":
-		declared = -1 // the cap applies to the decoded bytes
+		u.Declared = -1 // the cap applies to the decoded bytes
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "request body is not valid gzip"))
@@ -70,7 +93,8 @@ func (h *Handler) serveBlobUpload(w http.ResponseWriter, r *http.Request) {
 		writeErrorStatus(w, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "unsupported Content-Encoding %q", enc))
 		return
 	}
-	_, err := h.cfg.Blobs.Put(r.Context(), id.Partition, blobID, uploadMediaType(r.Header.Get("Content-Type")), declared, src)
+	u.Body = src
+	_, err := h.cfg.Blobs.Put(r.Context(), u)
 	switch {
 	case err == nil:
 		w.Header().Set("Content-Length", "0")
@@ -90,8 +114,10 @@ func (h *Handler) serveBlobUpload(w http.ResponseWriter, r *http.Request) {
 
 // serveBlobGrant is POST /blobs/{id}/upload-grant (SPEC.md §5.9.3): the
 // size cap is checked against the declared byteLength; {"present":true}
-// when the blob is held already, else {} — this node presigns no uploads,
-// so the client uploads through PUT /blobs/{id}.
+// when the blob is held already; else, when blobs are presigned,
+// {"url","urlExpiresAtMs"}: a PUT of at most byteLength bytes to
+// <mount>/blobs/{id}?st=… that needs no host authentication, and without
+// presigning {} — the client uploads through PUT /blobs/{id}.
 func (h *Handler) serveBlobGrant(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.admitUpload(w, r)
 	if !ok {
@@ -116,7 +142,8 @@ func (h *Handler) serveBlobGrant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ssp2.Errorf(ssp2.CodeInvalidRequest, "byteLength must be an integer in 0..2^53-1"))
 		return
 	}
-	present, err := h.cfg.Blobs.Grant(r.Context(), id.Partition, r.PathValue("id"), n)
+	blobID := r.PathValue("id")
+	present, err := h.cfg.Blobs.Grant(r.Context(), id.Partition, blobID, n)
 	if err != nil {
 		if ssp2.CodeOf(err) == "" {
 			h.log.Error("blob grant", "err", err)
@@ -127,11 +154,43 @@ func (h *Handler) serveBlobGrant(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if present {
+	switch {
+	case present:
 		_, _ = io.WriteString(w, `{"present":true}`+"\n")
-		return
+	case h.cfg.Engine.BlobPresign():
+		url, exp := h.cfg.Engine.SignBlobUpload(id, blobID, n, blobMountURL(r))
+		writeURLGrant(w, url, exp)
+	default:
+		_, _ = io.WriteString(w, "{}\n")
 	}
-	_, _ = io.WriteString(w, "{}\n")
+}
+
+// writeURLGrant writes {"url","urlExpiresAtMs"}, the answer of a
+// presigned upload grant and of a presigned download (§5.9.3, §5.9.5).
+func writeURLGrant(w http.ResponseWriter, url string, expiresAtMs int64) {
+	b, _ := json.Marshal(struct {
+		URL            string `json:"url"`
+		URLExpiresAtMs int64  `json:"urlExpiresAtMs"`
+	}{url, expiresAtMs})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// blobMountURL is the mount a /blobs/… request came in on.
+func blobMountURL(r *http.Request) string {
+	m := MountURL(r, "")
+	if i := strings.LastIndex(m, "/blobs/"); i >= 0 {
+		return m[:i+1]
+	}
+	return m
+}
+
+// writeBlobError answers a refused blob request, logging internal errors.
+func (h *Handler) writeBlobError(w http.ResponseWriter, what string, err error) {
+	if ssp2.CodeOf(err) == ssp2.CodeInternalError || ssp2.CodeOf(err) == "" {
+		h.log.Error(what, "err", err)
+		err = ssp2.Errorf(ssp2.CodeInternalError, "internal error")
+	}
+	writeError(w, err)
 }
 
 // admitUpload authenticates an upload and admits its identity.
@@ -156,24 +215,49 @@ func (h *Handler) admitUpload(w http.ResponseWriter, r *http.Request) (engine.Id
 
 // serveBlob is GET /blobs/{id} (SPEC.md §5.9.5): re-authorized on every
 // call against the rows that reference the blob, streamed as stored (no
-// transport compression: blobs are mostly compressed already).
+// transport compression: blobs are mostly compressed already). When
+// blobs are presigned, an authorized request is answered
+// {"url","urlExpiresAtMs"} instead of the bytes (the spec's always-issue
+// rule), and GET /blobs/{id}?st=… serves the bytes to anyone holding the
+// URL until it expires, reading no host authentication.
 func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.authenticate(w, r)
-	if !ok {
-		return
-	}
-	if h.cfg.Blobs == nil {
-		writeError(w, errNoBlobs)
-		return
-	}
 	blobID := r.PathValue("id")
-	b, err := h.cfg.Engine.AuthorizeBlob(r.Context(), id, blobID)
-	if err != nil {
-		if ssp2.CodeOf(err) == ssp2.CodeInternalError {
-			h.log.Error("blob authorization failed", "blob", blobID, "err", err)
+	var (
+		b   storage.Blob
+		err error
+	)
+	if r.URL.Query().Has(signedurl.Param) {
+		if h.cfg.Blobs == nil {
+			writeError(w, errNoBlobs)
+			return
 		}
-		writeError(w, err)
-		return
+		if b, err = h.cfg.Engine.AuthorizeSignedBlob(r.Context(), blobID, r.URL.Query().Get(signedurl.Param)); err != nil {
+			h.writeBlobError(w, "signed blob authorization failed", err)
+			return
+		}
+	} else {
+		id, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if h.cfg.Blobs == nil {
+			writeError(w, errNoBlobs)
+			return
+		}
+		if b, err = h.cfg.Engine.AuthorizeBlob(r.Context(), id, blobID); err != nil {
+			h.writeBlobError(w, "blob authorization failed", err)
+			return
+		}
+		if h.cfg.Engine.BlobPresign() {
+			// The URL is a fresh grant per request: never cached.
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			url, exp := h.cfg.Engine.SignBlobDownload(id, blobID, blobMountURL(r))
+			if r.Method != http.MethodHead {
+				writeURLGrant(w, url, exp)
+			}
+			return
+		}
 	}
 	hdr := w.Header()
 	hdr.Set("ETag", `"`+blobID+`"`)

@@ -49,6 +49,8 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics, budget *bodyBudget
 		{"syncnode_image_refs_total", "SQLite-image descriptors sent.", em.ImageRefs.Load},
 		{"syncnode_signed_urls_total", "Signed segment URLs minted.", em.SignedURLs.Load},
 		{"syncnode_signed_url_refusals_total", "Downloads by signed URL refused.", em.SignedRefusals.Load},
+		{"syncnode_signed_blob_urls_total", "Presigned blob downloads and upload grants minted.", em.SignedBlobURLs.Load},
+		{"syncnode_signed_blob_refusals_total", "Blob requests by presigned URL refused.", em.SignedBlobRefusals.Load},
 	}
 	cs := []prometheus.Collector{m.requests, m.latency, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "syncnode_image_build_seconds_total", Help: "Time spent building SQLite-image segments.",

@@ -192,8 +192,15 @@ func Revoke(ctx context.Context, st storage.LeaseStore, key []byte, partition, l
 	return true, st.LeasePut(ctx, rec)
 }
 
-// Clear deletes the lease leaseID of partition, revoked or not: the
-// client's next authorized round mints a fresh lease id.
+// Clear deletes the lease leaseID of partition, revoked or not, and
+// reports whether it existed: the client's next authorized round mints a
+// fresh lease id.
+func (l *Leases) Clear(ctx context.Context, partition, leaseID string) (bool, error) {
+	return Clear(ctx, l.cfg.Store, partition, leaseID)
+}
+
+// Clear is Leases.Clear over a store, for operator commands that run
+// without a node.
 func Clear(ctx context.Context, st storage.LeaseStore, partition, leaseID string) (bool, error) {
 	return st.LeaseDelete(ctx, partition, leaseID)
 }

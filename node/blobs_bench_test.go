@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +43,9 @@ func BenchmarkBlobs(b *testing.B) {
 	n := nodetest.Start(b, func(c *node.Config) {
 		c.Schema = sc
 		c.Blobs = blobs.Config{MaxBytes: 64 << 20, OrphanGrace: &grace, SweepInterval: -1}
+		// Presigned only in the presigned-* runs.
+		c.SignedURLs = node.SignedURLsConfig{Key: bytes.Repeat([]byte("k"), 32)}
+		c.Engine.BlobPresign = new(false)
 	})
 	tok := nodetest.Token(b, "alice", "acme", map[string][]string{"project_id": {"p1"}})
 	ctx := context.Background()
@@ -50,18 +55,40 @@ func BenchmarkBlobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	hc := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	send := func(req *http.Request) {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	send := func(req *http.Request) []byte {
+		if req.URL.Query().Get("st") == "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		var out []byte
+		if resp.Header.Get("Content-Type") == "application/json" {
+			out, err = io.ReadAll(resp.Body)
+		} else {
+			_, err = io.Copy(io.Discard, resp.Body)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b.Fatalf("%s %s: %d", req.Method, req.URL.Path, resp.StatusCode)
+		}
+		return out
+	}
+	// presigned is the url of a {url, urlExpiresAtMs} answer.
+	presigned := func(answer []byte) string {
+		var g struct{ URL string }
+		if err := json.Unmarshal(answer, &g); err != nil || g.URL == "" {
+			b.Fatalf("no url in %s (%v)", answer, err)
+		}
+		return g.URL
+	}
+	presign := func(on bool) {
+		if err := n.Engine.SetBlobPresign(on); err != nil {
+			b.Fatal(err)
 		}
 	}
 	idOf := func(data []byte) string {
@@ -88,6 +115,26 @@ func BenchmarkBlobs(b *testing.B) {
 				send(req)
 				b.StopTimer()
 				if _, err := n.Blobs.Sweep(ctx); err != nil { // unreferenced: deleted
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+		// The grant, then the PUT to its url without credentials.
+		b.Run("presigned-upload/"+label, func(b *testing.B) {
+			presign(true)
+			defer presign(false)
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				binary.LittleEndian.PutUint64(data, uint64(i)^1<<62) // a new blob each time
+				id := idOf(data)
+				b.StartTimer()
+				req, _ := http.NewRequest(http.MethodPost, n.URL()+"/blobs/"+id+"/upload-grant", strings.NewReader(fmt.Sprintf(`{"byteLength":%d}`, size)))
+				req, _ = http.NewRequest(http.MethodPut, presigned(send(req)), bytes.NewReader(data))
+				send(req)
+				b.StopTimer()
+				if _, err := n.Blobs.Sweep(ctx); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
@@ -121,6 +168,17 @@ func BenchmarkBlobs(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodGet, n.URL()+"/blobs/"+id, nil)
+				send(req)
+			}
+		})
+		// The authorized request for a url, then the GET of the url.
+		b.Run("presigned-download/"+label, func(b *testing.B) {
+			presign(true)
+			defer presign(false)
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodGet, n.URL()+"/blobs/"+id, nil)
+				req, _ = http.NewRequest(http.MethodGet, presigned(send(req)), nil)
 				send(req)
 			}
 		})

@@ -82,8 +82,10 @@ type Config struct {
 
 	// Images configures the SQLite-image bootstrap lane (SPEC.md §5.3).
 	Images ImagesConfig
-	// SignedURLs configures signed segment URLs (SPEC.md §5.4); without a
-	// key none are minted and every ?st= download is refused.
+	// SignedURLs configures signed segment URLs (SPEC.md §5.4), and
+	// presigned blob uploads and downloads (§5.9; Engine.BlobPresign, on
+	// by default once a key is set); without a key none are minted and
+	// every ?st= request is refused.
 	SignedURLs SignedURLsConfig
 
 	// Reactions configures durable reactions: the planner of every new

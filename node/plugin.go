@@ -61,10 +61,14 @@ func (n *Node) startAdmin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var ls admin.Leases
+	if n.Leases != nil {
+		ls = n.Leases
+	}
 	if n.Admin, err = admin.New(admin.Config{
 		Conn: nc, Node: n.cfg.Name, Version: n.cfg.Admin.Version, Storage: storage, Hooks: n.Hooks.Names(),
 		Store: n.Store, Gate: n.Gate, Segments: n.Segments, Relay: n.Relay, JetStream: n.NATS.JetStream(), Names: n.cfg.Names,
-		Ready: n.ready, Extensions: n.adminExtensions(rx), Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
+		Leases: ls, Ready: n.ready, Extensions: n.adminExtensions(rx), Clock: n.cfg.Clock, Logger: n.log.With("component", "admin"),
 	}); err != nil {
 		return err
 	}

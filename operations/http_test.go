@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/operations"
+	"github.com/syncnode/syncnode/schema"
 )
 
 // goOps registers a scoped query over todos and a Go command adding one.
@@ -197,5 +199,140 @@ func TestWatch(t *testing.T) {
 	}
 	if n.Operations == nil {
 		t.Fatal("no operations service")
+	}
+}
+
+// wsConn is one /operations/realtime session of a test.
+type wsConn struct {
+	t   *testing.T
+	ctx context.Context
+	ws  *websocket.Conn
+}
+
+func dialWatch(t *testing.T, ctx context.Context, n *node.Node, token string) *wsConn {
+	t.Helper()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(n.URL(), "http")+"/operations/realtime",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ws.CloseNow() })
+	return &wsConn{t: t, ctx: ctx, ws: ws}
+}
+
+func (c *wsConn) watch(watchID, op string, params ...any) {
+	c.t.Helper()
+	b, _ := operations.Encode(operations.Object{{Key: "revision", Value: int64(1)}, {Key: "kind", Value: "watch"}, {Key: "watchId", Value: watchID},
+		{Key: "clientId", Value: "svc-" + watchID}, {Key: "operationId", Value: op}, {Key: "params", Value: params}})
+	if err := c.ws.Write(c.ctx, websocket.MessageText, b); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// snapshot reads the next message, which must be a snapshot of watchID,
+// and returns its rows.
+func (c *wsConn) snapshot(watchID string) []any {
+	c.t.Helper()
+	_, b, err := c.ws.Read(c.ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	v, err := operations.Decode(b)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m := v.(operations.Object)
+	if get(m, "kind") != "snapshot" || get(m, "watchId") != watchID {
+		c.t.Fatalf("want a snapshot of %s, got %v", watchID, m)
+	}
+	rows, _ := get(m, "rows").([]any)
+	return rows
+}
+
+func metric(t *testing.T, n *node.Node, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(n.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s is not exported", name)
+	return 0
+}
+
+// twoTables has todos and an unrelated notes table.
+const twoTables = `{"version": 1, "tables": [
+ {"name": "todos", "primaryKey": "id", "scopes": ["project:{project_id}"],
+  "columns": [{"name": "id", "type": "string"}, {"name": "project_id", "type": "string"},
+   {"name": "title", "type": "string"}, {"name": "done", "type": "boolean"}]},
+ {"name": "notes", "primaryKey": "id", "scopes": ["project:{project_id}"],
+  "columns": [{"name": "id", "type": "string"}, {"name": "project_id", "type": "string"}, {"name": "body", "type": "string"}]}]}`
+
+// TestWatchIgnoresUnrelatedTable: with a watch on todos (session A) and
+// one on notes (session B) of the same partition, a commit to notes
+// re-runs the notes watch only, a later commit to todos the todos watch.
+// The hub handles commit events one at a time in stream order, and counts
+// a rerun before it starts one; so when A's snapshot of the todos commit
+// arrives, the notes event has been handled completely, and the rerun
+// count is exactly 2 unless the notes commit also woke the todos watch.
+func TestWatchIgnoresUnrelatedTable(t *testing.T) {
+	sc, err := schema.Parse([]byte(twoTables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	f := goOps(&runs)
+	f.Queries = append(f.Queries, operations.Query{ID: "notes", SQL: "SELECT id, body FROM notes WHERE project_id = ? ORDER BY id",
+		Tables: []string{"notes"}, MaxRows: 100, Mode: operations.Scoped,
+		Columns:  []operations.Column{{Name: "id", Type: "string"}, {Name: "body", Type: "string"}},
+		Coverage: []operations.Coverage{{Table: "notes", Scopes: map[string][]int{"project_id": {0}}}}})
+	f.Commands = append(f.Commands, operations.Command{ID: "addNote",
+		Authorize: func(context.Context, engine.Identity, any) (bool, error) { return true, nil },
+		Run: func(_ context.Context, c operations.CommandCall) ([]operations.Mutation, error) {
+			id, _ := c.Params.(operations.Object).Get("id")
+			return []operations.Mutation{{Op: "upsert", Table: "notes", Row: map[string]any{"id": id, "project_id": "p1", "body": "b"}}}, nil
+		}})
+	n := nodetest.Start(t, func(c *node.Config) { c.Schema = sc; c.Operations.Registry = f })
+	tok := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, b := dialWatch(t, ctx, n, tok), dialWatch(t, ctx, n, tok)
+	a.watch("todos-w", "todos", "p1")
+	if rows := a.snapshot("todos-w"); len(rows) != 0 {
+		t.Fatalf("first todos snapshot %v", rows)
+	}
+	b.watch("notes-w", "notes", "p1")
+	if rows := b.snapshot("notes-w"); len(rows) != 0 {
+		t.Fatalf("first notes snapshot %v", rows)
+	}
+	if got := metric(t, n, "syncnode_operations_watch_reruns_total"); got != 0 {
+		t.Fatalf("%v reruns before any commit", got)
+	}
+	cmd := func(op, req string, params operations.Object) {
+		code, res := post(t, n.URL(), tok, operations.MediaType, commandObj("svc-1", op, req, params))
+		if code != 200 || get(res, "status") != "applied" {
+			t.Fatalf("%s: %d %v", op, code, res)
+		}
+	}
+	cmd("addNote", "n1", operations.Object{{Key: "id", Value: "n1"}})
+	if rows := b.snapshot("notes-w"); len(rows) != 1 {
+		t.Fatalf("notes snapshot after the notes commit %v", rows)
+	}
+	cmd("addTodo", "t1", operations.Object{{Key: "id", Value: "t1"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "x"}})
+	if rows := a.snapshot("todos-w"); len(rows) != 1 || get(rows[0].(operations.Object), "id") != "t1" {
+		t.Fatalf("todos snapshot after the todos commit %v", rows)
+	}
+	if got := metric(t, n, "syncnode_operations_watch_reruns_total"); got != 2 {
+		t.Fatalf("%v reruns: the notes commit woke the todos watch", got)
 	}
 }

@@ -61,7 +61,7 @@ func TestScopedQueryOracle(t *testing.T) {
 				grant = []string{engine.Wildcard}
 			}
 			want := projects[rng.IntN(len(projects))]
-			op := []string{"byProject", "sloppy"}[trial%2]
+			op := []string{"byProject", "sloppy", "selfJoin"}[trial%3]
 			id := caller(part, fmt.Sprintf("actor%d", trial), engine.Allowed{"project_id": grant})
 			res, err := e.query(id, op, want)
 			granted := slices.Contains(grant, want) || slices.Contains(grant, engine.Wildcard)
@@ -168,6 +168,27 @@ func TestQueryValues(t *testing.T) {
 		// A client id bound to another actor is refused.
 		if _, err := e.svc.Query(e.ctx, caller("p", "v", engine.Allowed{"project_id": {"a"}}), Request{Kind: "query", ClientID: "cli-u", OperationID: "typed", Params: []any{"a"}}); errCode(err) != "sync.invalid_client_id" {
 			t.Fatalf("client id of another actor: %v", err)
+		}
+	})
+}
+
+// TestScopedQueryTwoValues: a scope variable covered by two parameters
+// reads the rows of both values when both are granted (and not the rows
+// of a third), and is forbidden when one is not.
+func TestScopedQueryTwoValues(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func(testing.TB) storage.Store) {
+		e := newEnv(t, open, validFile(), nil)
+		e.put("p", task("a1", "a", "x", 1, false), task("b1", "b", "x", 1, false), task("c1", "c", "x", 1, false))
+		res, err := e.query(caller("p", "u", engine.Allowed{"project_id": {"a", "b", "c"}}), "twoProjects", "a", "b")
+		if err != nil || fmt.Sprint(res.Rows) != fmt.Sprint([]Object{{{"id", "a1"}, {"title", "x"}}, {{"id", "b1"}, {"title", "x"}}}) {
+			t.Fatalf("two granted values: %v %v", res.Rows, err)
+		}
+		res, err = e.query(caller("p", "u", engine.Allowed{"project_id": {"a", "b"}}), "twoProjects", "a", "a")
+		if err != nil || len(res.Rows) != 1 {
+			t.Fatalf("one value twice: %v %v", res.Rows, err)
+		}
+		if _, err := e.query(caller("p", "u", engine.Allowed{"project_id": {"a"}}), "twoProjects", "a", "b"); errCode(err) != CodeForbidden {
+			t.Fatalf("one value ungranted: %v", err)
 		}
 	})
 }

@@ -257,8 +257,11 @@ func checkQuery(ctx context.Context, sc *schema.Schema, q Query, bad func(field,
 		rq.columns = append(rq.columns, storage.QueryColumn{Name: c.Name, Type: t, Nullable: c.Nullable})
 	}
 	for j, t := range q.Tables {
-		if _, ok := sc.Table(t); !ok {
+		switch st, ok := sc.Table(t); {
+		case !ok:
 			bad(fmt.Sprintf("tables[%d]", j), "unknown table %q", t)
+		case !st.Materialize:
+			bad(fmt.Sprintf("tables[%d]", j), "table %q has materialize: false and cannot be queried", t)
 		}
 	}
 	shape, err := sqlitestore.CheckQuery(ctx, sc, q.SQL)

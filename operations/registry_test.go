@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -141,6 +142,17 @@ func validFile() File {
 			Tables: []string{"tasks"}, MaxRows: 1000, Mode: Scoped,
 			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
 			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0}}}}},
+		// A query's own WITH, and a table read twice.
+		{ID: "selfJoin", SQL: `WITH mine AS (SELECT id FROM tasks WHERE project_id = ?)
+			SELECT m.id AS id, t.title AS title FROM mine AS m JOIN tasks AS t ON t.id = m.id ORDER BY m.id`,
+			Tables: []string{"tasks"}, MaxRows: 1000, Mode: Scoped,
+			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
+			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0}}}}},
+		// Two values covering one scope variable.
+		{ID: "twoProjects", SQL: "SELECT id, title FROM tasks WHERE project_id IN (?, ?) ORDER BY id",
+			Tables: []string{"tasks"}, MaxRows: 100, Mode: Scoped,
+			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
+			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0, 1}}}}},
 		{ID: "five", SQL: "SELECT id, title FROM tasks WHERE project_id = ? ORDER BY id",
 			Tables: []string{"tasks"}, MaxRows: 5, Mode: Scoped,
 			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string", Nullable: true}},
@@ -150,4 +162,35 @@ func validFile() File {
 			Columns:  []Column{{Name: "id", Type: "string"}, {Name: "title", Type: "string"}},
 			Coverage: []Coverage{{Table: "tasks", Scopes: map[string][]int{"project_id": {0}}}}},
 	}}
+}
+
+// TestRegistrationRefusesUnmaterialized: a query over a table with
+// materialize: false, or over a table whose payload columns are all
+// encrypted (false by default), is refused at load naming the table; an
+// explicit materialize: true on such a table is queryable.
+func TestRegistrationRefusesUnmaterialized(t *testing.T) {
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[
+	 {"name":"plain","primaryKey":"id","scopes":["p:{p}"],"materialize":false,"columns":[
+	  {"name":"id","type":"string"},{"name":"p","type":"string"},{"name":"v","type":"string"}]},
+	 {"name":"sealed","primaryKey":"id","scopes":["p:{p}"],"columns":[
+	  {"name":"id","type":"string"},{"name":"p","type":"string"},{"name":"v","type":"bytes","encrypted":true,"declaredType":"string"}]},
+	 {"name":"opened","primaryKey":"id","scopes":["p:{p}"],"materialize":true,"columns":[
+	  {"name":"id","type":"string"},{"name":"p","type":"string"},{"name":"v","type":"bytes","encrypted":true,"declaredType":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := func(table string) Query {
+		return Query{ID: table, SQL: "SELECT id FROM " + table + " WHERE p = ?", Tables: []string{table}, MaxRows: 10, Mode: Scoped,
+			Columns: []Column{{Name: "id", Type: "string"}}, Coverage: []Coverage{{Table: table, Scopes: map[string][]int{"p": {0}}}}}
+	}
+	for _, table := range []string{"plain", "sealed"} {
+		_, err := NewRegistry(context.Background(), sc, File{Queries: []Query{query(table)}})
+		want := `queries[0] ("` + table + `").tables[0]: table "` + table + `" has materialize: false`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("query over %s: %v, want %q", table, err, want)
+		}
+	}
+	if _, err := NewRegistry(context.Background(), sc, File{Queries: []Query{query("opened")}}); err != nil {
+		t.Fatalf("query over a table with materialize: true: %v", err)
+	}
 }

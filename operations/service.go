@@ -229,10 +229,7 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	if err != nil {
 		return QueryResult{}, err
 	}
-	if err := s.cfg.Engine.BindCaller(ctx, id, req.ClientID); err != nil {
-		return QueryResult{}, err
-	}
-	if err := s.cfg.Engine.Admit(ctx, id.Partition); err != nil {
+	if err := s.cfg.Engine.AdmitCaller(ctx, id, req.ClientID); err != nil {
 		return QueryResult{}, err
 	}
 	p := storage.QueryParams{QuerySpec: q.spec, Partition: id.Partition, Args: args, Limit: q.MaxRows + 1}

@@ -14,6 +14,9 @@ type Metrics struct {
 	Closed  atomic.Int64 // sockets ended
 	Refused atomic.Int64 // connects refused (auth, client id, limits)
 	Deltas  atomic.Int64 // deltas written
+	// DeltaEncodes counts deltas encoded: one per commit, wire version
+	// and registration set, however many sockets share it.
+	DeltaEncodes atomic.Int64
 	// Wakes written, by reason.
 	WakesCatchup  atomic.Int64
 	WakesTooLarge atomic.Int64
@@ -63,6 +66,7 @@ func RegisterMetrics(reg prometheus.Registerer, m *Metrics) error {
 		counter("syncnode_realtime_closed_total", "Realtime sockets ended.", m.Closed.Load, nil),
 		counter("syncnode_realtime_refused_total", "Realtime connects refused.", m.Refused.Load, nil),
 		counter("syncnode_realtime_deltas_total", "Realtime deltas sent.", m.Deltas.Load, nil),
+		counter("syncnode_realtime_delta_encodes_total", "Realtime deltas encoded (one per commit, wire version and registration set).", m.DeltaEncodes.Load, nil),
 		counter("syncnode_realtime_wakes_total", wakeHelp, m.WakesCatchup.Load, prometheus.Labels{"reason": string(ssp2.WakeCatchupRequired)}),
 		counter("syncnode_realtime_wakes_total", wakeHelp, m.WakesTooLarge.Load, prometheus.Labels{"reason": string(ssp2.WakeDeltaTooLarge)}),
 		counter("syncnode_realtime_wakes_total", wakeHelp, m.WakesReset.Load, prometheus.Labels{"reason": string(ssp2.WakeResetRequired)}),

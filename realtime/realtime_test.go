@@ -1,6 +1,7 @@
 package realtime_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/syncnode/syncnode/ssp2"
@@ -93,4 +94,38 @@ func TestAckNeverCreatesARecord(t *testing.T) {
 	if _, ok, err := n.Store.ClientGet(t.Context(), partition, "bob-1"); err != nil || ok {
 		t.Fatalf("an ack without a record: record %v, %v", ok, err)
 	}
+}
+
+// TestDeltaEncodedOncePerRegistrationSet: a commit reaching several
+// sockets registered alike is encoded once; every socket is sent those
+// bytes.
+func TestDeltaEncodedOncePerRegistrationSet(t *testing.T) {
+	const sockets = 3
+	n := startNode(t)
+	a := newPusher(t, n.URL(), "alice", "p1")
+	seq0 := a.push([2]string{"r0", "p1"})
+	registerClients(t, n.Store, "bob", sockets, seq0)
+	got := make(chan int64, sockets)
+	tok := token(t, "bob", "p1")
+	for i := range sockets {
+		s, err := openBenchSocket(t.Context(), n.URL(), tok, fmt.Sprintf("fan-%d", i), func(seq int64) { got <- seq })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.close)
+	}
+	m := n.Realtime.Metrics()
+	before := m.DeltaEncodes.Load()
+	seq := a.push([2]string{"r1", "p1"})
+	for range sockets {
+		if s := <-got; s != seq {
+			t.Fatalf("a socket got commit %d, want %d", s, seq)
+		}
+	}
+	if enc := m.DeltaEncodes.Load() - before; enc != 1 {
+		t.Fatalf("%d encodings of one commit for %d sockets registered alike, want 1", enc, sockets)
+	}
+	// The server counts a delta after its write returns, which may be
+	// after the client read it.
+	waitMetric(t, "deltas written", m.Deltas.Load, sockets)
 }

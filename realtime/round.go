@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync"
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/ssp2"
@@ -13,6 +14,14 @@ import (
 // sends them as one 0x01 message (a flush between sections and the END
 // send earlier). Chunk boundaries carry no meaning (SPEC.md §8.7).
 const roundChunkBytes = 32 << 10
+
+// chunkPool recycles the chunk buffers of finished rounds: a reconnect
+// storm's catch-up rounds each carry a bootstrap segment, which would
+// otherwise be one segment-sized allocation per round.
+var chunkPool sync.Pool // of *[]byte
+
+// maxPooledChunk bounds the buffers kept for reuse.
+const maxPooledChunk = 4 << 20
 
 // onBinary handles a binary message: a 0x01 chunk of a round's request.
 // Any other tag, a chunk while a response streams, bytes past END or an
@@ -174,6 +183,14 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 		return 0, errors.New("realtime: write after the response's END")
 	}
 	w.started = true
+	if w.buf == nil {
+		// The chunk's tag leads the buffer, so a chunk is sent without a
+		// copy.
+		if b, ok := chunkPool.Get().(*[]byte); ok {
+			w.buf = *b
+		}
+		w.buf = append(w.buf[:0], tagRound)
+	}
 	w.buf = append(w.buf, p...)
 	w.tr.feed(p)
 	switch {
@@ -183,7 +200,7 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 			w.beforeEnd()
 		}
 		w.err = w.send(true)
-	case len(w.buf) >= roundChunkBytes:
+	case len(w.buf)-1 >= roundChunkBytes:
 		w.err = w.send(false)
 	}
 	if w.err != nil {
@@ -195,18 +212,17 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 // Flush sends what was written so far; the engine flushes between
 // sections.
 func (w *roundWriter) Flush() error {
-	if w.err == nil && len(w.buf) > 0 && !w.ended {
+	if w.err == nil && len(w.buf) > 1 && !w.ended {
 		w.err = w.send(false)
 	}
 	return w.err
 }
 
+// send queues the buffered chunk and waits until it is written. The buffer
+// is reused only after a successful write: on any failure the round is
+// over and the writer may still hold it.
 func (w *roundWriter) send(ends bool) error {
-	chunk := make([]byte, 1+len(w.buf))
-	chunk[0] = tagRound
-	copy(chunk[1:], w.buf)
-	w.buf = w.buf[:0]
-	m := outMsg{kind: kindRound, data: chunk, done: make(chan error, 1), endsRound: ends}
+	m := outMsg{kind: kindRound, data: w.buf, done: make(chan error, 1), endsRound: ends}
 	s := w.s
 	s.mu.Lock()
 	ok := s.enqueueLocked(m, true)
@@ -216,6 +232,14 @@ func (w *roundWriter) send(ends bool) error {
 	}
 	select {
 	case err := <-m.done:
+		if err == nil {
+			w.buf = w.buf[:1]
+			if ends && cap(w.buf) <= maxPooledChunk {
+				b := w.buf
+				chunkPool.Put(&b)
+				w.buf = nil
+			}
+		}
 		return err
 	case <-s.ctx.Done():
 		return errClosed

@@ -265,6 +265,7 @@ func (s *session) delta(n *note) encodedDelta {
 	if d, ok := n.deltas[key]; ok {
 		return d
 	}
+	s.h.metrics.DeltaEncodes.Add(1)
 	b, ok, err := engine.AppendDelta([]byte{tagDelta}, s.wire, n.epoch, s.regs, n.commit)
 	d := encodedDelta{b: b, match: ok}
 	if err != nil {

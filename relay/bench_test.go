@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,3 +134,52 @@ func BenchmarkCommitToSubscriber(b *testing.B) {
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 }
+
+// BenchmarkRelayRuns measures the CPU (the whole process: relay, SQLite
+// and the embedded NATS server) and the wall time per event of relaying a
+// run of N one-message commits after one notification, the shape of a
+// relay run under concurrent pushes: one by one (awaiting each ack)
+// versus one atomic batch, which the server stages in a temporary store.
+// Runs of up to smallRun go one by one in production either way. b.N is
+// the number of runs.
+func BenchmarkRelayRuns(b *testing.B) {
+	for _, n := range relayRunSizes {
+		for _, mode := range []struct {
+			name  string
+			batch int
+		}{{"one-by-one", 1}, {"atomic-batch", MaxBatchMessages}} {
+			b.Run(fmt.Sprintf("run=%d/%s", n, mode.name), func(b *testing.B) {
+				b.StopTimer()
+				e := newRelayEnv(b)
+				e.fillLog("p", 1)
+				r := e.relay(Config{BatchMessages: mode.batch, Workers: 1, ResyncInterval: -1})
+				e.start(r)
+				e.flush(r)
+				var cpu, wall time.Duration
+				for range b.N {
+					e.fillLog("p", n)
+					c0, t0 := processCPU(b), time.Now()
+					r.Notify("p")
+					e.flush(r)
+					wall += time.Since(t0)
+					cpu += processCPU(b) - c0
+				}
+				events := float64(b.N * n)
+				b.ReportMetric(float64(cpu.Microseconds())/events, "cpu-µs/event")
+				b.ReportMetric(float64(wall.Microseconds())/events, "wall-µs/event")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// processCPU is the process's user + system time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var relayRunSizes = []int{16, 32, 64, 128, 256}

@@ -16,6 +16,15 @@
 // a bare pattern string; without "column" it binds the column named like
 // its variable.
 //
+// A table may carry "materialize" (a boolean; Syncular's server table
+// option, DESIGN-relational-server-storage "Optional materialization"):
+// false declares that the table's application columns are not a
+// queryable projection, so no registered query may read it (REMOTE.md
+// §2). It defaults to true, except for a table whose every column other
+// than the primary key and the scope columns is encrypted (there is at
+// least one), whose projection would hold only ciphertext. syncnode's
+// stores write the same layout either way.
+//
 // A table may declare "references" (SPEC §6.11), each
 // {"column", "parentTable", "onDelete"} with onDelete RESTRICT (the
 // default), CASCADE or SET NULL, and "indexes", each {"name", "columns",
@@ -52,6 +61,10 @@ type Table struct {
 	Columns    []Column
 	PrimaryKey string
 	Scopes     []Scope
+
+	// Materialize is false when the table is not a queryable projection
+	// (the IR's "materialize", defaulted as the package comment says).
+	Materialize bool
 
 	// References are the table's declared references (SPEC §6.11), in
 	// declaration order; Indexes its declared secondary indexes.
@@ -159,6 +172,8 @@ type irTable struct {
 	Scopes     []irScope       `json:"scopes"`
 	References []irReference   `json:"references"`
 	Indexes    []irIndex       `json:"indexes"`
+	// Materialize is nil when the IR leaves it to the default.
+	Materialize *bool `json:"materialize"`
 }
 
 type irColumn struct {
@@ -324,6 +339,11 @@ func compileTable(it irTable) (*Table, error) {
 		t.Scopes = append(t.Scopes, sc)
 	}
 
+	t.Materialize = defaultMaterialize(t)
+	if it.Materialize != nil {
+		t.Materialize = *it.Materialize
+	}
+
 	codec, err := ssp2.NewRowCodec(t.wire)
 	if err != nil {
 		return nil, &Error{Table: t.Name, Reason: err.Error()}
@@ -333,6 +353,26 @@ func compileTable(it irTable) (*Table, error) {
 		return nil, &Error{Table: t.Name, Reason: err.Error()}
 	}
 	return t, nil
+}
+
+// defaultMaterialize is true unless the table has columns besides its
+// primary key and scope columns and every one of them is encrypted.
+func defaultMaterialize(t *Table) bool {
+	scope := map[int]bool{t.PKIndex: true}
+	for _, sc := range t.Scopes {
+		scope[sc.ColumnIndex] = true
+	}
+	payload := 0
+	for i, c := range t.Columns {
+		if scope[i] {
+			continue
+		}
+		if !c.Encrypted {
+			return true
+		}
+		payload++
+	}
+	return payload == 0
 }
 
 func parsePrimaryKey(raw json.RawMessage) (string, error) {

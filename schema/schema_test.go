@@ -139,3 +139,27 @@ func TestCompareLayouts(t *testing.T) {
 		t.Fatalf("missing table diff = %v (same=%v)", d, same)
 	}
 }
+
+// TestMaterializeDefault: a table is materialized unless it says
+// otherwise or its every payload column (not the key, not a scope
+// column) is encrypted; an explicit value wins.
+func TestMaterializeDefault(t *testing.T) {
+	s, err := Parse([]byte(`{"version":1,"tables":[
+	 {"name":"plain","primaryKey":"id","scopes":["p:{p}"],"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"},{"name":"v","type":"string"}]},
+	 {"name":"keys","primaryKey":"id","scopes":["p:{p}"],"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"}]},
+	 {"name":"off","primaryKey":"id","scopes":["p:{p}"],"materialize":false,"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"},{"name":"v","type":"string"}]},
+	 {"name":"mixed","primaryKey":"id","scopes":["p:{p}"],"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"},
+	  {"name":"v","type":"bytes","encrypted":true,"declaredType":"string"},{"name":"w","type":"string"}]},
+	 {"name":"sealed","primaryKey":"id","scopes":["p:{p}"],"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"},
+	  {"name":"v","type":"bytes","encrypted":true,"declaredType":"string"}]},
+	 {"name":"opened","primaryKey":"id","scopes":["p:{p}"],"materialize":true,"columns":[{"name":"id","type":"string"},{"name":"p","type":"string"},
+	  {"name":"v","type":"bytes","encrypted":true,"declaredType":"json"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"plain": true, "keys": true, "off": false, "mixed": true, "sealed": false, "opened": true} {
+		if tb, _ := s.Table(name); tb.Materialize != want {
+			t.Errorf("table %s: materialize %v, want %v", name, tb.Materialize, want)
+		}
+	}
+}

@@ -147,8 +147,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("segments config: "+format, args...)) }
-	if c.Replicas < 1 || c.Replicas > 5 {
-		bad("Replicas %d outside 1..5", c.Replicas)
+	if err := bus.CheckReplicas(c.Replicas); err != nil {
+		bad("Replicas %w", err)
 	}
 	if c.TTL < time.Second {
 		bad("TTL %v below 1s", c.TTL)
@@ -156,8 +156,8 @@ func (c Config) Validate() error {
 	if c.ReuseMargin < 0 || c.ReuseMargin >= c.TTL {
 		bad("ReuseMargin %v outside [0, TTL %v)", c.ReuseMargin, c.TTL)
 	}
-	if c.ChunkSize < 1<<10 || c.ChunkSize > 8<<20 {
-		bad("ChunkSize %d outside 1 KiB..8 MiB", c.ChunkSize)
+	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
+		bad("ChunkSize %w", err)
 	}
 	if c.SpillBytes < 0 {
 		bad("SpillBytes %d negative", c.SpillBytes)

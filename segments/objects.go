@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -14,9 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/ssp2"
@@ -161,128 +157,29 @@ func (s *Store) ensureObject(ctx context.Context, hexDigest string, sp *Spool) (
 	return true, nil
 }
 
-// uploadWindow is how many chunks an upload has in flight (and so in
-// memory) at once.
-const uploadWindow = 4
-
-// upload writes sp's bytes as object name the way the Object Store lays
-// objects out — chunks on a fresh $O.<b>.C.<nuid> subject, then the meta
-// with a rollup — so every Object Store reader and tool reads it. It
-// publishes on the store's JetStream context with a window of uploadWindow
-// chunks (the Object Store's own Put makes a JetStream context per call,
-// whose reconnect-watch goroutine can outlive it), and it re-hashes what it
-// reads back from a spill file: bytes that changed on disk are never
-// stored under the address. A failed upload purges its chunks.
-func (s *Store) upload(ctx context.Context, name string, sp *Spool) (err error) {
-	r, err := sp.Reader()
+// upload writes sp's bytes as object name through bus.PutObject:
+// in-memory bytes are published in slices under the digest the spool
+// computed as they were written, a spill file is read back and
+// re-hashed, and bytes that changed on disk are never stored under the
+// address (the put fails with ErrCorrupt before its meta, leaving
+// nothing).
+func (s *Store) upload(ctx context.Context, name string, sp *Spool) error {
+	p := bus.ObjectPut{Bucket: s.bucket, Name: name, ChunkSize: s.chunkSize, VerifyFunc: func(info jetstream.ObjectInfo) error {
+		if int64(info.Size) != sp.Size() || info.Digest != sp.objectDigest() {
+			return fmt.Errorf("%w: the spool read back %d bytes with digest %s, it was written with %d and %s",
+				ErrCorrupt, info.Size, info.Digest, sp.Size(), sp.objectDigest())
+		}
+		return nil
+	}}
+	r, err := sp.Reader() // seals the spool, or reports its write error
 	if err != nil {
 		return err
 	}
-	mem, _ := sp.Bytes()
-	if len(mem) == 0 {
-		mem = nil
+	if mem, _ := sp.Bytes(); len(mem) > 0 {
+		p.Bytes, p.Digest = mem, sp.objectDigest()
 	}
-	id := nuid.Next()
-	subj := bus.ObjectChunkSubject(s.bucket, id)
-	js := s.cfg.JetStream
-	defer func() {
-		if err != nil {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = s.stream.Purge(pctx, jetstream.WithPurgeSubject(subj))
-		}
-	}()
-	var (
-		bufs   [uploadWindow][]byte
-		acks   [uploadWindow]jetstream.PubAckFuture
-		h      = sha256.New()
-		chunks uint32
-		size   int64
-	)
-	wait := func(f jetstream.PubAckFuture) error {
-		select {
-		case <-f.Ok():
-			return nil
-		case err := <-f.Err():
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	for i := 0; ; i++ {
-		slot := i % uploadWindow
-		if acks[slot] != nil {
-			// A window slot (and its buffer) is reused only once its
-			// chunk is stored.
-			if err := wait(acks[slot]); err != nil {
-				return err
-			}
-			acks[slot] = nil
-		}
-		var (
-			chunk []byte
-			rerr  error
-		)
-		if mem != nil {
-			// In memory: publish slices of the bytes, no copy.
-			chunk = mem[:min(len(mem), s.chunkSize)]
-			mem = mem[len(chunk):]
-			if len(mem) == 0 {
-				rerr = io.EOF
-			}
-		} else {
-			if bufs[slot] == nil {
-				bufs[slot] = make([]byte, s.chunkSize)
-			}
-			n, err := io.ReadFull(r, bufs[slot])
-			chunk, rerr = bufs[slot][:n], err
-			h.Write(chunk)
-		}
-		if n := len(chunk); n > 0 {
-			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: chunk})
-			if err != nil {
-				return err
-			}
-			acks[slot] = f
-			chunks++
-			size += int64(n)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
-	for _, f := range acks {
-		if f != nil {
-			if err := wait(f); err != nil {
-				return err
-			}
-		}
-	}
-	digest := sp.objectDigest()
-	if sp.Spilled() {
-		digest = objectDigestPrefix + base64.URLEncoding.EncodeToString(h.Sum(nil))
-	}
-	if size != sp.Size() || digest != sp.objectDigest() {
-		return fmt.Errorf("%w: the spool read back %d bytes with digest %s, it was written with %d and %s",
-			ErrCorrupt, size, digest, sp.Size(), sp.objectDigest())
-	}
-	meta, err := json.Marshal(&jetstream.ObjectInfo{
-		ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.chunkSize)}},
-		Bucket:     s.bucket, NUID: id, Size: uint64(size), Chunks: chunks, Digest: digest,
-	})
-	if err != nil {
-		return err
-	}
-	m := nats.NewMsg(bus.ObjectMetaSubject(s.bucket, name))
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Data = meta
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return err
-	}
-	return nil
+	_, err = bus.PutObject(ctx, s.cfg.JetStream, s.stream, p, r)
+	return err
 }
 
 // deleteObject removes an address's object and its meta message (the

@@ -6,17 +6,24 @@
 // A token is base64url(payload) + "." + base64url(HMAC-SHA256(key,
 // payload)), both without padding. The payload is a JSON object: for a
 // segment {"v":1,"seg":id,"sd":scopeDigest,"aud":audience,"exp":seconds},
-// for a blob {"v":1,"blob":id,"aud":audience,"exp":seconds}. The audience
-// is a keyed derivation of the partition id (Audience), stable per
-// partition and meaningless to clients, so no partition id reaches the
-// wire. Verification checks the MAC first, then the shape, the kind, the
-// object id and the expiry (with the spec's 60 s skew allowance); binding
-// the scope digest and the audience to a stored grant is the caller's
-// job, since only it knows the grants.
+// for a blob download {"v":1,"blob":id,"aud":audience,"exp":seconds}, for
+// a presigned blob upload (§5.9.3; the spec leaves its native form to the
+// host) {"v":1,"put":id,"len":byteLength,"aud":audience,"exp":seconds}.
+// The audience is the partition id sealed under a key derived from the
+// signing key (Audience): deterministic, so stable per partition, and
+// opaque to clients, so no partition id reaches the wire; the verifier
+// opens it (Partition) to find the partition a grant was minted in, which
+// an upload grant needs because nothing of the partition exists yet.
+// Verification checks the MAC first, then the shape, the kind, the object
+// id and the expiry (with the spec's 60 s skew allowance); binding the
+// scope digest and the audience to a stored grant is the caller's job,
+// since only it knows the grants.
 package signedurl
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -35,7 +42,11 @@ type Kind uint8
 
 const (
 	Segment Kind = iota + 1
+	// Blob is a blob download (SPEC.md §5.9.5).
 	Blob
+	// BlobUpload is a presigned blob upload (SPEC.md §5.9.3): one PUT of
+	// at most ByteLength bytes to the blob's address.
+	BlobUpload
 )
 
 func (k Kind) String() string {
@@ -44,6 +55,8 @@ func (k Kind) String() string {
 		return "segment"
 	case Blob:
 		return "blob"
+	case BlobUpload:
+		return "blob upload"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -70,6 +83,8 @@ type Claims struct {
 	// ScopeDigest is the digest of the effective scopes authorized at
 	// issuance (segments only).
 	ScopeDigest string
+	// ByteLength is the size an upload grant admits (BlobUpload only).
+	ByteLength int64
 	// Audience is the partition's audience (Signer.Audience).
 	Audience string
 	// Exp is the expiry in unix seconds.
@@ -93,7 +108,7 @@ const (
 // Refusal is a refused token. Code is the SSP2 code the download answers
 // with: an expired segment token is sync.segment_expired (re-pulling mints
 // a fresh one), every other segment refusal sync.forbidden; a blob refusal
-// is blob.forbidden.
+// is blob.forbidden, a download's or an upload's.
 type Refusal struct {
 	Kind   Kind
 	Reason Reason
@@ -106,7 +121,7 @@ func (r *Refusal) Error() string {
 // Code is the SSP2 error code of the refusal.
 func (r *Refusal) Code() ssp2.Code {
 	switch {
-	case r.Kind == Blob:
+	case r.Kind == Blob || r.Kind == BlobUpload:
 		return ssp2.CodeBlobForbidden
 	case r.Reason == ReasonExpired:
 		return ssp2.CodeSegmentExpired
@@ -162,6 +177,7 @@ func (c Config) Validate() error {
 // concurrent use; SetTTL changes the TTL of tokens minted afterwards.
 type Signer struct {
 	key []byte
+	aud cipher.AEAD  // seals partition ids into audiences
 	ttl atomic.Int64 // nanoseconds
 }
 
@@ -172,6 +188,8 @@ func New(cfg Config) (*Signer, error) {
 		return nil, err
 	}
 	s := &Signer{key: bytes.Clone(cfg.Key)}
+	block, _ := aes.NewCipher(s.derive("syncnode signed-url audience key")) // a 32-byte key always makes a cipher
+	s.aud, _ = cipher.NewGCM(block)
 	s.ttl.Store(int64(cfg.TTL))
 	return s, nil
 }
@@ -190,26 +208,74 @@ func (s *Signer) SetTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Audience is the partition's audience: a keyed derivation, stable per
-// partition, from which no partition id can be recovered.
+// Audience is the partition's audience: the partition id sealed (AES-GCM
+// under a key derived from the signing key) with a synthetic nonce, the
+// keyed hash of the id, so one partition always gets one audience and
+// nobody without the key can read the id out of it.
 func (s *Signer) Audience(partition string) string {
+	nonce := s.audNonce(partition)
+	out := make([]byte, 0, len(nonce)+len(partition)+s.aud.Overhead())
+	out = s.aud.Seal(append(out, nonce...), nonce, []byte(partition), nil)
+	return base64.RawURLEncoding.EncodeToString(out)
+}
+
+// Partition opens an audience this signer minted; ok=false for anything
+// else. A token's audience is covered by its MAC, so a verified token's
+// audience always opens.
+func (s *Signer) Partition(audience string) (partition string, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(audience)
+	ns := s.aud.NonceSize()
+	if err != nil || len(b) < ns+s.aud.Overhead() {
+		return "", false
+	}
+	p, err := s.aud.Open(nil, b[:ns], b[ns:], nil)
+	if err != nil || !hmac.Equal(b[:ns], s.audNonce(string(p))) {
+		return "", false
+	}
+	return string(p), true
+}
+
+// audNonce is the synthetic nonce of a partition's audience.
+func (s *Signer) audNonce(partition string) []byte {
 	m := hmac.New(sha256.New, s.key)
 	m.Write([]byte("syncnode signed-url audience\x00"))
 	m.Write([]byte(partition))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
+	return m.Sum(nil)[:s.aud.NonceSize()]
+}
+
+// derive is a 32-byte key for one purpose, derived from the signing key.
+func (s *Signer) derive(purpose string) []byte {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
 }
 
 // Sign mints a token for one object of partition, expiring TTL after now
 // (rounded up to a whole second). scopeDigest is the effective scopes'
 // digest for a segment and ignored for a blob. It returns the token and
-// its expiry in milliseconds.
+// its expiry in milliseconds. Upload grants are minted by SignUpload.
 func (s *Signer) Sign(kind Kind, partition, id, scopeDigest string, now time.Time) (token string, expiresAtMs int64) {
-	exp := now.Add(s.TTL())
-	secs := exp.Unix()
-	if exp.Nanosecond() != 0 {
-		secs++
+	if kind != Segment {
+		scopeDigest = ""
 	}
-	c := Claims{Kind: kind, ID: id, ScopeDigest: scopeDigest, Audience: s.Audience(partition), Exp: secs}
+	return s.sign(Claims{Kind: kind, ID: id, ScopeDigest: scopeDigest}, partition, now)
+}
+
+// SignUpload mints a presigned-upload token for one PUT of at most
+// byteLength bytes of blob id into partition.
+func (s *Signer) SignUpload(partition, id string, byteLength int64, now time.Time) (token string, expiresAtMs int64) {
+	return s.sign(Claims{Kind: BlobUpload, ID: id, ByteLength: byteLength}, partition, now)
+}
+
+// sign is the one signing rule: the claims with the partition's audience
+// and the expiry, MACed.
+func (s *Signer) sign(c Claims, partition string, now time.Time) (string, int64) {
+	exp := now.Add(s.TTL())
+	c.Exp = exp.Unix()
+	if exp.Nanosecond() != 0 {
+		c.Exp++
+	}
+	c.Audience = s.Audience(partition)
 	payload := c.appendJSON(nil)
 	out := make([]byte, 0, base64.RawURLEncoding.EncodedLen(len(payload))+1+43)
 	out = base64.RawURLEncoding.AppendEncode(out, payload)
@@ -267,10 +333,16 @@ func (s *Signer) mac(payload []byte) []byte {
 // appendJSON renders the payload in the spec's key order.
 func (c Claims) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"v":1,`...)
-	if c.Kind == Blob {
+	switch c.Kind {
+	case Blob:
 		dst = append(dst, `"blob":`...)
 		dst = appendString(dst, c.ID)
-	} else {
+	case BlobUpload:
+		dst = append(dst, `"put":`...)
+		dst = appendString(dst, c.ID)
+		dst = append(dst, `,"len":`...)
+		dst = strconv.AppendInt(dst, c.ByteLength, 10)
+	default:
 		dst = append(dst, `"seg":`...)
 		dst = appendString(dst, c.ID)
 		dst = append(dst, `,"sd":`...)
@@ -297,6 +369,8 @@ func parseClaims(payload []byte) (Claims, bool) {
 		Seg  *string `json:"seg"`
 		SD   *string `json:"sd"`
 		Blob *string `json:"blob"`
+		Put  *string `json:"put"`
+		Len  *int64  `json:"len"`
 		Aud  *string `json:"aud"`
 		Exp  *int64  `json:"exp"`
 	}
@@ -309,11 +383,14 @@ func parseClaims(payload []byte) (Claims, bool) {
 		return Claims{}, false
 	}
 	c := Claims{Audience: *raw.Aud, Exp: *raw.Exp}
+	seg, blob, put := raw.Seg != nil || raw.SD != nil, raw.Blob != nil, raw.Put != nil || raw.Len != nil
 	switch {
-	case raw.Seg != nil && raw.SD != nil && raw.Blob == nil:
+	case seg && !blob && !put && raw.Seg != nil && raw.SD != nil:
 		c.Kind, c.ID, c.ScopeDigest = Segment, *raw.Seg, *raw.SD
-	case raw.Blob != nil && raw.Seg == nil && raw.SD == nil:
+	case blob && !seg && !put:
 		c.Kind, c.ID = Blob, *raw.Blob
+	case put && !seg && !blob && raw.Put != nil && raw.Len != nil && *raw.Len >= 0:
+		c.Kind, c.ID, c.ByteLength = BlobUpload, *raw.Put, *raw.Len
 	default:
 		return Claims{}, false
 	}

@@ -120,6 +120,67 @@ func TestTampered(t *testing.T) {
 	}
 }
 
+// An upload grant carries its length, verifies only as an upload of its
+// blob, and is refused as a download (and the reverse) with the blob
+// code; shapes mixing kinds are malformed.
+func TestUploadGrant(t *testing.T) {
+	s := newSigner(t, time.Minute)
+	now := time.Unix(1_700_000_000, 0)
+	const blob = "sha256:00000000000000000000000000000000000000000000000000000000000000aa"
+	tok, exp := s.SignUpload("p1", blob, 1234, now)
+	c, err := s.Verify(tok, BlobUpload, blob, now)
+	if err != nil || c.Kind != BlobUpload || c.ID != blob || c.ByteLength != 1234 || c.ExpiresAtMs() != exp || exp != now.Add(time.Minute).UnixMilli() {
+		t.Fatalf("Verify = %+v, %v", c, err)
+	}
+	dot := strings.IndexByte(tok, '.')
+	payload, _ := base64.RawURLEncoding.DecodeString(tok[:dot])
+	if want := `{"v":1,"put":"` + blob + `","len":1234,"aud":"` + s.Audience("p1") + `","exp":1700000060}`; string(payload) != want {
+		t.Fatalf("payload %s, want %s", payload, want)
+	}
+	_, err = s.Verify(tok, Blob, blob, now)
+	refusal(t, err, ReasonKind, ssp2.CodeBlobForbidden)
+	down, _ := s.Sign(Blob, "p1", blob, "", now)
+	_, err = s.Verify(down, BlobUpload, blob, now)
+	refusal(t, err, ReasonKind, ssp2.CodeBlobForbidden)
+	_, err = s.Verify(tok, BlobUpload, seg, now)
+	refusal(t, err, ReasonID, ssp2.CodeBlobForbidden)
+	_, err = s.Verify(tok, BlobUpload, blob, now.Add(2*time.Minute+time.Second))
+	refusal(t, err, ReasonExpired, ssp2.CodeBlobForbidden)
+	for _, p := range []string{`{"v":1,"put":"x","aud":"a","exp":1}`, `{"v":1,"len":3,"aud":"a","exp":1}`, `{"v":1,"put":"x","len":-1,"aud":"a","exp":1}`,
+		`{"v":1,"put":"x","len":3,"blob":"x","aud":"a","exp":1}`, `{"v":1,"put":"x","len":3,"sd":"d","aud":"a","exp":1}`, `{"v":1,"blob":"x","sd":"d","aud":"a","exp":1}`} {
+		forged := base64.RawURLEncoding.EncodeToString([]byte(p)) + "." + base64.RawURLEncoding.EncodeToString(s.mac([]byte(p)))
+		_, err := s.Verify(forged, BlobUpload, "x", now)
+		refusal(t, err, ReasonMalformed, ssp2.CodeBlobForbidden)
+	}
+}
+
+// The audience opens back to its partition under the same key only, and
+// does not contain the partition id in the clear.
+func TestAudiencePartition(t *testing.T) {
+	s := newSigner(t, time.Minute)
+	other, _ := New(Config{Key: []byte(strings.Repeat("k", 32))})
+	for _, p := range []string{"p1", "", "acme/tenant:7", strings.Repeat("é", 300)} {
+		aud := s.Audience(p)
+		if got, ok := s.Partition(aud); !ok || got != p {
+			t.Fatalf("Partition(Audience(%q)) = %q, %v", p, got, ok)
+		}
+		if _, ok := other.Partition(aud); ok {
+			t.Fatalf("another key opened the audience of %q", p)
+		}
+		raw, _ := base64.RawURLEncoding.DecodeString(aud)
+		if len(p) > 3 && strings.Contains(string(raw), p) {
+			t.Fatalf("the audience of %q holds it in the clear", p)
+		}
+	}
+	a := []byte(s.Audience("p1"))
+	a[len(a)/2] ^= 1
+	for _, bad := range []string{"", "!!", "AAAA", string(a)} {
+		if _, ok := s.Partition(bad); ok {
+			t.Fatalf("Partition(%q) opened", bad)
+		}
+	}
+}
+
 func TestConfig(t *testing.T) {
 	for _, c := range []Config{{Key: key[:31]}, {Key: key, TTL: 16 * time.Minute}, {Key: key, TTL: -time.Second}, {Key: key, TTL: 1500 * time.Millisecond}} {
 		if _, err := New(c); err == nil {
@@ -132,25 +193,31 @@ func TestConfig(t *testing.T) {
 }
 
 // FuzzVerify: no input panics, every refusal is typed, and whatever
-// verifies grants exactly the object asked for, unexpired.
+// verifies, as any kind, grants exactly the object asked for, unexpired.
 func FuzzVerify(f *testing.F) {
 	s := newSigner(f, time.Minute)
 	now := time.Unix(1_700_000_000, 0)
 	tok, _ := s.Sign(Segment, "p1", seg, "d", now)
-	f.Add(tok)
-	f.Add(tok[:10])
+	up, _ := s.SignUpload("p1", seg, 7, now)
+	down, _ := s.Sign(Blob, "p1", seg, "", now)
+	for _, t := range []string{tok, up, down} {
+		f.Add(t)
+		f.Add(t[:10])
+	}
 	f.Add("e30.AAAA")
 	f.Fuzz(func(t *testing.T, token string) {
-		c, err := s.Verify(token, Segment, seg, now)
-		if err != nil {
-			var r *Refusal
-			if !errors.As(err, &r) {
-				t.Fatalf("untyped error %v", err)
+		for _, kind := range []Kind{Segment, Blob, BlobUpload} {
+			c, err := s.Verify(token, kind, seg, now)
+			if err != nil {
+				var r *Refusal
+				if !errors.As(err, &r) || r.Kind != kind {
+					t.Fatalf("untyped error %v", err)
+				}
+				continue
 			}
-			return
-		}
-		if c.Kind != Segment || c.ID != seg || now.Unix() > c.Exp+int64(Skew/time.Second) {
-			t.Fatalf("verified claims %+v for another object or past expiry", c)
+			if c.Kind != kind || c.ID != seg || now.Unix() > c.Exp+int64(Skew/time.Second) || c.ByteLength < 0 {
+				t.Fatalf("verified claims %+v for another object or past expiry", c)
+			}
 		}
 	})
 }

@@ -1,6 +1,9 @@
 package ssp2
 
-import "io"
+import (
+	"io"
+	"sync"
+)
 
 const opEncodeResponse = "encode response"
 
@@ -35,6 +38,14 @@ func NewResponseEncoder(w io.Writer, wireVersion uint16) *ResponseEncoder {
 	return e
 }
 
+// framePool recycles the frame buffers of ended responses: a server
+// inlining a large segment into every bootstrap response would otherwise
+// allocate (and collect) one segment-sized buffer per response.
+var framePool sync.Pool // of *[]byte
+
+// maxPooledFrame bounds the buffers kept for reuse.
+const maxPooledFrame = 4 << 20
+
 // errEnded is returned for writes after End.
 var errEnded = encodeError(opEncodeResponse, "response already ended")
 
@@ -51,6 +62,11 @@ func (e *ResponseEncoder) WriteFrame(f Frame) error {
 	}
 	if v := e.g.check(f); v != "" {
 		return encodeError(opEncodeResponse, "%s", v)
+	}
+	if e.buf == nil {
+		if p, ok := framePool.Get().(*[]byte); ok {
+			e.buf = *p
+		}
 	}
 	buf := e.buf[:0]
 	if e.g.frames == 0 {
@@ -86,6 +102,11 @@ func (e *ResponseEncoder) End() error {
 		return err
 	}
 	e.ended = true
+	// The writer returned: nothing holds the frame buffer any more.
+	if b := e.buf[:0]; b != nil && cap(b) <= maxPooledFrame {
+		framePool.Put(&b)
+	}
+	e.buf = nil
 	return nil
 }
 

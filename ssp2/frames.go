@@ -945,6 +945,21 @@ func (f *SegmentRef) appendPayload(w *writer, _ uint16) {
 // SSG2 rows segment, structurally validated on decode and encode.
 type SegmentInline struct {
 	Payload []byte
+	// checked marks a frame made by CheckedSegmentInline: its payload was
+	// validated then, so the encoder does not walk it again.
+	checked bool
+}
+
+// CheckedSegmentInline validates payload as a rows segment and returns
+// its SEGMENT_INLINE frame, which encodes without validating again. A
+// server that inlines one stored segment into many responses keeps the
+// frame, so the payload is walked once rather than once per response.
+// The payload must not change afterwards.
+func CheckedSegmentInline(payload []byte) (*SegmentInline, error) {
+	if err := validateSegmentAt(payload, 0, opEncodeResponse); err != nil {
+		return nil, err
+	}
+	return &SegmentInline{Payload: payload, checked: true}, nil
 }
 
 func (*SegmentInline) FrameType() FrameType { return FrameSegmentInline }
@@ -959,6 +974,10 @@ func decodeSegmentInline(r *reader) *SegmentInline {
 }
 
 func (f *SegmentInline) appendPayload(w *writer, _ uint16) {
+	if f.checked {
+		w.b = append(w.b, f.Payload...)
+		return
+	}
 	if err := validateSegmentAt(f.Payload, 0, w.op); err != nil {
 		w.fail("SEGMENT_INLINE payload is not a valid rows segment: %s", err.Message)
 	}

@@ -562,3 +562,32 @@ func TestNewErrorFrame(t *testing.T) {
 		t.Fatalf("NewErrorFrame(plain error) leaks %+v", f)
 	}
 }
+
+// TestCheckedSegmentInline: a checked frame refuses an invalid payload
+// up front and encodes to the same bytes as an unchecked one.
+func TestCheckedSegmentInline(t *testing.T) {
+	seg := emptySegment()
+	if _, err := CheckedSegmentInline(seg[:len(seg)-1]); CodeOf(err) != CodeInvalidRequest {
+		t.Fatalf("a truncated segment was accepted: %v", err)
+	}
+	checked, err := CheckedSegmentInline(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(f Frame) []byte {
+		var buf bytes.Buffer
+		e := NewResponseEncoder(&buf, 2)
+		for _, f := range []Frame{&RespHeader{LogEpoch: "e1"}, &SubStart{ID: "s", Status: SubActive, Bootstrap: true}, f, &SubEnd{}} {
+			if err := e.WriteFrame(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.End(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	if a, b := encode(checked), encode(&SegmentInline{Payload: seg}); !bytes.Equal(a, b) {
+		t.Fatalf("checked frame encodes to\n%x\nunchecked to\n%x", a, b)
+	}
+}

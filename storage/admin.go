@@ -18,7 +18,10 @@ type Admin interface {
 	// RowSeed inserts p.Count rows into one table of a registered
 	// partition in one transaction holding the partition write lock, at
 	// server version 1, without commits, changes or scope-index entries:
-	// a fixture that exists before any client writes. A row id that
+	// a fixture that exists before any client writes. The rows' blob_ref
+	// values go into the blob reference index as RowUpsert's do, so
+	// their blobs are downloadable by whoever may see the rows; each
+	// needs its blob held, or nothing is seeded. A row id that
 	// already exists fails the whole seed with a *ConstraintError
 	// (ConstraintUnique), inserting nothing. An unregistered partition is
 	// refused with CodeStoragePartitionUnregistered, a negative count with

@@ -1,6 +1,9 @@
 package storage
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 // BlobIndex is the SQL side of blobs (SPEC.md §5.9; package blobs keeps
 // the bytes in the Object Store): one row per blob a partition holds,
@@ -44,6 +47,11 @@ type BlobIndex interface {
 
 	// BlobStats counts the blob rows, their bytes and the references.
 	BlobStats(ctx context.Context) (BlobStats, error)
+
+	// BlobObjectHeld reports whether some blob row, in any partition,
+	// names the Object Store object: the sweep collects the objects none
+	// does (an upload whose node died before its row was written).
+	BlobObjectHeld(ctx context.Context, object string) (bool, error)
 }
 
 // BlobChecker is the push-time existence check (SPEC.md §5.9.6), part of
@@ -54,6 +62,21 @@ type BlobChecker interface {
 	// so a concurrent BlobDelete cannot remove a blob the transaction is
 	// about to reference.
 	BlobHeld(ctx context.Context, blobID string) (bool, error)
+}
+
+// BlobUpload is one upload of a blob into a partition, as package
+// blobs stores it (blobs.Store.Put).
+type BlobUpload struct {
+	Partition, BlobID string
+	// MediaType is the advisory type the upload declared ("" for none).
+	MediaType string
+	// Declared is the body's declared length, -1 when unknown.
+	Declared int64
+	// Limit, when set, caps the body below the store's MaxBytes (a
+	// presigned grant's byteLength).
+	Limit *int64
+	// Body is the decoded bytes.
+	Body io.Reader
 }
 
 // Blob is a blob held by a partition.

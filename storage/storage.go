@@ -217,6 +217,14 @@ type ReadTx interface {
 	// (CodeStorageInvalidLimit).
 	CommitWindow(ctx context.Context, p WindowParams) (Window, error)
 
+	// LastScopeSeq returns the newest commitSeq of the snapshot holding a
+	// change to table whose stored value of variable is one of values, as
+	// the scope index records it (the candidates CommitWindow walks for a
+	// window whose first variable is variable); 0 when there is none (no
+	// such change, or only pruned ones). The engine derives the scope pin
+	// of SPEC.md §4.7 from it.
+	LastScopeSeq(ctx context.Context, partition, table, variable string, values []string) (int64, error)
+
 	// GateReader is the serve-gate read in this snapshot (gate.go).
 	GateReader
 }

@@ -23,7 +23,7 @@ import (
 
 // Capabilities are the optional features of the conformance driver seam
 // this build implements.
-var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs", "signed-urls", "leases", "backup-restore", "idempotency-fault"}
+var Capabilities = []string{"validators", "commit-validators", "realtime", "blobs", "signed-urls", "blob-presign", "leases", "backup-restore", "idempotency-fault"}
 
 // ActorHeader carries the acting actor of a protocol request.
 const ActorHeader = "X-Syncular-Test-Actor"
@@ -91,6 +91,7 @@ func New(cfg Config) (*Control, error) {
 	c.handle("POST /__test/i/{id}/validators", (*instance).serveValidators)
 	c.handle("POST /__test/i/{id}/commit-validator", (*instance).serveCommitValidator)
 	c.handle("POST /__test/i/{id}/signed-url-ttl", (*instance).serveSignedURLTTL)
+	c.handle("POST /__test/i/{id}/blob-presign", (*instance).serveBlobPresign)
 	c.mux.HandleFunc("/__test/", func(w http.ResponseWriter, _ *http.Request) {
 		writeControlError(w, http.StatusNotFound, errors.New("unknown test-control route"))
 	})

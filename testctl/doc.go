@@ -38,7 +38,7 @@
 //
 // # Control API (JSON)
 //
-//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime","blobs","signed-urls"]
+//	GET    /__test/capabilities                       → ["validators","commit-validators","realtime","blobs","signed-urls","blob-presign",…]
 //	POST   /__test/instances {schema, partition, nowMs, limits?, signedUrls?} → {"id"}
 //	DELETE /__test/i/{id}                             → {}
 //	POST   /__test/i/{id}/allowed-scopes {"actorId","allowed":{var:[values|"*"]}} → {}
@@ -52,6 +52,7 @@
 //	POST   /__test/i/{id}/validators {"specs":[{"table","rule"}]}  → {}   ([] clears)
 //	POST   /__test/i/{id}/commit-validator {"spec"?}   → {}   (absent clears)
 //	POST   /__test/i/{id}/signed-url-ttl {"ttlSeconds"} → {}  (0..900; 0 mints urls expiring at issuance)
+//	POST   /__test/i/{id}/blob-presign {"enabled"}      → {}  (needs signedUrls; off at creation)
 //
 // limits may carry maxOperationsPerRequest, inlineSegmentMaxBytes (absent:
 // the default; 0: never inline a page the client accepts by reference),
@@ -59,7 +60,13 @@
 // maxPresenceBytes and maxCascadeOperationsPerCommit (absent or 0: the
 // node's setting). signedUrls is true, false or {"ttlSeconds": 1..900}:
 // SEGMENT_REFs then carry signed urls for pulls with accept bit 3, under
-// a key of the instance's own, checked on the instance's clock. leases
+// a key of the instance's own, checked on the instance's clock. With
+// blob-presign enabled, an upload grant answers {"url","urlExpiresAtMs"}
+// (a PUT of at most byteLength bytes to /i/{id}/blobs/{blobId}?st=… that
+// needs no actor), an authorized GET /i/{id}/blobs/{blobId} answers the
+// same shape instead of the bytes, and the url serves them to anyone
+// until it expires (tampered, expired or foreign: 403 blob.forbidden);
+// signed-url-ttl sets those urls' lifetime too. leases
 // are refused: this build has none. In rows, version is the
 // stored server_version, scopes the stored scope values, and values the
 // decoded row: strings, numbers, booleans, null, json columns as their

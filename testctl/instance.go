@@ -56,6 +56,7 @@ type instance struct {
 	closeErr error
 	closed   bool
 	backups  []string // captured backup files; the id is the index
+	presign  bool     // blobs served by signed URL (blob-presign)
 }
 
 // namespace is the bus namespace of instance id: i-<id>.
@@ -139,6 +140,9 @@ func openInstance(ctx context.Context, cfg Config, id string, req createRequest)
 		Engine: engine.Config{
 			MaxOperations: lim.MaxOperationsPerRequest, InlineSegmentMaxBytes: lim.InlineSegmentMaxBytes,
 			CascadeLimit: lim.MaxCascadeOperations,
+			// Blobs stream through the node until blob-presign turns
+			// presigning on.
+			BlobPresign: new(false),
 		},
 		// The owner of the virtual clock prunes (POST prune), not a
 		// background loop on the wall clock.
@@ -215,6 +219,34 @@ func (in *instance) serveSignedURLTTL(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct{}{})
 }
 
+// serveBlobPresign switches presigned blobs (SPEC.md §5.9.3, §5.9.5):
+// upload grants then carry a presigned PUT and authorized downloads
+// answer {url, urlExpiresAtMs}, under the instance's signed-URL key.
+func (in *instance) serveBlobPresign(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if req.Enabled == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("enabled (true or false) is required"))
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if *req.Enabled && in.node.SignedURLs == nil {
+		writeControlError(w, http.StatusBadRequest, errors.New("the instance was created without signedUrls, which presigned blobs need"))
+		return
+	}
+	if err := in.node.Engine.SetBlobPresign(*req.Enabled); err != nil {
+		writeControlError(w, http.StatusBadRequest, err)
+		return
+	}
+	in.presign = *req.Enabled
+	writeJSON(w, struct{}{})
+}
+
 // handler is the instance's protocol handler (a restore replaces the
 // node).
 func (in *instance) handler() http.Handler {
@@ -277,6 +309,10 @@ func (in *instance) serveBackupRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	in.node = n
 	if err := n.Engine.SetValidators(in.rows, in.commit); err != nil {
+		fail(err)
+		return
+	}
+	if err := n.Engine.SetBlobPresign(in.presign); err != nil {
 		fail(err)
 		return
 	}

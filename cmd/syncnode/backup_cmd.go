@@ -95,7 +95,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	o.url = *o.natsURL
-	off, err := o.openOffline(ctx, nc, stderr)
+	off, err := o.openOffline(ctx, nc, stderr, false)
 	if err != nil {
 		return err
 	}

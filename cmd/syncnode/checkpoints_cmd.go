@@ -42,83 +42,38 @@ const checkpointsUsage = `Usage:
 
 The commands ask a running node through its admin API on NATS
 (syncnode.admin.checkpoints.*):
-  --nats URL             NATS the node is on (default: the config's external
-                         URLs, or the embedded server's client port on
-                         127.0.0.1)
-  --nats-user U          NATS user (the operator user of docs/bus.md)
-  --nats-password P      its password ($SYNCNODE_NATS_PASSWORD)
-  --nats-creds FILE      a NATS credentials file instead
-  --timeout D            bound each request (default 30s)
-
+` + opsNATSUsage + `
 Without a running node, --offline opens the node's store itself:
   --offline              change the store directly (no node needed)
-  --config FILE          the node's config file (default $SYNCNODE_CONFIG)
-  --data DIR             data directory (the SQLite file)
-  --postgres URL         PostgreSQL URL
-  --no-nats              (implies --offline) change SQL only; running
+` + opsStoreUsage + `  --no-nats              (implies --offline) change SQL only; running
                          nodes still refuse in SQL, and "republish" writes
                          the tokens later
 `
 
+var checkpointsCommand = opsCommand{name: "checkpoints", usage: checkpointsUsage, required: map[string][]string{
+	"list": nil, "declare": {"partition", "name"}, "activate": {"partition", "name", "sources"},
+	"gate": {"partition"}, "rotate-epoch": {"partition"}, "republish": nil,
+}}
+
 // runCheckpoints dispatches the checkpoints subcommands.
 func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, checkpointsUsage)
-		return errors.New("checkpoints: missing subcommand")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, checkpointsUsage)
-		return nil
-	case "list", "declare", "activate", "gate", "rotate-epoch", "republish":
-	default:
-		fmt.Fprint(stderr, checkpointsUsage)
-		return fmt.Errorf("checkpoints: unknown subcommand %q", sub)
-	}
-	fs := flag.NewFlagSet("checkpoints "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
-		o          opsFlags
-		partition  = fs.String("partition", "", "partition id")
-		name       = fs.String("name", "", "checkpoint name")
-		sources    = fs.String("sources", "", "comma-separated source tables")
-		ownerEpoch = fs.Int64("owner-epoch", 0, "owner epoch (default: the stored row's)")
-		watermark  = fs.Int64("watermark", 0, "watermark commitSeq (default: the stored row's)")
-		asJSON     = fs.Bool("json", false, "print JSON")
+		partition, name, sources string
+		ownerEpoch, watermark    int64
+		asJSON                   bool
 	)
-	o.define(fs)
-	set, err := parseSubcommand(fs, args)
-	if err != nil {
-		if isHelp(err) {
-			return nil
-		}
+	sub, o, set, err := checkpointsCommand.parse(args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&partition, "partition", "", "partition id")
+		fs.StringVar(&name, "name", "", "checkpoint name")
+		fs.StringVar(&sources, "sources", "", "comma-separated source tables")
+		fs.Int64Var(&ownerEpoch, "owner-epoch", 0, "owner epoch (default: the stored row's)")
+		fs.Int64Var(&watermark, "watermark", 0, "watermark commitSeq (default: the stored row's)")
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if o == nil {
 		return err
 	}
-	need := func(names ...string) error {
-		for _, n := range names {
-			if !set[n] {
-				return fmt.Errorf("checkpoints %s: --%s is required", sub, n)
-			}
-		}
-		return nil
-	}
-	switch sub {
-	case "declare":
-		if err := need("partition", "name"); err != nil {
-			return err
-		}
-	case "activate":
-		if err := need("partition", "name", "sources"); err != nil {
-			return err
-		}
-	case "gate", "rotate-epoch":
-		if err := need("partition"); err != nil {
-			return err
-		}
-	}
-
-	api, closeAPI, err := o.api(ctx, stderr)
+	api, closeAPI, err := o.api(ctx, stderr, false)
 	if err != nil {
 		return err
 	}
@@ -126,15 +81,11 @@ func runCheckpoints(ctx context.Context, args []string, stdout, stderr io.Writer
 	if sub == "republish" && o.noBus {
 		return errors.New("checkpoints republish: needs NATS (drop --no-nats or fix --nats)")
 	}
-	err = runCheckpointOp(ctx, api, sub, checkpointArgs{
-		partition: *partition, name: *name, sources: splitList(*sources), asJSON: *asJSON,
-		ownerEpoch: optional(set["owner-epoch"], *ownerEpoch), watermark: optional(set["watermark"], *watermark),
+	return o.explain(runCheckpointOp(ctx, api, sub, checkpointArgs{
+		partition: partition, name: name, sources: splitList(sources), asJSON: asJSON,
+		ownerEpoch: optional(set["owner-epoch"], ownerEpoch), watermark: optional(set["watermark"], watermark),
 		listOne: set["partition"],
-	}, stdout)
-	if errors.Is(err, admin.ErrNoNode) {
-		return fmt.Errorf("%w\nno syncnode answers at %s: start one, check the NATS user's permissions, or pass --offline to change the store directly", err, o.url)
-	}
-	return err
+	}, stdout))
 }
 
 type checkpointArgs struct {
@@ -305,37 +256,26 @@ func (o *opsFlags) natsOptions() ([]nats.Option, error) {
 
 // api returns the admin API the command runs against: a running node's
 // over NATS, or with --offline one over the store the flags name, opened
-// through the node (node.OpenOffline).
-func (o *opsFlags) api(ctx context.Context, stderr io.Writer) (admin.API, func(), error) {
-	nc, err := o.nodeConfig(stderr)
+// through the node (node.OpenOffline); sqlOnly keeps an offline command
+// off NATS as --no-nats does.
+func (o *opsFlags) api(ctx context.Context, stderr io.Writer, sqlOnly bool) (admin.API, func(), error) {
+	nc, err := o.target(stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	o.url = *o.natsURL
-	if o.url == "" {
-		o.url = node.NATSURL(nc.NATS)
+	if !o.offlineMode() {
+		return o.adminClient()
 	}
-	if *o.offline || *o.noNATS {
-		off, err := o.openOffline(ctx, nc, stderr)
-		if err != nil {
-			return nil, nil, err
-		}
-		a, err := admin.New(admin.Config{Store: off.Store, Gate: off.Gate, Names: nc.Names})
-		if err != nil {
-			_ = off.Close()
-			return nil, nil, err
-		}
-		return a, func() { _ = off.Close() }, nil
-	}
-	opts, err := o.natsOptions()
+	off, err := o.openOffline(ctx, nc, stderr, sqlOnly)
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := nats.Connect(o.url, opts...)
+	a, err := admin.New(admin.Config{Store: off.Store, Gate: off.Gate, Names: nc.Names, Leases: offlineLeases(off, nc)})
 	if err != nil {
-		return nil, nil, fmt.Errorf("no node reachable: NATS at %s: %w\nstart the node, or pass --offline to change the store directly", o.url, err)
+		_ = off.Close()
+		return nil, nil, err
 	}
-	return admin.NewClient(conn, *o.timeout), conn.Close, nil
+	return a, func() { _ = off.Close() }, nil
 }
 
 // nodeConfig reads the node's configuration (defaults, file, environment,
@@ -362,12 +302,12 @@ func (o *opsFlags) nodeConfig(stderr io.Writer) (node.Config, error) {
 // openOffline opens the node's store and a serve gate for the stored
 // schema version, bound to the node's NATS unless --no-nats; a NATS that
 // cannot be reached leaves the command on SQL alone (a warning says so).
-func (o *opsFlags) openOffline(ctx context.Context, nc node.Config, stderr io.Writer) (*node.Offline, error) {
+func (o *opsFlags) openOffline(ctx context.Context, nc node.Config, stderr io.Writer, sqlOnly bool) (*node.Offline, error) {
 	password := *o.natsPassword
 	if password == "" {
 		password = os.Getenv("SYNCNODE_NATS_PASSWORD")
 	}
-	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NATSURL: o.url, NoNATS: *o.noNATS,
+	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NATSURL: o.url, NoNATS: *o.noNATS || sqlOnly,
 		User: *o.natsUser, Password: password, CredentialsFile: *o.natsCred})
 	if err != nil {
 		return nil, err

@@ -221,11 +221,14 @@ type limitsConfig struct {
 
 // blobsConfig is the blob store (SPEC.md §5.9): the size cap of one blob,
 // and how long a blob no row references is kept before the sweep
-// deletes it ("0s": at the next sweep).
+// deletes it ("0s": at the next sweep). presign (default true) serves
+// blobs by signed URL when [signed_urls] has a key: upload grants carry a
+// presigned PUT, downloads answer a presigned GET.
 type blobsConfig struct {
 	MaxBytes      int64    `toml:"max_bytes"`
 	OrphanGrace   duration `toml:"orphan_grace"`
 	SweepInterval duration `toml:"sweep_interval"`
+	Presign       bool     `toml:"presign"`
 }
 
 // reactionsConfig is durable reactions: declarative rules, checked
@@ -317,6 +320,7 @@ func defaultConfig() config {
 		},
 		Blobs: blobsConfig{
 			MaxBytes:      blobs.DefaultMaxBytes,
+			Presign:       true,
 			OrphanGrace:   duration{blobs.DefaultOrphanGrace},
 			SweepInterval: duration{blobs.DefaultSweepInterval},
 		},
@@ -754,6 +758,9 @@ func (c config) node() (node.Config, error) {
 	}
 	if nc.SignedURLs, err = c.SignedURLs.node(); err != nil {
 		return node.Config{}, err
+	}
+	if len(nc.SignedURLs.Key) > 0 {
+		nc.Engine.BlobPresign = new(c.Blobs.Presign)
 	}
 	if nc.Reactions, err = c.Reactions.node(nil); err != nil {
 		return node.Config{}, err

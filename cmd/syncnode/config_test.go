@@ -323,10 +323,20 @@ base_url = "https://cdn.example/sync/"
 		nc.SignedURLs.BaseURL != "https://cdn.example/sync/" {
 		t.Fatalf("images %+v, signed urls %+v", nc.Images, nc.SignedURLs)
 	}
+	if nc.Engine.BlobPresign == nil || !*nc.Engine.BlobPresign {
+		t.Fatalf("blobs are not presigned by default once signed urls are on: %v", nc.Engine.BlobPresign)
+	}
+	c, err = parseConfigFile(t, "[blobs]\npresign = false\n[signed_urls]\nkey = \""+strings.Repeat("k", 32)+"\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err = c.node(); err != nil || nc.Engine.BlobPresign == nil || *nc.Engine.BlobPresign {
+		t.Fatalf("blobs.presign = false: %v, %v", nc.Engine.BlobPresign, err)
+	}
 	def := defaultConfig()
 	nc, err = def.node()
-	if err != nil || nc.Images.Disabled || nc.SignedURLs.Key != nil {
-		t.Fatalf("defaults: images %+v, signed urls %+v, %v; want images on, signed urls off", nc.Images, nc.SignedURLs, err)
+	if err != nil || nc.Images.Disabled || nc.SignedURLs.Key != nil || nc.Engine.BlobPresign != nil {
+		t.Fatalf("defaults: images %+v, signed urls %+v, blob presign %v, %v; want images on, signed urls off", nc.Images, nc.SignedURLs, nc.Engine.BlobPresign, err)
 	}
 	for _, tc := range []struct{ field, toml string }{
 		{"signed_urls.key", "[signed_urls]\nkey = \"short\""},

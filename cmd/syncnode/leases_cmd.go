@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/leases"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/storage"
 )
 
 const leasesUsage = `Usage:
@@ -18,72 +19,65 @@ const leasesUsage = `Usage:
   syncnode leases clear --partition P --lease ID    delete a lease (revoked or not): the client's
                                                     next authorized round gets a fresh lease id
 
-Leases are SQL records the node reads on every request, so both change the
-store directly (--config, or --data / --postgres) and take effect at once,
-on a running node too. revoke re-signs the record with [leases] key.
-`
+The commands ask a running node through its admin API on NATS
+(syncnode.admin.leases.*); the node needs [leases] on:
+` + opsNATSUsage + `
+Leases are SQL records every node reads on each request, so without a
+running node --offline changes the store directly, with the same effect
+at once (revoke re-signs the record with the config's [leases] key):
+  --offline              change the store directly (no node needed)
+` + opsStoreUsage
+
+var leasesCommand = opsCommand{name: "leases", usage: leasesUsage, required: map[string][]string{
+	"revoke": {"partition", "lease"}, "clear": {"partition", "lease"},
+}}
 
 // runLeases is `syncnode leases`.
 func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, leasesUsage)
-		return errors.New("leases: missing subcommand")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, leasesUsage)
-		return nil
-	case "revoke", "clear":
-	default:
-		fmt.Fprint(stderr, leasesUsage)
-		return fmt.Errorf("leases: unknown subcommand %q", sub)
-	}
-	fs := flag.NewFlagSet("leases "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		o         opsFlags
-		partition = fs.String("partition", "", "partition id")
-		leaseID   = fs.String("lease", "", "lease id")
-	)
-	o.define(fs)
-	set, err := parseSubcommand(fs, args)
-	if err != nil {
-		if isHelp(err) {
-			return nil
-		}
+	var req admin.LeaseRequest
+	sub, o, _, err := leasesCommand.parse(args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&req.Partition, "partition", "", "partition id")
+		fs.StringVar(&req.LeaseID, "lease", "", "lease id")
+	})
+	if o == nil {
 		return err
 	}
-	for _, n := range []string{"partition", "lease"} {
-		if !set[n] {
-			return fmt.Errorf("leases %s: --%s is required", sub, n)
-		}
-	}
-	nc, err := o.nodeConfig(stderr)
+	// Leases are SQL records only: offline needs no NATS.
+	api, closeAPI, err := o.api(ctx, stderr, true)
 	if err != nil {
 		return err
 	}
-	if sub == "revoke" && nc.Leases.Key == nil {
-		return errors.New("leases revoke: the config has no [leases] key to sign the revoked record with")
-	}
-	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NoNATS: true})
-	if err != nil {
-		return err
-	}
-	defer off.Close()
-	var ok bool
+	defer closeAPI()
+	op, verb := api.LeaseClear, "cleared"
 	if sub == "revoke" {
-		ok, err = leases.Revoke(ctx, off.Store, nc.Leases.Key, *partition, *leaseID)
-	} else {
-		ok, err = leases.Clear(ctx, off.Store, *partition, *leaseID)
+		op, verb = api.LeaseRevoke, "revoked"
 	}
-	if err != nil {
-		return fmt.Errorf("leases %s: %w", sub, err)
+	if _, err := op(ctx, req); err != nil {
+		return o.explain(fmt.Errorf("leases %s: %w", sub, err))
 	}
-	if !ok {
-		return fmt.Errorf("leases %s: no lease %s in partition %q", sub, *leaseID, *partition)
-	}
-	verb := map[string]string{"revoke": "revoked", "clear": "cleared"}[sub]
-	fmt.Fprintf(stdout, "lease %s in partition %q %s\n", *leaseID, *partition, verb)
+	fmt.Fprintf(stdout, "lease %s in partition %q %s\n", req.LeaseID, req.Partition, verb)
 	return nil
+}
+
+// offlineLeases are the lease operations of an offline command: over the
+// store, revoking with the config's [leases] key (none: revoke is
+// refused).
+func offlineLeases(off *node.Offline, nc node.Config) admin.Leases {
+	return storeLeases{st: off.Store, key: nc.Leases.Key}
+}
+
+type storeLeases struct {
+	st  storage.LeaseStore
+	key []byte
+}
+
+func (s storeLeases) Revoke(ctx context.Context, partition, leaseID string) (bool, error) {
+	if s.key == nil {
+		return false, &admin.Error{Code: admin.CodeUnavailable, Message: "the config has no [leases] key to sign the revoked record with"}
+	}
+	return leases.Revoke(ctx, s.st, s.key, partition, leaseID)
+}
+
+func (s storeLeases) Clear(ctx context.Context, partition, leaseID string) (bool, error) {
+	return leases.Clear(ctx, s.st, partition, leaseID)
 }

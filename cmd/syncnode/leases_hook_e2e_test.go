@@ -68,7 +68,9 @@ var natsURLRE = regexp.MustCompile(`nats=(nats://\S+)`)
 // lease; when it answers {"error":{"code":"outage"}} the lease serves
 // (pushes within its scopes apply) until it expires on the wall clock,
 // then rounds stop with sync.auth_lease_required; `syncnode leases
-// revoke` makes the next outage round fail with sync.auth_lease_revoked.
+// revoke` through the node's admin API makes the next outage round fail
+// with sync.auth_lease_revoked, and `syncnode leases clear --offline`
+// on the store makes the next live round mint a fresh lease id.
 func TestLeasesHookOutageThroughServe(t *testing.T) {
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
@@ -169,18 +171,30 @@ key = %q
 			if got, _ := c.Lease(); got.ID != lease.ID {
 				t.Fatalf("lease id changed: %s, was %s", got.ID, lease.ID)
 			}
-			out := mustCLI(t, "leases", "revoke", "--config", cfgFile, "--data", s.dataDir, "--partition", "acme", "--lease", lease.ID)
+			// Through the running node's admin API, and offline on the
+			// store: refusals first, which change nothing.
+			online := []string{"--config", cfgFile, "--nats", m[1]}
+			offline := []string{"--config", cfgFile, "--data", s.dataDir, "--offline"}
+			for _, where := range [][]string{online, offline} {
+				if _, err := cli(t, append([]string{"leases", "revoke", "--partition", "acme", "--lease", "nope"}, where...)...); err == nil || !strings.Contains(err.Error(), "no lease nope") {
+					t.Fatalf("revoking an unknown lease (%v): %v", where, err)
+				}
+				if _, err := cli(t, append([]string{"leases", "clear", "--partition", "acme"}, where...)...); err == nil || !strings.Contains(err.Error(), "--lease is required") {
+					t.Fatalf("clear without --lease (%v): %v", where, err)
+				}
+			}
+			if _, err := cli(t, "leases", "revoke", "--config", cfgFile, "--nats", "nats://127.0.0.1:1", "--partition", "acme", "--lease", lease.ID); err == nil || !strings.Contains(err.Error(), "--offline") {
+				t.Fatalf("revoke without a reachable node: %v", err)
+			}
+			out := mustCLI(t, append([]string{"leases", "revoke", "--partition", "acme", "--lease", lease.ID}, online...)...)
 			if !strings.Contains(out, "revoked") {
 				t.Fatalf("leases revoke printed %q", out)
-			}
-			if _, err := cli(t, "leases", "revoke", "--config", cfgFile, "--data", s.dataDir, "--partition", "acme", "--lease", "nope"); err == nil {
-				t.Fatal("revoking an unknown lease succeeded")
 			}
 			outage.Store(true)
 			_, err = c.SyncUntilIdle(ctx)
 			wantCode(t, err, ssp2.CodeAuthLeaseRevoked)
-			// Cleared, the next live round mints a fresh id.
-			mustCLI(t, "leases", "clear", "--config", cfgFile, "--data", s.dataDir, "--partition", "acme", "--lease", lease.ID)
+			// Cleared offline, the next live round mints a fresh id.
+			mustCLI(t, append([]string{"leases", "clear", "--partition", "acme", "--lease", lease.ID}, offline...)...)
 			outage.Store(false)
 			if _, err := c.SyncUntilIdle(ctx); err != nil {
 				t.Fatal(err)

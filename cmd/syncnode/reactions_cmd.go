@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/reactions"
@@ -45,73 +43,44 @@ shell).
 
 The commands ask a running node through its admin API on NATS
 (syncnode.admin.reactions.*):
-  --nats URL             NATS the node is on (default: the config's external
-                         URLs, or the embedded server's client port on
-                         127.0.0.1)
-  --nats-user U          NATS user (the operator user of docs/bus.md)
-  --nats-password P      its password ($SYNCNODE_NATS_PASSWORD)
-  --nats-creds FILE      a NATS credentials file instead
-  --timeout D            bound each request (default 30s)
-
+` + opsNATSUsage + `
 Without a running node, --offline opens the node's store itself:
   --offline              read and change the store directly (no node needed)
-  --config FILE          the node's config file (default $SYNCNODE_CONFIG)
-  --data DIR             data directory (the SQLite file)
-  --postgres URL         PostgreSQL URL
-  --no-nats              (implies --offline) change SQL only: runners pick a
+` + opsStoreUsage + `  --no-nats              (implies --offline) change SQL only: runners pick a
                          retry up at their next sweep instead of at once
 `
 
+var reactionsCommand = opsCommand{name: "reactions", usage: reactionsUsage, required: map[string][]string{
+	"list": nil, "show": {"partition", "key"}, "retry": {"partition", "key"}, "prune": nil, "stats": nil,
+}}
+
 // runReactions dispatches the reactions subcommands.
 func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, reactionsUsage)
-		return errors.New("reactions: missing subcommand")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, reactionsUsage)
-		return nil
-	case "list", "show", "retry", "prune", "stats":
-	default:
-		fmt.Fprint(stderr, reactionsUsage)
-		return fmt.Errorf("reactions: unknown subcommand %q", sub)
-	}
-	fs := flag.NewFlagSet("reactions "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
-		o            opsFlags
-		partition    = fs.String("partition", "", "partition id")
-		key          = fs.String("key", "", "idempotency key (the JSON array)")
-		statuses     = fs.String("status", "", "comma-separated statuses")
-		types        = fs.String("type", "", "comma-separated types")
-		limit        = fs.Int("limit", 0, "rows to list (default 100), or per prune pass (default 1000)")
-		completedAge = fs.Duration("completed-before", reactions.DefaultCompletedRetention, "prune completed reactions older than this")
-		deadAge      = fs.Duration("dead-letter-before", reactions.DefaultDeadLetterRetention, "prune dead letters older than this")
-		asJSON       = fs.Bool("json", false, "print JSON")
+		partition, key, statuses, types string
+		limit                           int
+		completedAge, deadAge           time.Duration
+		asJSON                          bool
 	)
-	o.define(fs)
-	set, err := parseSubcommand(fs, args)
-	if err != nil {
-		if isHelp(err) {
-			return nil
-		}
+	sub, o, set, err := reactionsCommand.parse(args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&partition, "partition", "", "partition id")
+		fs.StringVar(&key, "key", "", "idempotency key (the JSON array)")
+		fs.StringVar(&statuses, "status", "", "comma-separated statuses")
+		fs.StringVar(&types, "type", "", "comma-separated types")
+		fs.IntVar(&limit, "limit", 0, "rows to list (default 100), or per prune pass (default 1000)")
+		fs.DurationVar(&completedAge, "completed-before", reactions.DefaultCompletedRetention, "prune completed reactions older than this")
+		fs.DurationVar(&deadAge, "dead-letter-before", reactions.DefaultDeadLetterRetention, "prune dead letters older than this")
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if o == nil {
 		return err
 	}
-	if sub == "show" || sub == "retry" {
-		for _, n := range []string{"partition", "key"} {
-			if !set[n] {
-				return fmt.Errorf("reactions %s: --%s is required", sub, n)
-			}
-		}
-	}
-	if set["limit"] && *limit == 0 {
+	if set["limit"] && limit == 0 {
 		return fmt.Errorf("reactions %s: --limit must be 1..%d", sub, storage.MaxReactionBatch)
 	}
 	var onePartition *string
 	if set["partition"] {
-		onePartition = partition
+		onePartition = &partition
 	}
 
 	api, closeAPI, err := o.reactionsAPI(ctx, stderr)
@@ -119,15 +88,11 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer closeAPI()
-	err = runReactionOp(ctx, api, sub, reactionArgs{
-		partition: onePartition, key: storage.ReactionKey{Partition: *partition, IdempotencyKey: *key},
-		statuses: splitList(*statuses), types: splitList(*types), limit: *limit, asJSON: *asJSON,
-		completedAge: durationMs(set["completed-before"], *completedAge), deadAge: durationMs(set["dead-letter-before"], *deadAge),
-	}, stdout, stderr)
-	if errors.Is(err, admin.ErrNoNode) {
-		return fmt.Errorf("%w\nno syncnode answers at %s: start one, check the NATS user's permissions, or pass --offline to use the store directly", err, o.url)
-	}
-	return err
+	return o.explain(runReactionOp(ctx, api, sub, reactionArgs{
+		partition: onePartition, key: storage.ReactionKey{Partition: partition, IdempotencyKey: key},
+		statuses: splitList(statuses), types: splitList(types), limit: limit, asJSON: asJSON,
+		completedAge: durationMs(set["completed-before"], completedAge), deadAge: durationMs(set["dead-letter-before"], deadAge),
+	}, stdout, stderr))
 }
 
 type reactionArgs struct {
@@ -235,24 +200,20 @@ func runReactionOp(ctx context.Context, api reactions.AdminAPI, sub string, a re
 // flags name. Offline, a retry still wakes the runners through the
 // node's NATS unless --no-nats.
 func (o *opsFlags) reactionsAPI(ctx context.Context, stderr io.Writer) (reactions.AdminAPI, func(), error) {
-	nc, err := o.nodeConfig(stderr)
+	nc, err := o.target(stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	o.url = *o.natsURL
-	if o.url == "" {
-		o.url = node.NATSURL(nc.NATS)
+	if !o.offlineMode() {
+		c, closeConn, err := o.adminClient()
+		if err != nil {
+			return nil, nil, err
+		}
+		return reactions.NewAdminClient(c), closeConn, nil
 	}
 	opts, err := o.natsOptions()
 	if err != nil {
 		return nil, nil, err
-	}
-	if !*o.offline && !*o.noNATS {
-		conn, err := nats.Connect(o.url, opts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("no node reachable: NATS at %s: %w\nstart the node, or pass --offline to use the store directly", o.url, err)
-		}
-		return reactions.NewAdminClient(admin.NewClient(conn, *o.timeout)), conn.Close, nil
 	}
 	off, err := node.OpenOffline(ctx, nc, node.OfflineOptions{NoNATS: true})
 	if err != nil {

@@ -307,7 +307,7 @@ func TestTestControl(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		var caps []string
 		mustCall(t, "GET", h.s.url+"/__test/capabilities", nil, &caps)
-		if strings.Join(caps, ",") != "validators,commit-validators,realtime,blobs,signed-urls,leases,backup-restore,idempotency-fault" {
+		if strings.Join(caps, ",") != "validators,commit-validators,realtime,blobs,signed-urls,blob-presign,leases,backup-restore,idempotency-fault" {
 			t.Fatalf("capabilities = %v", caps)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/admincore"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -81,6 +82,8 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 			w      storage.RowWrite
 			i      int
 			rowErr error
+			refs   [][]any // the rows' blob references, copied after them
+			ids    []string
 		)
 		src := pgx.CopyFromFunc(func() ([]any, error) {
 			if i == p.Count {
@@ -99,7 +102,14 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 				payload = []byte{}
 			}
 			vals := make([]any, 0, len(cols))
-			vals = append(vals, p.Partition, w.RowID, int64(1), string(commitlog.AppendScopesJSON(nil, w.Scopes)), payload)
+			scopes := string(commitlog.AppendScopesJSON(nil, w.Scopes))
+			vals = append(vals, p.Partition, w.RowID, int64(1), scopes, payload)
+			if ts.blobRefs {
+				ids = blobcore.RefIDs(ts.t, w.Values, ids[:0])
+				for _, id := range ids {
+					refs = append(refs, []any{p.Partition, id, ts.t.Name, w.RowID, scopes})
+				}
+			}
 			for j, c := range ts.t.Columns {
 				vals = append(vals, bindValue(c.Type, w.Values[j]))
 			}
@@ -111,6 +121,12 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 				return rowErr
 			}
 			return t.fail("seed rows", ts.t.Name, err)
+		}
+		if len(refs) > 0 {
+			if _, err := t.c.Conn().CopyFrom(ctx, pgx.Identifier{"sync_blob_refs"}, []string{"partition", "blob_id", "tbl", "row_id", "scopes"}, pgx.CopyFromRows(refs)); err != nil {
+				t.aborted = true
+				return t.fail("seed rows", "sync_blob_refs", err)
+			}
 		}
 		t.s.analyzer.wrote(ts.t.Name, p.Count)
 		return nil

@@ -143,6 +143,28 @@ const (
 		WHERE partition = $1 AND seq >= $3 AND seq <= $4 AND seq = ANY($2) ORDER BY seq`
 )
 
+// qLastScopeSeq seeks, for each value, the newest index entry (the
+// primary key ends in seq, so each is one backward index seek) and keeps
+// the greatest.
+const qLastScopeSeq = `SELECT COALESCE(MAX((SELECT s.seq FROM sync_scope_index s
+		WHERE s.partition = $1 AND s.tbl = $2 AND s.variable = $3 AND s.value = v.value ORDER BY s.seq DESC LIMIT 1)), 0)
+	FROM unnest($4::text[]) AS v(value)`
+
+// LastScopeSeq implements storage.ReadTx.
+func (t *tx) LastScopeSeq(ctx context.Context, partition, table, variable string, values []string) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if len(values) == 0 {
+		return 0, nil
+	}
+	var seq int64
+	if _, err := t.queryRow(ctx, qLastScopeSeq, []any{partition, table, variable, values}, &seq); err != nil {
+		return 0, t.fail("last scope seq", "", err)
+	}
+	return seq, nil
+}
+
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
 // transaction's snapshot (or under its lock).
@@ -172,12 +194,21 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 		w.Exhausted()
 		return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 	}
+	// The first candidates come with their changes and headers in one
+	// statement: a steady pull's whole window.
+	cursor, more, err := t.offerFirst(ctx, w, &p, vars, part.MaxCommitSeq)
+	if err != nil {
+		return storage.Window{}, err
+	}
+	if !more {
+		w.Exhausted()
+	}
+	headed := len(w.Commits())
 	// Every matching commit holds at least one matching change, so
 	// limit+1 candidates are enough to fill the window and see past it.
 	batch := p.Limit + 1
 	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
-	cursor := p.AfterSeq
-	for {
+	for more {
 		args[cursorArg] = cursor
 		var seqs []int64
 		err := t.query(ctx, candQ, args, func(rows pgx.Rows) (err error) {
@@ -204,10 +235,78 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 		}
 		cursor = seqs[len(seqs)-1]
 	}
-	if err := t.fillHeaders(ctx, p.Partition, w.Commits()); err != nil {
+	if err := t.fillHeaders(ctx, p.Partition, w.Commits()[headed:]); err != nil {
 		return storage.Window{}, err
 	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+}
+
+// firstCandidates is how many candidate commits the first statement of a
+// window reads with their changes and headers (the first chunk of
+// offerCandidates).
+const firstCandidates = 16
+
+// offerFirst offers the first candidate commits to w, read with their
+// changes of the table and their headers in one statement. It returns the
+// last candidate's seq and whether reading must go on after it: w is
+// still open and there may be more candidates.
+func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.WindowParams, vars []string, maxSeq int64) (last int64, more bool, err error) {
+	candQ, args, cursorArg := candidatesSQL(p, vars, maxSeq, firstCandidates)
+	args[cursorArg] = p.AfterSeq
+	q := `WITH k AS (` + candQ + `)
+		SELECT k.seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version,
+			ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row
+		FROM k JOIN sync_commits c ON c.partition = $1 AND c.seq = k.seq
+		LEFT JOIN sync_changes ch ON ch.partition = $1 AND ch.seq = k.seq AND ch.tbl = $2
+		ORDER BY k.seq, ch.idx`
+	last, open, candidates := p.AfterSeq, true, 0
+	err = t.query(ctx, q, args, func(rows pgx.Rows) error {
+		var cur storage.Commit
+		for rows.Next() {
+			var (
+				seq    int64
+				h      storage.Commit
+				rowID  *string
+				op     *int16
+				ver    *int64
+				scopes *string
+				row    []byte
+			)
+			if err := rows.Scan(&seq, &h.CreatedAtMs, &h.ActorID, &h.ClientID, &h.ClientCommitID, &h.SchemaVersion,
+				&rowID, &op, &ver, &scopes, &row); err != nil {
+				return err
+			}
+			if seq != cur.CommitSeq {
+				if cur.CommitSeq != 0 && open {
+					open = w.Offer(cur)
+				}
+				h.CommitSeq = seq
+				cur = h
+				candidates++
+				last = seq
+			}
+			if rowID == nil || op == nil || scopes == nil {
+				continue // a candidate without changes of the table
+			}
+			ch := storage.Change{Table: p.Table, RowID: *rowID, Op: storage.Op(*op), Row: row}
+			if ver != nil {
+				ch.RowVersion = *ver
+			}
+			var err error
+			if ch.Scopes, err = commitlog.ParseScopesJSON([]byte(*scopes)); err != nil {
+				return err
+			}
+			cur.Changes = append(cur.Changes, ch)
+		}
+		if cur.CommitSeq != 0 && open {
+			open = w.Offer(cur)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, t.fail("commit window", "", err)
+	}
+	return last, open && candidates == firstCandidates, nil
 }
 
 // offerCandidates offers the candidate commits to w in chunks sized from
@@ -322,72 +421,94 @@ func (s *Store) PartitionCommitRange(ctx context.Context, partition string, afte
 	return s.commitRange(ctx, partition, afterSeq, limit, true)
 }
 
+// The commit range's statements. The changes are bounded by the last
+// commit of the page, found again in the same snapshot, so that both
+// reads go in one pipeline.
+const (
+	qRangeCommits = `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
+		FROM sync_commits WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+	qRangeChanges = `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
+		WHERE partition = $1 AND seq > $2 AND seq <= (SELECT max(k.seq) FROM
+			(SELECT seq FROM sync_commits WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3) k)
+		ORDER BY seq, idx`
+)
+
+// commitRange reads the page in one round trip: BEGIN, the partition
+// row, the commits, their changes and COMMIT in one pipeline, the reads in
+// one REPEATABLE READ snapshot.
 func (s *Store) commitRange(ctx context.Context, partition string, afterSeq int64, limit int, withPartition bool) (storage.Partition, []storage.Commit, error) {
 	var p storage.Partition
 	if err := commitlog.CheckRange(limit); err != nil {
 		return p, nil, err
 	}
-	var out []storage.Commit
-	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
-		t := rtx.(*tx)
-		if withPartition {
-			var ok bool
-			var err error
-			if p, ok, err = t.readPartition(ctx, partition); err != nil {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return p, nil, fmt.Errorf("commit range: %w", err)
+	}
+	defer c.Release()
+	var (
+		out   []storage.Commit
+		found bool
+		b     = &pgx.Batch{}
+	)
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	if withPartition {
+		b.Queue(qPartition, partition).Query(func(rows pgx.Rows) error {
+			if found = rows.Next(); found {
+				return scanPartition(rows, &p)
+			}
+			return nil
+		})
+	}
+	b.Queue(qRangeCommits, partition, afterSeq, limit).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c storage.Commit
+			if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
 				return err
 			}
-			if !ok {
-				return unregistered("commit range", partition)
-			}
+			out = append(out, c)
 		}
-		err := t.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
-			FROM sync_commits WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3`, []any{partition, afterSeq, limit},
-			func(rows pgx.Rows) error {
-				for rows.Next() {
-					var c storage.Commit
-					if err := rows.Scan(&c.CommitSeq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID, &c.SchemaVersion); err != nil {
-						return err
-					}
-					out = append(out, c)
-				}
-				return nil
-			})
-		if err != nil || len(out) == 0 {
-			return err
-		}
-		i := 0
-		return t.query(ctx, `SELECT seq, tbl, row_id, op, row_version, scopes, row FROM sync_changes
-			WHERE partition = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq, idx`,
-			[]any{partition, out[0].CommitSeq, out[len(out)-1].CommitSeq}, func(rows pgx.Rows) error {
-				for rows.Next() {
-					var (
-						seq    int64
-						ch     storage.Change
-						op     int16
-						ver    *int64
-						scopes string
-					)
-					if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
-						return err
-					}
-					ch.Op = storage.Op(op)
-					if ver != nil {
-						ch.RowVersion = *ver
-					}
-					var err error
-					if ch.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
-						return err
-					}
-					for out[i].CommitSeq != seq {
-						i++
-					}
-					out[i].Changes = append(out[i].Changes, ch)
-				}
-				return nil
-			})
+		return nil
 	})
-	if err != nil {
+	b.Queue(qRangeChanges, partition, afterSeq, limit).Query(func(rows pgx.Rows) error {
+		i := 0
+		for rows.Next() {
+			var (
+				seq    int64
+				ch     storage.Change
+				op     int16
+				ver    *int64
+				scopes string
+			)
+			if err := rows.Scan(&seq, &ch.Table, &ch.RowID, &op, &ver, &scopes, &ch.Row); err != nil {
+				return err
+			}
+			ch.Op = storage.Op(op)
+			if ver != nil {
+				ch.RowVersion = *ver
+			}
+			var err error
+			if ch.Scopes, err = commitlog.ParseScopesJSON([]byte(scopes)); err != nil {
+				return err
+			}
+			for i < len(out) && out[i].CommitSeq != seq {
+				i++
+			}
+			if i == len(out) {
+				return fmt.Errorf("change of commit %d outside the page", seq)
+			}
+			out[i].Changes = append(out[i].Changes, ch)
+		}
+		return nil
+	})
+	b.Queue("COMMIT")
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		// A failed pipeline leaves the transaction open or aborted.
+		_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
 		return storage.Partition{}, nil, fmt.Errorf("commit range: %w", err)
+	}
+	if withPartition && !found {
+		return storage.Partition{}, nil, fmt.Errorf("commit range: %w", unregistered("commit range", partition))
 	}
 	return p, out, nil
 }

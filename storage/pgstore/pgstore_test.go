@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/storagetest"
@@ -33,12 +34,18 @@ func testURL(tb testing.TB) string {
 // openTB opens a store in a fresh schema, dropped at cleanup.
 func openTB(tb testing.TB, maxConns int32) *Store {
 	tb.Helper()
+	return openDial(tb, maxConns, nil)
+}
+
+// openDial is openTB with the pool's dialer wrapped by dial.
+func openDial(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc) *Store {
+	tb.Helper()
 	url := testURL(tb)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "syncnode_test_" + hex.EncodeToString(b[:])
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: url, Schema: name, MaxConns: maxConns})
+	s, err := open(ctx, Config{URL: url, Schema: name, MaxConns: maxConns}, dial)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}

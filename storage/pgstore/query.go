@@ -110,19 +110,15 @@ func numbered(sqlText string) (string, error) {
 	return querysql.Numbered(sh, func(n int) string { return "$" + strconv.Itoa(n) }), nil
 }
 
-// begin opens a read-only snapshot with the query settings in place and
-// returns the partition's max commitSeq read in it.
-func (s *Store) beginQuery(ctx context.Context, c *pgx.Conn, p *storage.QueryParams) (pgx.Tx, int64, error) {
-	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, 0, err
-	}
+// querySettings is the statement that sets a query's search_path and
+// settings for the transaction and reads the partition's max commitSeq,
+// and its arguments.
+func (s *Store) querySettings(p *storage.QueryParams) (string, []any, error) {
 	scopes := "{}"
 	if p.Scopes != nil {
 		b, err := json.Marshal(p.Scopes)
 		if err != nil {
-			_ = tx.Rollback(ctx)
-			return nil, 0, err
+			return "", nil, err
 		}
 		scopes = string(b)
 	}
@@ -130,12 +126,25 @@ func (s *Store) beginQuery(ctx context.Context, c *pgx.Conn, p *storage.QueryPar
 	if p.Scopes == nil {
 		privileged = "on"
 	}
-	var seq int64
-	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT coalesce(max(seq), 0) FROM %s.sync_commits WHERE partition = $1),
+	q := fmt.Sprintf(`SELECT (SELECT coalesce(max(seq), 0) FROM %s.sync_commits WHERE partition = $1),
 		set_config('search_path', $2, true), set_config('%s', $1, true), set_config('%s', $3, true), set_config('%s', $4, true)`,
-		quote(s.cfg.Schema), settingPartition, settingPrivileged, settingScopes),
-		p.Partition, quote(s.opsSchema()), privileged, scopes).Scan(&seq, nil, nil, nil, nil)
+		quote(s.cfg.Schema), settingPartition, settingPrivileged, settingScopes)
+	return q, []any{p.Partition, quote(s.opsSchema()), privileged, scopes}, nil
+}
+
+// beginQuery opens a read-only snapshot with the query settings in place
+// and returns the partition's max commitSeq read in it.
+func (s *Store) beginQuery(ctx context.Context, c *pgx.Conn, p *storage.QueryParams) (pgx.Tx, int64, error) {
+	q, args, err := s.querySettings(p)
 	if err != nil {
+		return nil, 0, err
+	}
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, 0, err
+	}
+	var seq int64
+	if err := tx.QueryRow(ctx, q, args...).Scan(&seq, nil, nil, nil, nil); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, 0, err
 	}
@@ -166,7 +175,9 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	return err
 }
 
-// Query implements storage.Querier.
+// Query implements storage.Querier: BEGIN (repeatable read, read only),
+// the settings and max commitSeq, the statement and COMMIT go to the
+// server as one pipelined batch, one round trip.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	if _, err := s.ensureViews(ctx); err != nil {
 		return storage.QueryResult{}, err
@@ -175,20 +186,46 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if err != nil {
 		return storage.QueryResult{}, &storage.QueryError{Err: err}
 	}
+	settings, sargs, err := s.querySettings(&p)
+	if err != nil {
+		return storage.QueryResult{}, err
+	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
 	defer c.Release()
-	tx, seq, err := s.beginQuery(ctx, c.Conn(), &p)
-	if err != nil {
-		return storage.QueryResult{}, fmt.Errorf("query context: %w", err)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue(settings, sargs...)
+	b.Queue(sqlText, p.Args...)
+	b.Queue("COMMIT")
+	br := c.SendBatch(ctx, b)
+	out, err := readQueryBatch(br, &p)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	out := storage.QueryResult{MaxCommitSeq: seq}
-	rows, err := tx.Query(ctx, sqlText, p.Args...)
 	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		if c.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return storage.QueryResult{}, err
+	}
+	return out, nil
+}
+
+// readQueryBatch reads the results of Query's batch in order.
+func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryResult, error) {
+	var out storage.QueryResult
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("query context: %w", err)
+	}
+	if err := br.QueryRow().Scan(&out.MaxCommitSeq, nil, nil, nil, nil); err != nil {
+		return out, fmt.Errorf("query context: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return out, &storage.QueryError{Err: err}
 	}
 	defer rows.Close()
 	var idx []int
@@ -200,7 +237,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 				names[i] = f.Name
 			}
 			if idx, err = resultIndex(names, p.Columns); err != nil {
-				return storage.QueryResult{}, err
+				return out, err
 			}
 		}
 		if len(out.Rows) == p.Limit {
@@ -208,22 +245,22 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 		}
 		vals, err := rows.Values()
 		if err != nil {
-			return storage.QueryResult{}, &storage.QueryError{Err: err}
+			return out, &storage.QueryError{Err: err}
 		}
 		row := make([]any, len(p.Columns))
 		for i, col := range p.Columns {
 			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
-				return storage.QueryResult{}, err
+				return out, err
 			}
 		}
 		out.Rows = append(out.Rows, row)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return out, &storage.QueryError{Err: err}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return storage.QueryResult{}, err
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("query commit: %w", err)
 	}
 	return out, nil
 }

@@ -207,7 +207,12 @@ func (s *Store) IdempotencyGet(ctx context.Context, partition, clientID, clientC
 	}
 	defer rows.Close()
 	if !rows.Next() {
-		return storage.PushRecord{}, false, rows.Err()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return storage.PushRecord{}, false, fmt.Errorf("get push result: %w", err)
+		}
+		s.hints.add(partition, idemKey{clientID, clientCommitID})
+		return storage.PushRecord{}, false, nil
 	}
 	if err := scanRecord(rows, &r); err != nil {
 		return storage.PushRecord{}, false, fmt.Errorf("get push result: %w", err)
@@ -225,6 +230,16 @@ func (t *tx) IdempotencyGet(ctx context.Context, clientID, clientCommitID string
 	key := idemKey{clientID, clientCommitID}
 	if r, ok := t.put[key]; ok {
 		return r, true, nil
+	}
+	if r, ok := t.pre[key]; ok {
+		if r != nil {
+			return *r, true, nil
+		}
+		if t.absent == nil {
+			t.absent = map[idemKey]bool{}
+		}
+		t.absent[key] = true
+		return storage.PushRecord{}, false, nil
 	}
 	r := storage.PushRecord{ClientID: clientID, ClientCommitID: clientCommitID}
 	found := false
@@ -299,6 +314,8 @@ func (t *tx) IdempotencyPut(ctx context.Context, r storage.PushRecord) (storage.
 		r = stored
 	}
 	t.s.analyzer.wrote("sync_idempotency", 1)
+	t.s.hints.drop(t.locked.ID, key)
+	delete(t.pre, key)
 	delete(t.absent, key)
 	if t.put == nil {
 		t.put = map[idemKey]storage.PushRecord{}
@@ -406,6 +423,7 @@ func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Clie
 // ClientPut implements storage.Store. The update applies only to a record
 // of the same actor; a put that changes no row found another actor's.
 func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
+	s.advances.supersede(cl.Partition, cl.ClientID)
 	tag, err := s.pool.Exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (partition, client_id) DO UPDATE SET
 			wire_version = EXCLUDED.wire_version, cursor = EXCLUDED.cursor,
@@ -419,6 +437,8 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "put client: client id is bound to another actor")
 	}
 	s.analyzer.wrote("sync_clients", 1)
+	// A write of the store carries the pending cursor advances.
+	s.flushAdvances()
 	return nil
 }
 
@@ -435,25 +455,6 @@ func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool,
 		return false, fmt.Errorf("ack client: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
-}
-
-// ClientAdvance implements storage.Store: ClientAck in a transaction
-// that commits with synchronous_commit off, so it waits for no WAL flush
-// (a crash may lose it; PostgreSQL flushes it within a few wal_writer
-// delays). One round trip.
-func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) error {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit TO OFF")
-	b.Queue(`UPDATE sync_clients SET cursor = greatest(cursor, $1), updated_at_ms = greatest(updated_at_ms, $2)
-		WHERE partition = $3 AND client_id = $4 AND actor_id = $5
-		AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = $3 AND log_epoch = $6)`,
-		p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.LogEpoch)
-	b.Queue("COMMIT")
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("advance client: %w", err)
-	}
-	return nil
 }
 
 // Prune implements storage.Store under the partition row lock.

@@ -29,7 +29,10 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
-	ops        opsViews // registered queries' views (query.go)
+	ops        opsViews    // registered queries' views (query.go)
+	groups     writeGroups // the open write group of each partition (group.go)
+	advances   advances    // pending cursor advances (advance.go)
+	hints      idemHints   // keys whose optimistic lookup missed (hints.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -57,6 +60,12 @@ const lockKeySchema = 0x73796e63 // "sync"
 // (created if absent), applies the internal migrations, and returns the
 // store. Application tables are installed by EnsureSchema.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	return open(ctx, cfg, nil)
+}
+
+// open is Open with dial, when not nil (tests), wrapping the pool's
+// dialer: the round-trip test counts what the connections send.
+func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.DialFunc) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -71,6 +80,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
+	if dial != nil {
+		pc.ConnConfig.DialFunc = dial(pc.ConnConfig.DialFunc)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
@@ -144,6 +156,7 @@ func (s *Store) Capabilities() storage.Capabilities {
 // waiting for acquired connections to be released. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.closeAdvances()
 		s.analyzer.close()
 		s.pool.Close()
 	})

@@ -41,10 +41,21 @@ type tx struct {
 	// put the records this transaction stored.
 	absent map[idemKey]bool
 	put    map[idemKey]storage.PushRecord
+	// pre holds the push results read with the lock for the keys whose
+	// optimistic lookup had just missed (hints.go): a record, or nil for
+	// none. A key this transaction puts leaves it.
+	pre map[idemKey]*storage.PushRecord
 	// gate is the serve-gate state last read with a partition (gate.go);
 	// snapshot is set on read transactions, which see one snapshot.
 	gate     *gatecore.Prefetch
 	snapshot bool
+	// detach: the statements of a group's transaction ignore the
+	// cancellation of the member that sends them, which would break the
+	// connection and fail every member (group.go).
+	detach bool
+	// broken is set when a member's writes could not be rolled back: the
+	// group's transaction cannot commit.
+	broken error
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -61,6 +72,15 @@ func (t *tx) queue(sql string, args ...any) {
 	t.pending.Queue(sql, args...)
 }
 
+// queueQuery queues a statement whose rows fn reads when the queue is
+// sent.
+func (t *tx) queueQuery(fn func(rows pgx.Rows) error, sql string, args ...any) {
+	if t.pending == nil {
+		t.pending = &pgx.Batch{}
+	}
+	t.pending.Queue(sql, args...).Query(fn)
+}
+
 // send sends the queued statements in one pipeline. last, when not nil,
 // reads the result of the last queued statement; the others are plain
 // executions.
@@ -70,14 +90,20 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 	if b == nil || b.Len() == 0 {
 		return nil
 	}
-	br := t.c.SendBatch(ctx, b)
+	br := t.c.SendBatch(t.stmtCtx(ctx), b)
 	n := b.Len()
 	if last != nil {
 		n--
 	}
 	var err error
-	for range n {
-		if _, e := br.Exec(); e != nil && err == nil {
+	for _, qq := range b.QueuedQueries[:n] {
+		var e error
+		if qq.Fn != nil {
+			e = qq.Fn(br)
+		} else {
+			_, e = br.Exec()
+		}
+		if e != nil && err == nil {
 			err = e
 		}
 	}
@@ -93,7 +119,7 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 // exec runs sql after the queued statements, in one round trip.
 func (t *tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.pending == nil {
-		return t.c.Exec(ctx, sql, args...)
+		return t.c.Exec(t.stmtCtx(ctx), sql, args...)
 	}
 	t.queue(sql, args...)
 	var tag pgconn.CommandTag
@@ -116,7 +142,7 @@ func (t *tx) query(ctx context.Context, sql string, args []any, fn func(rows pgx
 		return rows.Err()
 	}
 	if t.pending == nil {
-		rows, err := t.c.Query(ctx, sql, args...)
+		rows, err := t.c.Query(t.stmtCtx(ctx), sql, args...)
 		if err != nil {
 			return err
 		}
@@ -143,6 +169,14 @@ func (t *tx) queryRow(ctx context.Context, sql string, args []any, dest ...any) 
 		return rows.Scan(dest...)
 	})
 	return ok, err
+}
+
+// stmtCtx is the context a statement of the transaction runs with.
+func (t *tx) stmtCtx(ctx context.Context) context.Context {
+	if t.detach {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 func (t *tx) check() error {
@@ -191,14 +225,17 @@ func (t *tx) readPartition(ctx context.Context, partition string) (p storage.Par
 	return p, ok, err
 }
 
-// WriteTx implements storage.Store. BEGIN, the row lock and the read of
-// the locked partition go in one pipeline; the read is a statement of its
-// own so that, in READ COMMITTED, its snapshot is taken after the lock is
-// granted and sees the commits of the transaction that held it.
+// WriteTx implements storage.Store through a write group (group.go):
+// concurrent WriteTx calls on one partition share one PostgreSQL
+// transaction, one partition lock and one commit.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
-	return s.writeTx(ctx, partition, func(t *tx) error { return fn(t) })
+	return s.groupWrite(ctx, partition, func(t *tx) error { return fn(t) })
 }
 
+// writeTx runs fn alone in a write transaction: the maintenance writes
+// (seeding, wiping, epoch rotation, pruning) that change the partition row
+// or the whole partition, which a group's later members would not see in
+// their Locked row.
 func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) error) (err error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -212,8 +249,30 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 			t.rollback(ctx)
 		}
 	}()
+	if err := t.lock(ctx, partition); err != nil {
+		return err
+	}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if t.aborted {
+		return storage.ErrTxAborted
+	}
+	if err := t.commit(ctx); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// lock begins the write transaction: BEGIN, the row lock and the read of
+// the locked partition go in one pipeline; the read is a statement of its
+// own so that, in READ COMMITTED, its snapshot is taken after the lock is
+// granted and sees the commits of the transaction that held it.
+func (t *tx) lock(ctx context.Context, partition string) error {
 	t.queue("BEGIN")
 	t.queue(qLockPartition, partition)
+	t.queuePrefetch(partition)
 	p, ok, err := t.readPartitionGate(ctx, partition, true)
 	if err != nil {
 		return fmt.Errorf("write transaction: lock partition: %w", err)
@@ -222,17 +281,15 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 		return unregistered("write transaction", partition)
 	}
 	t.locked, t.maxSeq = p, p.MaxCommitSeq
-	if err := fn(t); err != nil {
-		return err
-	}
-	if t.aborted {
-		return storage.ErrTxAborted
-	}
+	return nil
+}
+
+// commit sends COMMIT after the queued statements.
+func (t *tx) commit(ctx context.Context) error {
 	t.queue("COMMIT")
 	if err := t.send(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", translate(err, ""))
 	}
-	done = true
 	return nil
 }
 
@@ -330,7 +387,7 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 		// is what the rollback is for). ROLLBACK TO goes by the simple
 		// protocol: an aborted transaction refuses to prepare statements.
 		_ = t.send(ctx, nil)
-		if _, err := t.c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name, pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, err := t.c.Exec(t.stmtCtx(ctx), "ROLLBACK TO SAVEPOINT "+sp.name, pgx.QueryExecModeSimpleProtocol); err != nil {
 			t.aborted = true
 			return fmt.Errorf("savepoint rollback: %w", err)
 		}

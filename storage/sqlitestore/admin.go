@@ -9,6 +9,7 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/admincore"
+	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
@@ -91,7 +92,10 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 		t := stx.(*tx)
 		var w storage.RowWrite
 		args := make([]any, 0, 4+len(ts.t.Columns))
-		var scopes []byte
+		var (
+			scopes []byte
+			ids    []string
+		)
 		for i := range p.Count {
 			if i%4096 == 0 {
 				if err := ctx.Err(); err != nil {
@@ -115,6 +119,14 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 			}
 			if _, err := t.c.exec(ctx, q, args...); err != nil {
 				return t.fail("seed rows", ts.t.Name, err)
+			}
+			if ts.blobRefs {
+				ids = blobcore.RefIDs(ts.t, w.Values, ids[:0])
+				for _, id := range ids {
+					if _, err := t.c.exec(ctx, qBlobRefInsert, p.Partition, id, ts.t.Name, w.RowID, string(scopes)); err != nil {
+						return t.fail("seed rows", ts.t.Name, err)
+					}
+				}
 			}
 		}
 		return nil

@@ -27,6 +27,7 @@ var blobSQL = &blobcore.SQL{
 		AND NOT EXISTS (SELECT 1 FROM sync_blob_refs WHERE partition = ?1 AND blob_id = ?2)`,
 	Stats: `SELECT (SELECT count(*) FROM sync_blobs), (SELECT coalesce(sum(byte_length), 0) FROM sync_blobs),
 		(SELECT count(*) FROM sync_blob_refs)`,
+	ObjectHeld: `SELECT 1 FROM sync_blobs WHERE object = ?`,
 }
 
 const (

@@ -245,6 +245,28 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
 
+// qLastScopeSeq seeks, for each value, the newest index entry (the
+// primary key ends in seq, so each is one backward seek) and keeps the
+// greatest.
+const qLastScopeSeq = `SELECT COALESCE(MAX((SELECT s.seq FROM sync_scope_index s
+		WHERE s.partition = ? AND s.tbl = ? AND s.variable = ? AND s.value = j.value ORDER BY s.seq DESC LIMIT 1)), 0)
+	FROM json_each(?) j`
+
+// LastScopeSeq implements storage.ReadTx.
+func (t *tx) LastScopeSeq(ctx context.Context, partition, table, variable string, values []string) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	if len(values) == 0 {
+		return 0, nil
+	}
+	var seq int64
+	if _, err := t.c.queryRow(ctx, qLastScopeSeq, []any{partition, table, variable, jsonStrings(values)}, &seq); err != nil {
+		return 0, t.fail("last scope seq", "", err)
+	}
+	return seq, nil
+}
+
 func (t *tx) seqs(ctx context.Context, q string, args []any) ([]int64, error) {
 	rows, err := t.c.query(ctx, q, args...)
 	if err != nil {

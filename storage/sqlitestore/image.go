@@ -2,15 +2,17 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"net/url"
 	"os"
+	"unsafe"
 
 	"github.com/syncnode/syncnode/sqliteimage"
+	"github.com/syncnode/syncnode/ssp2"
 )
 
 // imageBatch is how many rows one INSERT statement carries: SQLite binds
@@ -48,11 +50,12 @@ func WriteImage(ctx context.Context, w io.Writer, dir string, l sqliteimage.Layo
 	return n, nil
 }
 
-func buildImage(ctx context.Context, path string, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (n int64, err error) {
+// imageDSN opens a scratch file: no journal, no syncs, one exclusive
+// connection, 16 KiB pages (fewer b-tree balances), and a page cache
+// large enough to hold a big image until it is written out at commit.
+func imageDSN(path string) string {
 	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath()}
 	q := url.Values{}
-	// A scratch file: no journal, no syncs, one connection, the page
-	// cache large enough to hold a big image before it is written out.
 	q.Add("_pragma", "page_size(16384)")
 	q.Add("_pragma", "journal_mode(OFF)")
 	q.Add("_pragma", "synchronous(OFF)")
@@ -60,76 +63,160 @@ func buildImage(ctx context.Context, path string, l sqliteimage.Layout, m sqlite
 	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Add("_pragma", "cache_size(-65536)")
 	u.RawQuery = q.Encode()
-	db, err := sql.Open("sqlite", u.String())
+	return u.String()
+}
+
+// buildImage writes the image at path through the driver directly (conn):
+// the statements run under a context that is never cancelled, so the
+// driver installs no progress handler, and ctx is checked between
+// statements instead. Reading the rows and inserting them overlap: this
+// goroutine fills one statement's parameters while a writer goroutine
+// executes the previous statement, so a build takes about the longer of
+// the two rather than their sum.
+func buildImage(ctx context.Context, path string, l sqliteimage.Layout, m sqliteimage.Meta, rows iter.Seq2[sqliteimage.Row, error]) (n int64, err error) {
+	c, err := connect(ctx, imageDSN(path))
 	if err != nil {
 		return 0, err
 	}
-	defer func() { err = errors.Join(err, db.Close()) }()
-	db.SetMaxOpenConns(1)
-	conn, err := db.Conn(ctx)
-	if err != nil {
+	defer func() { err = errors.Join(err, c.close()) }()
+	if err := c.execOnce(ctx, "BEGIN"); err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
 	for _, ddl := range []string{l.CreateData(), sqliteimage.CreateMeta()} {
-		if _, err := tx.ExecContext(ctx, ddl); err != nil {
+		if err := c.execOnce(ctx, ddl); err != nil {
 			return 0, err
 		}
 	}
-	full, err := tx.PrepareContext(ctx, l.InsertData(imageBatch))
+	n, err = insertRows(ctx, c, l, rows)
 	if err != nil {
-		return 0, err
-	}
-	defer full.Close()
-	width := len(l.Columns) + 1
-	args := make([]any, 0, imageBatch*width)
-	pending := 0
-	flush := func() error {
-		if pending == 0 {
-			return nil
-		}
-		var err error
-		if pending == imageBatch {
-			_, err = full.ExecContext(ctx, args...)
-		} else {
-			_, err = tx.ExecContext(ctx, l.InsertData(pending), args...)
-		}
-		args, pending = args[:0], 0
-		return err
-	}
-	for r, err := range rows {
-		if err != nil {
-			return n, err
-		}
-		if len(r.Values) != len(l.Columns) {
-			return n, fmt.Errorf("row of %d values for %d columns", len(r.Values), len(l.Columns))
-		}
-		for i, c := range l.Columns {
-			args = append(args, sqliteimage.Arg(c.Type, r.Values[i]))
-		}
-		args = append(args, r.Version)
-		n++
-		if pending++; pending == imageBatch {
-			if err := flush(); err != nil {
-				return n, err
-			}
-		}
-	}
-	if err := flush(); err != nil {
 		return n, err
 	}
 	m.Format, m.RowCount = sqliteimage.Format, n
-	if _, err := tx.ExecContext(ctx, sqliteimage.InsertMeta(), m.Format, m.Table, m.SchemaVersion, m.AsOfCommitSeq, m.ScopeDigest, m.RowCount); err != nil {
+	if err := c.execOnce(ctx, sqliteimage.InsertMeta(), m.Format, m.Table, int64(m.SchemaVersion), m.AsOfCommitSeq, m.ScopeDigest, m.RowCount); err != nil {
 		return n, err
 	}
-	return n, tx.Commit()
+	return n, c.execOnce(ctx, "COMMIT")
+}
+
+// insertRows inserts rows in statements of imageBatch rows, through two
+// binders that pass between this goroutine (filling) and a writer
+// goroutine (executing on c, which nothing else touches meanwhile).
+func insertRows(ctx context.Context, c *conn, l sqliteimage.Layout, rows iter.Seq2[sqliteimage.Row, error]) (n int64, err error) {
+	free := make(chan *imageBinder, 2)
+	free <- newImageBinder(l)
+	free <- newImageBinder(l)
+	work := make(chan *imageBinder)
+	done := make(chan error, 1)
+	go func() {
+		var werr error
+		for b := range work {
+			if werr == nil {
+				werr = ctx.Err()
+			}
+			if werr == nil {
+				var s *stmt
+				if s, werr = c.stmt(ctx, l.InsertData(b.rows)); werr == nil {
+					_, werr = s.ex.ExecContext(stmtCtx, b.finish())
+				}
+			}
+			b.reset()
+			free <- b
+		}
+		done <- werr
+	}()
+	b := <-free
+	for r, rerr := range rows {
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		if len(r.Values) != len(l.Columns) {
+			err = fmt.Errorf("row of %d values for %d columns", len(r.Values), len(l.Columns))
+			break
+		}
+		b.add(r)
+		n++
+		if b.rows == imageBatch {
+			work <- b
+			b = <-free
+		}
+	}
+	if err == nil && b.rows > 0 {
+		work <- b
+	}
+	close(work)
+	return n, errors.Join(err, <-done)
+}
+
+// imageBinder collects one statement's parameters. Text and blob values
+// are copied into one arena per statement and bound as views of it at
+// the end (the driver copies them into SQLite's memory while binding), so
+// a row's values need to stay valid only until the next row is read, and
+// a statement costs no allocation per value but the boxing of numbers.
+type imageBinder struct {
+	l     sqliteimage.Layout
+	args  []driver.NamedValue
+	arena []byte
+	spans []span // the text and blob values, bound by finish
+	rows  int
+}
+
+type span struct {
+	arg        int
+	start, end int
+	blob       bool
+}
+
+func newImageBinder(l sqliteimage.Layout) *imageBinder {
+	return &imageBinder{
+		l:     l,
+		args:  make([]driver.NamedValue, 0, imageBatch*(len(l.Columns)+1)),
+		arena: make([]byte, 0, 64<<10), // never nil: an empty blob is not NULL
+	}
+}
+
+// add appends one row's parameters, its values as sqliteimage.Arg gives
+// them and the version last.
+func (b *imageBinder) add(r sqliteimage.Row) {
+	for i, col := range b.l.Columns {
+		v := &r.Values[i]
+		arg := driver.NamedValue{Ordinal: len(b.args) + 1}
+		switch {
+		case v.Null:
+		case col.Type == ssp2.TypeInteger:
+			arg.Value = v.Int
+		case col.Type == ssp2.TypeFloat:
+			arg.Value = v.Float
+		case col.Type == ssp2.TypeBoolean:
+			arg.Value = sqliteimage.Arg(col.Type, *v)
+		default:
+			start := len(b.arena)
+			b.arena = append(b.arena, v.Bytes...)
+			b.spans = append(b.spans, span{arg: len(b.args), start: start, end: len(b.arena),
+				blob: col.Type == ssp2.TypeBytes || col.Type == ssp2.TypeCrdt})
+		}
+		b.args = append(b.args, arg)
+	}
+	b.args = append(b.args, driver.NamedValue{Ordinal: len(b.args) + 1, Value: r.Version})
+	b.rows++
+}
+
+// finish binds the text and blob values to the arena, now that it no
+// longer grows, and returns the statement's parameters.
+func (b *imageBinder) finish() []driver.NamedValue {
+	for _, s := range b.spans {
+		switch {
+		case s.blob:
+			b.args[s.arg].Value = b.arena[s.start:s.end:s.end]
+		case s.end == s.start:
+			b.args[s.arg].Value = ""
+		default:
+			b.args[s.arg].Value = unsafe.String(&b.arena[s.start], s.end-s.start)
+		}
+	}
+	return b.args
+}
+
+func (b *imageBinder) reset() {
+	b.args, b.arena, b.spans, b.rows = b.args[:0], b.arena[:0], b.spans[:0], 0
 }

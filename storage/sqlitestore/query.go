@@ -29,14 +29,16 @@ import (
 // pragma table functions are reads the authorizer denies, and ATTACH,
 // PRAGMA and every write are actions it denies.
 //
-// Running: each query connection (a pool of its own, so the store's own
-// statements never see the shadows) has TEMP views named like the
-// application tables, selecting their application columns where the
-// partition (and, for scoped queries, each scope column) matches what
-// TEMP tables of the connection hold. Query writes those values with
-// bound statements, then runs the registered statement — SQLite resolves
-// unqualified names in temp first — and reads the partition's max
-// commitSeq, in one transaction.
+// Running: a query runs as its own statement behind a WITH clause
+// (opRelations) that defines, for every application table it reads, a
+// common table expression of that name selecting the table's application
+// columns from main where the partition and, for a scoped query, each
+// scope column match bound values. An unqualified name resolves to a
+// common table expression before any table, so the statement reads only
+// those relations; its own text is unchanged and its values stay bound.
+// The statement and the partition's max commitSeq are read from one
+// snapshot (Query), on a query connection that keeps each statement text
+// prepared: a query writes nothing and costs one read.
 
 // QueryShape is what CheckQuery found: the statement's result column
 // names, its number of ? placeholders, and the application tables it
@@ -171,45 +173,93 @@ func CheckQuery(ctx context.Context, sc *schema.Schema, sqlText string) (QuerySh
 	return shape, nil
 }
 
-// Query connection state: the TEMP tables the views read.
-const (
-	opCtxTable   = "sync_op_ctx"   // (partition, privileged): one row
-	opScopeTable = "sync_op_scope" // (tbl, variable, value)
-)
-
-// opViewsSQL is the DDL of a query connection's shadows for one schema:
-// privileged views filter by partition only, scoped ones by partition
-// and scope values too (two shapes rather than one with an OR, so SQLite
-// can use the scope indexes).
-func opViewsSQL(sc *schema.Schema, privileged bool) []string {
-	stmts := []string{
-		"CREATE TEMP TABLE IF NOT EXISTS " + opCtxTable + " (partition TEXT NOT NULL, privileged INTEGER NOT NULL)",
-		"CREATE TEMP TABLE IF NOT EXISTS " + opScopeTable + " (tbl TEXT NOT NULL, variable TEXT NOT NULL, value ANY)",
-		"CREATE INDEX IF NOT EXISTS temp." + opScopeTable + "_k ON " + opScopeTable + " (tbl, variable, value)",
-	}
-	for _, t := range sc.Tables {
-		cols := make([]string, len(t.Columns))
-		for i, c := range t.Columns {
-			cols[i] = quote(c.Name)
+// opRelations returns the WITH items that replace the application tables
+// a registered query reads, and the values they bind after the partition
+// (?1): for a scoped query, each scope column's covered values, one
+// parameter each (their number is bounded by the query's coverage, so a
+// query has few statement texts). Each item selects the table's
+// application columns from main where the partition and, for a scoped
+// query, every scope column match; NOT MATERIALIZED keeps a table read
+// twice an inlined relation (like a view), never a copy of the partition.
+func opRelations(sc *schema.Schema, p *storage.QueryParams) (string, []any, error) {
+	var (
+		b    strings.Builder
+		args []any
+	)
+	for i, name := range p.Tables {
+		t, ok := sc.Table(name)
+		if !ok {
+			return "", nil, fmt.Errorf("unknown table %q", name)
 		}
-		where := fmt.Sprintf("%s = (SELECT partition FROM temp.%s)", quote(schemaplan.ColPartition), opCtxTable)
-		if !privileged {
-			for _, s := range t.Scopes {
-				where += fmt.Sprintf(" AND %s IN (SELECT value FROM temp.%s WHERE tbl = %s AND variable = %s)",
-					quote(s.Column), opScopeTable, literal(t.Name), literal(s.Variable))
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quote(t.Name) + " AS NOT MATERIALIZED (SELECT ")
+		for j, c := range t.Columns {
+			if j > 0 {
+				b.WriteString(", ")
 			}
+			b.WriteString(quote(c.Name))
 		}
-		stmts = append(stmts, "DROP VIEW IF EXISTS temp."+quote(t.Name),
-			fmt.Sprintf("CREATE TEMP VIEW %s AS SELECT %s FROM main.%s WHERE %s", quote(t.Name), strings.Join(cols, ", "), quote(t.Name), where))
+		b.WriteString(" FROM main." + quote(t.Name) + " WHERE " + quote(schemaplan.ColPartition) + " = ?1")
+		if p.Scopes == nil {
+			b.WriteString(")")
+			continue
+		}
+		for _, s := range t.Scopes {
+			vals, err := scopeValues(t, s.Variable, p.Scopes[name][s.Variable])
+			if err != nil {
+				return "", nil, err
+			}
+			switch len(vals) {
+			case 0:
+				b.WriteString(" AND 0") // no usable value: the relation is empty
+			case 1:
+				fmt.Fprintf(&b, " AND %s = ?%d", quote(s.Column), len(args)+2)
+			default:
+				fmt.Fprintf(&b, " AND %s IN (", quote(s.Column))
+				for k := range vals {
+					if k > 0 {
+						b.WriteString(", ")
+					}
+					fmt.Fprintf(&b, "?%d", len(args)+2+k)
+				}
+				b.WriteString(")")
+			}
+			args = append(args, vals...)
+		}
+		b.WriteString(")")
 	}
-	return stmts
+	return b.String(), args, nil
 }
 
-// literal quotes a schema name (never a request value) as an SQL string.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// scopeValues converts a scope variable's covered values (rendered as
+// stored scopes are) to the values its column stores; a value the column
+// cannot hold is dropped.
+func scopeValues(t *schema.Table, variable string, values []string) ([]any, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	f, none, err := schemaplan.ScanFilters(t, &storage.ScanParams{Table: t.Name, Scopes: map[string][]string{variable: values}, Limit: 1})
+	if err != nil || none {
+		return nil, err
+	}
+	vals := make([]any, 0, f[0].Len())
+	for _, v := range f[0].Strings {
+		vals = append(vals, v)
+	}
+	for _, v := range f[0].Ints {
+		vals = append(vals, v)
+	}
+	for _, v := range f[0].Bools {
+		vals = append(vals, bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: v}))
+	}
+	return vals, nil
+}
 
-// queryPool is the store's pool of query connections, opened on first
-// use.
+// queryPool is the store's pool of query connections (read-only, like
+// the readers, but apart from them so a long registered query never
+// holds a connection the sync path waits for), opened on first use.
 type queryPool struct {
 	conns chan *queryConn
 }
@@ -223,9 +273,7 @@ func newQueryPool(n int) queryPool {
 }
 
 type queryConn struct {
-	c          *conn
-	views      *installed // the schema the shadows were built for
-	privileged bool       // and their shape
+	c *conn
 }
 
 func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
@@ -263,98 +311,69 @@ func (s *Store) closeQueries() error {
 	return errors.Join(errs...)
 }
 
-// shadow (re)builds qc's views for the installed schema, toggling the
-// reader's query_only off for its TEMP writes.
-func (qc *queryConn) prepare(ctx context.Context, in *installed, p *storage.QueryParams) error {
-	c := qc.c
-	if _, err := c.exec(ctx, "PRAGMA query_only = OFF"); err != nil {
-		return err
+// opStatement is the statement a registered query runs as, and its
+// arguments: the partition, the scope arrays, then the request's values
+// (the registered statement's plain ? placeholders number after the
+// relations' ?1…?n).
+func opStatement(sc *schema.Schema, p *storage.QueryParams) (string, []any, error) {
+	sh, err := querysql.Lex(p.SQL)
+	if err != nil {
+		return "", nil, &storage.QueryError{Err: err}
 	}
-	defer func() { _, _ = c.exec(context.WithoutCancel(ctx), "PRAGMA query_only = ON") }()
-	privileged := p != nil && p.Scopes == nil
-	if qc.views != in || qc.privileged != privileged {
-		for _, q := range opViewsSQL(in.schema, privileged) {
-			if err := c.execOnce(ctx, q); err != nil {
-				return fmt.Errorf("build query views: %w", err)
-			}
+	defs, scopeArgs, err := opRelations(sc, p)
+	if err != nil {
+		return "", nil, err
+	}
+	args := make([]any, 0, 1+len(scopeArgs)+len(p.Args))
+	args = append(args, p.Partition)
+	args = append(args, scopeArgs...)
+	for _, a := range p.Args {
+		if b, ok := a.(bool); ok {
+			a = bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: b})
 		}
-		qc.views, qc.privileged = in, privileged
+		args = append(args, a)
 	}
-	if p == nil {
-		return nil
-	}
-	if _, err := c.exec(ctx, "DELETE FROM temp."+opCtxTable); err != nil {
-		return err
-	}
-	if _, err := c.exec(ctx, "DELETE FROM temp."+opScopeTable); err != nil {
-		return err
-	}
-	if _, err := c.exec(ctx, "INSERT INTO temp."+opCtxTable+" (partition, privileged) VALUES (?, ?)", p.Partition, p.Scopes == nil); err != nil {
-		return err
-	}
-	for _, name := range p.Tables {
-		t, ok := in.schema.Table(name)
-		if !ok {
-			return fmt.Errorf("unknown table %q", name)
-		}
-		for _, sc := range t.Scopes {
-			f, none, err := schemaplan.ScanFilters(t, &storage.ScanParams{Table: name, Scopes: map[string][]string{sc.Variable: p.Scopes[name][sc.Variable]}, Limit: 1})
-			if err != nil || none {
-				continue // no usable value: the table's relation is empty
-			}
-			vals := make([]any, 0, f[0].Len())
-			for _, v := range f[0].Strings {
-				vals = append(vals, v)
-			}
-			for _, v := range f[0].Ints {
-				vals = append(vals, v)
-			}
-			for _, v := range f[0].Bools {
-				vals = append(vals, bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: v}))
-			}
-			for _, v := range vals {
-				if _, err := c.exec(ctx, "INSERT INTO temp."+opScopeTable+" (tbl, variable, value) VALUES (?, ?, ?)", name, sc.Variable, v); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
+	return querysql.WithRelations(sh, defs), args, nil
 }
 
-// PrepareQuery implements storage.Querier: SQLite runs the statement
-// CheckQuery accepted; it is prepared over the shadows once here so a
-// view mismatch shows at registration.
+// PrepareQuery implements storage.Querier: SQLite prepares the statement
+// CheckQuery accepted behind its relations, privileged and scoped, so a
+// mismatch shows at registration.
 func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	in := s.schema.Load()
 	if in == nil {
 		return errors.New("prepare query: no schema installed")
-	}
-	sh, err := querysql.Lex(q.SQL)
-	if err != nil {
-		return err
 	}
 	qc, err := s.queryConn(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { s.queries.conns <- qc }()
-	if err := qc.prepare(ctx, in, nil); err != nil {
-		return err
+	for _, scopes := range []map[string]map[string][]string{nil, {}} {
+		text, _, err := opStatement(in.schema, &storage.QueryParams{QuerySpec: q, Scopes: scopes})
+		if err != nil {
+			return err
+		}
+		if _, err := qc.c.stmt(ctx, text); err != nil {
+			return err
+		}
 	}
-	_, err = qc.c.stmt(ctx, sh.Body)
-	return err
+	return nil
 }
 
-// Query implements storage.Querier.
+// Query implements storage.Querier: the partition's max commitSeq and the
+// statement from one snapshot. The max-seq statement is stepped to its row
+// and left unreset while the statement runs: a connection's implicit read
+// transaction lasts until its last active statement is reset, so the two
+// read one snapshot without a BEGIN and COMMIT of their own.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	in := s.schema.Load()
 	if in == nil {
 		return storage.QueryResult{}, errors.New("query: no schema installed")
 	}
-	sh, err := querysql.Lex(p.SQL)
+	text, args, err := opStatement(in.schema, &p)
 	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return storage.QueryResult{}, err
 	}
 	qc, err := s.queryConn(ctx)
 	if err != nil {
@@ -363,53 +382,50 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	defer func() { s.queries.conns <- qc }()
 	c := qc.c
 	var out storage.QueryResult
-	err = readTx(ctx, c, func() error {
-		if err := qc.prepare(ctx, in, &p); err != nil {
-			return fmt.Errorf("query context: %w", err)
-		}
-		if _, err := c.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM sync_commits WHERE partition = ?`, []any{p.Partition}, &out.MaxCommitSeq); err != nil {
-			return fmt.Errorf("query max seq: %w", err)
-		}
-		args := make([]any, len(p.Args))
-		for i, a := range p.Args {
-			if b, ok := a.(bool); ok {
-				args[i] = bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: b})
-			} else {
-				args[i] = a
-			}
-		}
-		rs, err := c.query(ctx, sh.Body, args...)
-		if err != nil {
-			return &storage.QueryError{Err: err}
-		}
-		defer func() { _ = rs.Close() }()
-		idx, err := resultIndex(rs.dr.Columns(), p.Columns)
-		if err != nil {
-			return err
-		}
-		for rs.Next() {
-			if len(out.Rows) == p.Limit {
-				break
-			}
-			row := make([]any, len(p.Columns))
-			for i, col := range p.Columns {
-				v := rs.vals[idx[i]]
-				if b, ok := v.([]byte); ok {
-					v = slices.Clone(b)
-				}
-				if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
-					return err
-				}
-			}
-			out.Rows = append(out.Rows, row)
-		}
-		if err := rs.Err(); err != nil {
-			return &storage.QueryError{Err: err}
-		}
-		return nil
-	})
+	seq, err := c.query(ctx, `SELECT coalesce(max(seq), 0) FROM sync_commits WHERE partition = ?`, p.Partition)
+	if err != nil {
+		return out, fmt.Errorf("query max seq: %w", err)
+	}
+	defer func() { _ = seq.Close() }()
+	if !seq.Next() {
+		return out, fmt.Errorf("query max seq: no row (%v)", seq.Err())
+	}
+	if err := seq.Scan(&out.MaxCommitSeq); err != nil {
+		return out, fmt.Errorf("query max seq: %w", err)
+	}
+	rs, err := c.query(ctx, text, args...)
+	if err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	defer func() { _ = rs.Close() }()
+	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
 	if err != nil {
 		return storage.QueryResult{}, err
+	}
+	for rs.Next() {
+		if len(out.Rows) == p.Limit {
+			break
+		}
+		row := make([]any, len(p.Columns))
+		for i, col := range p.Columns {
+			v := rs.vals[idx[i]]
+			if b, ok := v.([]byte); ok {
+				v = slices.Clone(b)
+			}
+			if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
+				return storage.QueryResult{}, err
+			}
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	if err := rs.Err(); err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	if err := rs.Close(); err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	if err := seq.Close(); err != nil {
+		return storage.QueryResult{}, fmt.Errorf("query max seq: %w", err)
 	}
 	return out, nil
 }

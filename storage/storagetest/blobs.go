@@ -18,6 +18,8 @@ var blobTests = []test{
 	{"WipeDropsReferences", testBlobWipe},
 	{"Refusals", testBlobRefusals},
 	{"SweepRacesReference", testBlobSweepRace},
+	{"SeedWritesReferences", testBlobSeed},
+	{"ObjectHeld", testBlobObjectHeld},
 }
 
 // blobSchema has a table with two blob_ref columns.
@@ -345,5 +347,91 @@ func testBlobSweepRace(t *testing.T, e *env) {
 		if _, ok, _ := s.BlobGet(t.Context(), p, blobID(n)); deleted || !ok {
 			t.Fatalf("round %d: the sweep deleted (%v) a blob a commit references; held afterwards: %v", n, deleted, ok)
 		}
+	}
+}
+
+// RowSeed writes the seeded rows' references like RowUpsert, so the
+// blobs of seeded rows are downloadable; a seeded reference to a blob the
+// partition does not hold fails the whole seed.
+func testBlobSeed(t *testing.T, e *env) {
+	s, sc := e.blobStore()
+	ctx := t.Context()
+	p := partition(t, s).ID
+	putBlob(t, s, blobRow(1, p, 100))
+	putBlob(t, s, blobRow(2, p, 100))
+	const n = 5
+	err := s.RowSeed(ctx, storage.SeedParams{Partition: p, Table: "files", Count: n, Row: func(i int, w *storage.RowWrite) error {
+		var thumb any // rows 0, 2, 4 also reference blob 2; row 1 twice the same blob
+		switch i % 2 {
+		case 0:
+			thumb = blobRef(2)
+		default:
+			thumb = blobRef(1)
+		}
+		main := any(blobRef(1))
+		if i == 3 {
+			main = nil
+		}
+		*w = file(t, sc, fmt.Sprintf("f%d", i), fmt.Sprintf("p%d", i%2), main, thumb)
+		return nil
+	}})
+	check(t, err)
+	want1, want2 := []storage.BlobRef{}, []storage.BlobRef{}
+	for i := range n {
+		r := storage.BlobRef{Table: "files", RowID: fmt.Sprintf("f%d", i), Scopes: map[string]string{"project": fmt.Sprintf("p%d", i%2)}}
+		if i%2 == 1 || i != 3 {
+			want1 = append(want1, r)
+		}
+		if i%2 == 0 {
+			want2 = append(want2, r)
+		}
+	}
+	if got := refsOf(t, s, p, blobID(1)); !reflect.DeepEqual(got, want1) {
+		t.Fatalf("references of seeded blob 1 = %+v, want %+v", got, want1)
+	}
+	if got := refsOf(t, s, p, blobID(2)); !reflect.DeepEqual(got, want2) {
+		t.Fatalf("references of seeded blob 2 = %+v, want %+v", got, want2)
+	}
+	// A referenced blob is no orphan.
+	orphans, err := s.BlobOrphans(ctx, 1000, 10)
+	check(t, err)
+	if len(orphans) != 0 {
+		t.Fatalf("seeded references left orphans %+v", orphans)
+	}
+	// A seed referencing a blob the partition does not hold seeds nothing.
+	err = s.RowSeed(ctx, storage.SeedParams{Partition: p, Table: "files", Count: 2, Row: func(i int, w *storage.RowWrite) error {
+		ref := blobRef(1)
+		if i == 1 {
+			ref = blobRef(9)
+		}
+		*w = file(t, sc, fmt.Sprintf("g%d", i), "p1", ref, nil)
+		return nil
+	}})
+	var ce *storage.ConstraintError
+	if !errors.As(err, &ce) && !errors.Is(err, storage.ErrTxAborted) {
+		t.Fatalf("a seed referencing an absent blob: %v, want a constraint error", err)
+	}
+	if _, ok := getRow(t, s, p, "files", "g0"); ok {
+		t.Fatal("a failed seed wrote a row")
+	}
+	if got := refsOf(t, s, p, blobID(1)); !reflect.DeepEqual(got, want1) {
+		t.Fatalf("a failed seed changed the references: %+v", got)
+	}
+}
+
+func testBlobObjectHeld(t *testing.T, e *env) {
+	s, _ := e.blobStore()
+	p := partition(t, s).ID
+	b := putBlob(t, s, blobRow(1, p, 100))
+	for obj, want := range map[string]bool{b.Object: true, "obj-unknown": false} {
+		held, err := s.BlobObjectHeld(t.Context(), obj)
+		if err != nil || held != want {
+			t.Fatalf("BlobObjectHeld(%s) = %v, %v; want %v", obj, held, err, want)
+		}
+	}
+	ok, err := s.BlobDelete(t.Context(), p, b.ID, 200)
+	check(t, err)
+	if held, err := s.BlobObjectHeld(t.Context(), b.Object); !ok || err != nil || held {
+		t.Fatalf("after its row's delete (%v), BlobObjectHeld = %v, %v", ok, held, err)
 	}
 }

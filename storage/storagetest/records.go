@@ -26,6 +26,7 @@ var clientTests = []test{
 	{"BindFirstWins", testClientBind},
 	{"Ack", testClientAck},
 	{"TouchWithClient", testPartitionTouchClient},
+	{"RequestStart", testRequestStart},
 	{"Advance", testClientAdvance},
 }
 
@@ -221,6 +222,86 @@ func testPartitionTouchClient(t *testing.T, e *env) {
 	// Another partition's record of the same id is not this one's.
 	if _, _, ok, err := s.PartitionTouchClient(ctx, "other", "c1", t0); err != nil || ok {
 		t.Fatalf("other partition = %v, %v", ok, err)
+	}
+}
+
+// testRequestStart: a store's one read of a request's start
+// (storage.RequestStarter, optional) returns what PartitionTouchClient
+// and IdempotencyGet return: the touched row (created on first touch),
+// the client record of this partition only, and the stored results of
+// the named commits that exist, of this client only.
+func testRequestStart(t *testing.T, e *env) {
+	s, _ := e.store()
+	rs, ok := s.(storage.RequestStarter)
+	if !ok {
+		t.Skip("the store reads a request's start with PartitionTouchClient and IdempotencyGet")
+	}
+	ctx := t.Context()
+	const t0 = 9_000_000
+	st, err := rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: []string{"a"}, NowMs: t0})
+	check(t, err)
+	if st.HasClient || st.Pushes != nil || st.Partition.ID != "fresh" || !epochRE.MatchString(st.Partition.LogEpoch) || st.Partition.LastSeenMs != t0 {
+		t.Fatalf("first start = %+v", st)
+	}
+	c := storage.Client{Partition: "fresh", ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 12, UpdatedAtMs: 500,
+		Subscriptions: json.RawMessage(`[{"id":"s1"}]`)}
+	check(t, s.ClientPut(ctx, c))
+	recs := []storage.PushRecord{
+		{ClientID: "c1", ClientCommitID: "a", ActorID: "alice", Status: storage.PushApplied, CommitSeq: 1, Result: []byte{1, 0, 2}, CreatedAtMs: 5},
+		{ClientID: "c1", ClientCommitID: "b", ActorID: "alice", Status: storage.PushRejected, Result: []byte("no"), CreatedAtMs: 6},
+		{ClientID: "c1", ClientCommitID: "d", Status: storage.PushRejected, Result: []byte{}, CreatedAtMs: 7},
+		{ClientID: "c2", ClientCommitID: "x", ActorID: "bob", Status: storage.PushRejected, Result: []byte("bob's"), CreatedAtMs: 8},
+	}
+	writeTx(t, s, "fresh", func(tx storage.Tx) error {
+		for _, r := range recs {
+			if _, err := tx.IdempotencyPut(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, ids := range [][]string{nil, {"a"}, {"zz"}, {"b", "a", "zz", "d", "x"}, {"zz", "b"}} {
+		st, err := rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: ids, NowMs: t0 + 1})
+		check(t, err)
+		p, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+1)
+		check(t, err)
+		if st.Partition != p || st.HasClient != ok || !ok {
+			t.Fatalf("%v: start = %+v, %v; touch = %+v, %v", ids, st.Partition, st.HasClient, p, ok)
+		}
+		assertClient(t, st.Client, cl)
+		want := 0
+		for _, id := range ids {
+			r, ok, err := s.IdempotencyGet(ctx, "fresh", "c1", id)
+			check(t, err)
+			got, found := st.Pushes[id]
+			if found != ok {
+				t.Fatalf("%v: result of %q found = %v, IdempotencyGet %v", ids, id, found, ok)
+			}
+			if ok {
+				want++
+				assertRecord(t, "RequestStart", got, r)
+			}
+		}
+		if len(st.Pushes) != want {
+			t.Fatalf("%v: %d results, want %d: %+v", ids, len(st.Pushes), want, st.Pushes)
+		}
+	}
+	// Another client's id and another partition hold nothing of c1's.
+	st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c2", CommitIDs: []string{"a", "x"}, NowMs: t0 + 1})
+	check(t, err)
+	if st.HasClient || len(st.Pushes) != 1 || st.Pushes["x"].ActorID != "bob" {
+		t.Fatalf("c2 start = %+v", st)
+	}
+	st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "other", ClientID: "c1", CommitIDs: []string{"a", "b"}, NowMs: t0})
+	check(t, err)
+	if st.HasClient || st.Pushes != nil {
+		t.Fatalf("other partition start = %+v", st)
+	}
+	// Past the granularity last-seen moves, as with the touch.
+	st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: []string{"a"}, NowMs: t0 + storage.TouchGranularityMs + 1})
+	check(t, err)
+	if st.Partition.LastSeenMs != t0+storage.TouchGranularityMs+1 || !st.HasClient || st.Pushes["a"].CommitSeq != 1 {
+		t.Fatalf("start past granularity = %+v", st)
 	}
 }
 

@@ -16,6 +16,7 @@ var windowTests = []test{
 	{"TwoVariables", testWindowTwoVariables},
 	{"FalsePositivesAcrossBatches", testWindowFalsePositives},
 	{"Refusals", testWindowRefusals},
+	{"LastScopeSeq", testLastScopeSeq},
 }
 
 // ch describes one change of a window fixture.
@@ -215,6 +216,47 @@ func testWindowRefusals(t *testing.T, e *env) {
 		w, err := tx.CommitWindow(ctx, storage.WindowParams{Partition: p.ID, Table: "tasks", Scopes: map[string][]string{"project": {"p"}}, Limit: 1})
 		if err != nil || !w.Complete || w.MaxSeq != 0 || len(w.Commits) != 0 {
 			t.Fatalf("empty log window = %+v, %v", w, err)
+		}
+		return nil
+	}))
+}
+
+// testLastScopeSeq: the newest commit with a change to the table under
+// one of the values, whatever else later commits touch.
+func testLastScopeSeq(t *testing.T, e *env) {
+	s, sc := e.store()
+	p := appendLog(t, s, sc, [][]ch{
+		{{"tasks", "a", "p1", 1}},
+		{{"tasks", "b", "p2", 2}},
+		{{"tasks", "c", "p1", 2}, {"tasks", "d", "p3", 1}},
+		{{"notes", "", "p1", 7}},
+		{{"tasks", "e", "p2", 1}},
+	})
+	cases := []struct {
+		table, variable string
+		values          []string
+		want            int64
+	}{
+		{"tasks", "project", []string{"p1"}, 3},
+		{"tasks", "project", []string{"p1", "p2"}, 5},
+		{"tasks", "project", []string{"p3", "p1"}, 3},
+		{"tasks", "owner", []string{"2"}, 3},
+		{"tasks", "project", []string{"p9"}, 0},
+		{"tasks", "project", nil, 0},
+		{"tasks", "undeclared", []string{"p1"}, 0},
+		{"notes", "project", []string{"p1"}, 4},
+		{"notes", "project", []string{"p2"}, 0},
+	}
+	check(t, s.ReadTx(t.Context(), func(tx storage.ReadTx) error {
+		for _, tc := range cases {
+			got, err := tx.LastScopeSeq(t.Context(), p.ID, tc.table, tc.variable, tc.values)
+			if err != nil || got != tc.want {
+				t.Errorf("LastScopeSeq(%s, %s, %v) = %d, %v; want %d", tc.table, tc.variable, tc.values, got, err, tc.want)
+			}
+		}
+		got, err := tx.LastScopeSeq(t.Context(), "nobody", "tasks", "project", []string{"p1"})
+		if err != nil || got != 0 {
+			t.Errorf("LastScopeSeq of an unknown partition = %d, %v", got, err)
 		}
 		return nil
 	}))

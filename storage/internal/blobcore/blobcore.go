@@ -41,6 +41,8 @@ type SQL struct {
 	Delete string
 	// Stats counts the blob rows, their bytes and the references.
 	Stats string
+	// ObjectHeld selects a row naming object $1.
+	ObjectHeld string
 	// DeleteRacedFunc reports whether an error of Delete is a reference
 	// committed since its check, so nothing was deleted; nil when the
 	// dialect's writes cannot interleave.
@@ -197,6 +199,19 @@ func (x *Index) BlobStats(ctx context.Context) (st storage.BlobStats, err error)
 		return storage.BlobStats{}, fmt.Errorf("blob stats: %w", err)
 	}
 	return st, nil
+}
+
+// BlobObjectHeld implements storage.BlobIndex.
+func (x *Index) BlobObjectHeld(ctx context.Context, object string) (held bool, err error) {
+	err = x.run.Read(ctx, func(c sqlexec.Conn) (err error) {
+		var one int64
+		held, err = c.QueryRow(ctx, x.sql.ObjectHeld, []any{object}, &one)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("find blob object: %w", err)
+	}
+	return held, nil
 }
 
 // validate checks what every store requires of a blob row.

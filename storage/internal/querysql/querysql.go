@@ -21,6 +21,11 @@ type Shape struct {
 	// Identifiers are the bare and quoted identifiers (and keywords), as
 	// written, without quotes.
 	Identifiers []string
+	// KeywordEnd is the offset just after Keyword; for a statement
+	// starting WITH RECURSIVE, RecursiveEnd is the offset just after
+	// RECURSIVE (0 otherwise).
+	KeywordEnd   int
+	RecursiveEnd int
 }
 
 // Lex scans sql. It refuses numbered or named placeholders (?1, :x, @x,
@@ -97,8 +102,12 @@ func Lex(sql string) (Shape, error) {
 				for j < len(sql) && isIdent(sql[j]) {
 					j++
 				}
-				if sh.Keyword == "" {
+				switch {
+				case sh.Keyword == "":
 					sh.Keyword = strings.ToUpper(sql[i:j])
+					sh.KeywordEnd = j
+				case len(sh.Identifiers) == 1 && sh.Keyword == "WITH" && strings.EqualFold(sql[i:j], "RECURSIVE"):
+					sh.RecursiveEnd = j
 				}
 				sh.Identifiers = append(sh.Identifiers, sql[i:j])
 				i = j
@@ -136,4 +145,18 @@ func Numbered(sh Shape, format func(n int) string) string {
 	}
 	b.WriteString(sh.Body[last:])
 	return b.String()
+}
+
+// WithRelations returns sh.Body behind a WITH clause whose first common
+// table expressions are defs (comma-separated "name AS (…)" items): a
+// statement that has its own WITH keeps its expressions after defs, and
+// its RECURSIVE. The statement's text is never altered otherwise.
+func WithRelations(sh Shape, defs string) string {
+	if sh.Keyword != "WITH" {
+		return "WITH " + defs + "\n" + sh.Body
+	}
+	if sh.RecursiveEnd > 0 {
+		return "WITH RECURSIVE " + defs + "," + sh.Body[sh.RecursiveEnd:]
+	}
+	return "WITH " + defs + "," + sh.Body[sh.KeywordEnd:]
 }

@@ -1,0 +1,157 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// TestWriteGroup queues WriteTx calls behind a leader that holds the
+// partition and checks that they share its transaction (one txid) and
+// still behave each as a WriteTx of its own: a member whose fn fails or
+// leaves the transaction aborted writes nothing and gets its error at
+// once; every other member's row and commit are durable when its WriteTx
+// returns, with dense commit seqs.
+func TestWriteGroup(t *testing.T) {
+	s := openTB(t, 4)
+	ctx := t.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
+		t.Fatal(err)
+	}
+	const members = 9
+	var (
+		mu   sync.Mutex
+		txid = map[int]int64{}
+		seqs = map[int]int64{}
+	)
+	errBoom := errors.New("boom")
+	push := func(i int) func(tx storage.Tx) error {
+		return func(stx storage.Tx) error {
+			x := stx.(*tx)
+			var id int64
+			if _, err := x.queryRow(ctx, "SELECT txid_current()", nil, &id); err != nil {
+				return err
+			}
+			rw := roundTripRow(t, sc, fmt.Sprintf("r%d", i), "x")
+			v, err := x.RowUpsert(ctx, "tasks", rw)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			txid[i] = id
+			mu.Unlock()
+			switch i % 3 {
+			case 1:
+				return errBoom
+			case 2:
+				// A database error nobody rolled back: the member ends
+				// aborted.
+				if _, err := x.exec(ctx, "SELECT 1/0"); err != nil {
+					_ = x.fail("divide", "", err)
+				}
+				return nil
+			}
+			seq, err := x.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: fmt.Sprint(i), SchemaVersion: 1,
+				Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
+			mu.Lock()
+			seqs[i] = seq
+			mu.Unlock()
+			return err
+		}
+	}
+	release := make(chan struct{})
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			if err := push(0)(tx); err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+	}()
+	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(txid) == 1
+	})
+	for i := 1; i < members; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.WriteTx(ctx, "p", push(i))
+		}()
+	}
+	poll.Until(t, 10*time.Second, "every member queued", func() bool {
+		s.groups.mu.Lock()
+		defer s.groups.mu.Unlock()
+		g := s.groups.m["p"]
+		return g != nil && len(g.waiting) == members-1
+	})
+	close(release)
+	wg.Wait()
+
+	for i, err := range errs {
+		var want error
+		switch i % 3 {
+		case 1:
+			want = errBoom
+		case 2:
+			want = storage.ErrTxAborted
+		}
+		if !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Errorf("member %d: WriteTx = %v, want %v", i, err, want)
+		}
+		if txid[i] != txid[0] {
+			t.Errorf("member %d ran in transaction %d, the leader in %d", i, txid[i], txid[0])
+		}
+	}
+	// The members run in the order they queued: the seqs are dense in
+	// some order.
+	var got []int64
+	for i := 0; i < members; i += 3 {
+		got = append(got, seqs[i])
+	}
+	slices.Sort(got)
+	for k, seq := range got {
+		if seq != int64(k+1) {
+			t.Errorf("appended seqs %v, want 1..%d", got, len(got))
+			break
+		}
+	}
+	err = s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+		for i := range members {
+			_, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
+			if err != nil {
+				return err
+			}
+			if ok != (i%3 == 0) {
+				t.Errorf("row of member %d stored: %v", i, ok)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.CommitMaxSeq(ctx, "p"); err != nil || m != int64(len(got)) {
+		t.Fatalf("CommitMaxSeq = %d, %v; want %d", m, err, len(got))
+	}
+}

@@ -1,0 +1,262 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// tripCounter counts the writes to a store's connections. pgx sends each
+// flight of messages (a statement, or a pipeline of them) in one write
+// and then waits for the answer, so a call's writes are its round trips.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) dial(next pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: conn, n: &c.n}, nil
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
+}
+
+const roundTripSchema = `{"version": 1, "tables": [{"name": "tasks", "primaryKey": "id",
+	"columns": [{"name": "id", "type": "string"}, {"name": "project_id", "type": "string"}, {"name": "title", "type": "string"}],
+	"scopes": [{"pattern": "project:{project}", "column": "project_id"}]}]}`
+
+func roundTripRow(tb testing.TB, sc *schema.Schema, id, title string) storage.RowWrite {
+	tb.Helper()
+	t, _ := sc.Table("tasks")
+	vals := []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte("p1")}, {Bytes: []byte(title)}}
+	scopes, _, ok := t.StoredScopes(vals)
+	if !ok {
+		tb.Fatal("no stored scopes")
+	}
+	payload, err := t.Codec.AppendRow(nil, vals)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return storage.RowWrite{RowID: id, Values: vals, Scopes: scopes, Payload: payload}
+}
+
+// roundTrips is the round trips of each step of one push + pull round,
+// made of the store calls the engine and the relay make for it.
+type roundTrips struct {
+	start, lookup, push, pull, advance, relay int64
+}
+
+func (r roundTrips) String() string {
+	return fmt.Sprintf("request start (partition + client) %d, optimistic idempotency lookup %d, push transaction %d, pull window %d, cursor advance %d, relay read %d",
+		r.start, r.lookup, r.push, r.pull, r.advance, r.relay)
+}
+
+// pushPullRound makes one round's store calls: the push of one upsert
+// into row and the pull of its commit.
+func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string) roundTrips {
+	tb.Helper()
+	const partition, client = "p", "c1"
+	key := fmt.Sprintf("commit-%d", i)
+	var out roundTrips
+	step := func(dst *int64, f func() error) {
+		tb.Helper()
+		before := c.n.Load()
+		if err := f(); err != nil {
+			tb.Fatal(err)
+		}
+		*dst = c.n.Load() - before
+	}
+	var part storage.Partition
+	step(&out.start, func() (err error) {
+		part, _, _, err = s.PartitionTouchClient(ctx, partition, client, 1_000_000)
+		return err
+	})
+	step(&out.lookup, func() error {
+		_, ok, err := s.IdempotencyGet(ctx, partition, client, key)
+		if ok {
+			return fmt.Errorf("commit %s already stored", key)
+		}
+		return err
+	})
+	rw := roundTripRow(tb, sc, row, key)
+	var seq int64
+	step(&out.push, func() error {
+		return s.WriteTx(ctx, partition, func(tx storage.Tx) error {
+			if _, err := tx.GateRead(ctx, partition, sc.Version); err != nil {
+				return err
+			}
+			if _, ok, err := tx.IdempotencyGet(ctx, client, key); err != nil || ok {
+				return fmt.Errorf("re-check: %v %v", ok, err)
+			}
+			sp, err := tx.Savepoint(ctx)
+			if err != nil {
+				return err
+			}
+			if _, _, err := tx.RowGet(ctx, partition, "tasks", row); err != nil {
+				return err
+			}
+			v, err := tx.RowUpsert(ctx, "tasks", rw)
+			if err != nil {
+				return err
+			}
+			if err := sp.Release(ctx); err != nil {
+				return err
+			}
+			seq, err = tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: 1, ActorID: "a", ClientID: client, ClientCommitID: key, SchemaVersion: 1,
+				Changes: []storage.Change{{Table: "tasks", RowID: row, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
+			if err != nil {
+				return err
+			}
+			_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: client, ClientCommitID: key, ActorID: "a",
+				Status: storage.PushApplied, CommitSeq: seq, Result: []byte("result"), CreatedAtMs: 1})
+			return err
+		})
+	})
+	step(&out.pull, func() error {
+		return s.ReadTx(ctx, func(tx storage.ReadTx) error {
+			if _, err := tx.Partition(ctx, partition); err != nil {
+				return err
+			}
+			if _, err := tx.GateRead(ctx, partition, sc.Version); err != nil {
+				return err
+			}
+			w, err := tx.CommitWindow(ctx, storage.WindowParams{Partition: partition, Table: "tasks",
+				Scopes: map[string][]string{"project": {"p1"}}, AfterSeq: seq - 1, Limit: 100})
+			if err == nil && (len(w.Commits) != 1 || w.Commits[0].CommitSeq != seq || w.Commits[0].ClientCommitID != key) {
+				err = fmt.Errorf("window %+v does not hold commit %d alone", w, seq)
+			}
+			return err
+		})
+	})
+	step(&out.relay, func() error {
+		if _, err := s.PartitionGet(ctx, partition); err != nil {
+			return err
+		}
+		_, commits, err := s.PartitionCommitRange(ctx, partition, seq-1, 1000)
+		if err == nil && (len(commits) != 1 || len(commits[0].Changes) != 1) {
+			err = fmt.Errorf("commit range %+v does not hold commit %d alone", commits, seq)
+		}
+		return err
+	})
+	step(&out.advance, func() error {
+		return s.ClientAdvance(ctx, storage.ClientAckParams{Partition: partition, ClientID: client, ActorID: "a",
+			LogEpoch: part.LogEpoch, Cursor: seq, NowMs: 1_000_000})
+	})
+	return out
+}
+
+// TestRoundTrips counts the round trips of a push + pull round's store
+// calls (after a warm-up round has prepared every statement) and holds
+// them to the budget. A push transaction whose commit's optimistic lookup
+// just missed is four: BEGIN, the lock, the hinted push results and the
+// partition row; the savepoint and the row read; the upsert; the queued
+// writes and COMMIT. The pull window is three (BEGIN and the partition
+// row; the first candidates with their changes and headers; COMMIT), the
+// relay's read two, and a cursor advance none (it waits for the next
+// flush, once per ClientAdvanceDelay). Before this budget the round was
+// 1 + 1 + 5 + 5 + 1 + 5.
+func TestRoundTrips(t *testing.T) {
+	c := &tripCounter{}
+	// One connection: every statement is prepared once, by the warm-up.
+	s := openDial(t, 1, c.dial)
+	ctx := t.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	pushPullRound(ctx, t, s, c, sc, 0, "r0") // prepares the statements
+	s.flushAdvances()                        // the cursor advances' write, once per ClientAdvanceDelay
+	got := pushPullRound(ctx, t, s, c, sc, 1, "r0")
+	t.Logf("round trips: %s", got)
+	want := roundTrips{start: 1, lookup: 1, push: 4, pull: 3, advance: 0, relay: 2}
+	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
+		got.start > want.start || got.lookup > want.lookup {
+		t.Fatalf("round trips:\n got  %s\n want %s (at most)", got, want)
+	}
+}
+
+// BenchmarkPushOnePartition pushes single-change commits from 16
+// goroutines into one partition, each push its optimistic lookup and
+// its write transaction as the engine makes them: the load fixture's
+// shape, where every client writes the same partition and the write
+// groups share transactions.
+func BenchmarkPushOnePartition(b *testing.B) {
+	s := openTB(b, 16)
+	ctx := b.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(8) // 16 goroutines on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := next.Add(1)
+			key := fmt.Sprint(n)
+			rw := roundTripRow(b, sc, fmt.Sprintf("r%d", n%1000), key)
+			if _, ok, err := s.IdempotencyGet(ctx, "p", "c", key); err != nil || ok {
+				b.Errorf("lookup: %v %v", ok, err)
+				return
+			}
+			err := s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+				if _, ok, err := tx.IdempotencyGet(ctx, "c", key); err != nil || ok {
+					return fmt.Errorf("re-check: %v %v", ok, err)
+				}
+				if _, _, err := tx.RowGet(ctx, "p", "tasks", rw.RowID); err != nil {
+					return err
+				}
+				v, err := tx.RowUpsert(ctx, "tasks", rw)
+				if err != nil {
+					return err
+				}
+				seq, err := tx.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: key, SchemaVersion: 1,
+					Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
+				if err != nil {
+					return err
+				}
+				_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: key, ActorID: "a",
+					Status: storage.PushApplied, CommitSeq: seq, Result: []byte("result"), CreatedAtMs: 1})
+				return err
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+}

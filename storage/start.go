@@ -1,0 +1,35 @@
+package storage
+
+import "context"
+
+// RequestStarter is implemented by a Store that reads the start of a sync
+// request in one read: what PartitionTouchClient returns and the stored
+// push results of the request's commits (what Store.IdempotencyGet
+// returns for each), so a steady push + pull round reads nothing more
+// before its write transaction. It is optional: the engine falls back to
+// PartitionTouchClient and IdempotencyGet on a Store without it.
+type RequestStarter interface {
+	RequestStart(ctx context.Context, p RequestStartParams) (RequestStart, error)
+}
+
+// RequestStartParams names what a request starts with.
+type RequestStartParams struct {
+	Partition string
+	ClientID  string
+	// CommitIDs are the clientCommitIds of the request's commits whose
+	// stored results to read (ids the caller checked are storable).
+	CommitIDs []string
+	NowMs     int64
+}
+
+// RequestStart is the start of a request: the touched partition row, the
+// client record (HasClient false when there is none) and the stored push
+// results of RequestStartParams.CommitIDs that exist, by clientCommitId.
+// The results are the optimistic lookup of the push path: the write
+// transaction re-checks under the lock.
+type RequestStart struct {
+	Partition Partition
+	Client    Client
+	HasClient bool
+	Pushes    map[string]PushRecord
+}
