@@ -11,10 +11,10 @@ import (
 )
 
 // TestRuntimeConfig: [runtime] parses sizes and "off", refuses bad values
-// with the field named, and defaults to a 64 MiB soft limit without pprof.
+// with the field named, and defaults to a 256 MiB soft limit without pprof.
 func TestRuntimeConfig(t *testing.T) {
 	d := defaultConfig()
-	if d.Runtime.MemoryLimit != "64MiB" || d.Runtime.PprofListen != "" {
+	if d.Runtime.MemoryLimit != "256MiB" || d.Runtime.PprofListen != "" {
 		t.Errorf("default runtime = %+v", d.Runtime)
 	}
 	for in, want := range map[string]int64{"64MiB": 64 << 20, "1GiB": 1 << 30, "16777216": 16 << 20, "9000KiB": 9000 << 10} {
@@ -26,8 +26,8 @@ func TestRuntimeConfig(t *testing.T) {
 	if _, ok, err := parseMemoryLimit("off"); ok || err != nil {
 		t.Errorf(`parseMemoryLimit("off") = %v, %v`, ok, err)
 	}
-	c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"256MiB\"\npprof_listen = \"127.0.0.1:0\"\n")
-	if err != nil || c.Runtime.MemoryLimit != "256MiB" || c.Runtime.PprofListen != "127.0.0.1:0" {
+	c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"1GiB\"\npprof_listen = \"127.0.0.1:0\"\n")
+	if err != nil || c.Runtime.MemoryLimit != "1GiB" || c.Runtime.PprofListen != "127.0.0.1:0" {
 		t.Fatalf("runtime = %+v, %v", c.Runtime, err)
 	}
 	for body, field := range map[string]string{
