@@ -56,6 +56,14 @@ type tx struct {
 	// broken is set when a member's writes could not be rolled back: the
 	// group's transaction cannot commit.
 	broken error
+	// A read transaction's planned window (plan.go): trail is sent behind
+	// the next statement (the planned window's first read and COMMIT);
+	// spent says that pipeline ended the transaction, missed that a read
+	// came that it did not cover; noPlan that fn runs again, unplanned.
+	plan          *plannedWindow
+	trail         *pgx.Batch
+	spent, missed bool
+	noPlan        bool
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -81,34 +89,48 @@ func (t *tx) queueQuery(fn func(rows pgx.Rows) error, sql string, args ...any) {
 	t.pending.Queue(sql, args...).Query(fn)
 }
 
-// send sends the queued statements in one pipeline. last, when not nil,
-// reads the result of the last queued statement; the others are plain
-// executions.
+// send sends the queued statements in one pipeline, and the trail behind
+// them. last, when not nil, reads the result of the last queued statement;
+// the others are plain executions or read by their own Fn.
 func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) error {
-	b := t.pending
-	t.pending = nil
+	if err := t.live(); err != nil {
+		return err
+	}
+	b, trail := t.pending, t.trail
+	t.pending, t.trail = nil, nil
 	if b == nil || b.Len() == 0 {
 		return nil
 	}
-	br := t.c.SendBatch(t.stmtCtx(ctx), b)
 	n := b.Len()
 	if last != nil {
 		n--
 	}
+	var after []*pgx.QueuedQuery
+	if trail != nil {
+		after = trail.QueuedQueries
+		b.QueuedQueries = append(b.QueuedQueries, after...)
+	}
+	br := t.c.SendBatch(t.stmtCtx(ctx), b)
 	var err error
-	for _, qq := range b.QueuedQueries[:n] {
-		var e error
-		if qq.Fn != nil {
-			e = qq.Fn(br)
-		} else {
-			_, e = br.Exec()
-		}
-		if e != nil && err == nil {
-			err = e
+	each := func(qs []*pgx.QueuedQuery) {
+		for _, qq := range qs {
+			var e error
+			if qq.Fn != nil {
+				e = qq.Fn(br)
+			} else {
+				_, e = br.Exec()
+			}
+			if e != nil && err == nil {
+				err = e
+			}
 		}
 	}
+	each(b.QueuedQueries[:n])
 	if err == nil && last != nil {
 		err = last(br)
+	}
+	if err == nil {
+		each(after)
 	}
 	if e := br.Close(); e != nil && err == nil {
 		err = e
@@ -118,6 +140,9 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 
 // exec runs sql after the queued statements, in one round trip.
 func (t *tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.live(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	if t.pending == nil {
 		return t.c.Exec(t.stmtCtx(ctx), sql, args...)
 	}
@@ -140,6 +165,9 @@ func (t *tx) query(ctx context.Context, sql string, args []any, fn func(rows pgx
 		}
 		rows.Close()
 		return rows.Err()
+	}
+	if err := t.live(); err != nil {
+		return err
 	}
 	if t.pending == nil {
 		rows, err := t.c.Query(t.stmtCtx(ctx), sql, args...)
@@ -295,37 +323,52 @@ func (t *tx) commit(ctx context.Context) error {
 
 // ReadTx implements storage.Store: a REPEATABLE READ READ ONLY
 // transaction, whose snapshot is taken by its first statement. BEGIN goes
-// in one pipeline with that statement.
+// in one pipeline with that statement, and so does COMMIT when fn planned
+// its window (plan.go); fn runs again, unplanned, when it read past the
+// plan.
 func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
+	missed, err := s.readTx(ctx, fn, false)
+	if missed {
+		_, err = s.readTx(ctx, fn, true)
+	}
+	return err
+}
+
+func (s *Store) readTx(ctx context.Context, fn func(tx storage.ReadTx) error, noPlan bool) (missed bool, err error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("read transaction: %w", err)
+		return false, fmt.Errorf("read transaction: %w", err)
 	}
 	defer c.Release()
-	t := &tx{s: s, c: c, inst: s.schema.Load(), snapshot: true}
+	t := &tx{s: s, c: c, inst: s.schema.Load(), snapshot: true, noPlan: noPlan}
 	t.queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	done := false
 	defer func() {
-		if !done {
+		if !done && !t.spent {
 			t.rollback(ctx)
 		}
 	}()
-	if err := fn(t); err != nil {
-		return err
+	err = fn(t)
+	if t.missed {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
 	}
 	if t.aborted {
-		return storage.ErrTxAborted
+		return false, storage.ErrTxAborted
 	}
-	if t.pending != nil {
-		// fn ran no statement: nothing began.
+	if t.pending != nil || t.spent {
+		// fn ran no statement, and nothing began; or its planned
+		// pipeline ended the transaction.
 		done = true
-		return nil
+		return false, nil
 	}
 	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("read transaction: %w", err)
+		return false, fmt.Errorf("read transaction: %w", err)
 	}
 	done = true
-	return nil
+	return false, nil
 }
 
 func unregistered(op, partition string) error {
@@ -342,9 +385,16 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
+	planned := t.queuePlan(partition)
 	p, ok, err := t.readPartitionGate(ctx, partition, t.snapshot || partition == t.locked.ID)
+	if errors.Is(err, errPlanMissed) {
+		return p, err
+	}
 	if err != nil {
 		return p, t.fail("read partition", "", err)
+	}
+	if planned {
+		t.spent, t.plan.read = true, true
 	}
 	if !ok {
 		return p, unregistered("read partition", partition)
