@@ -54,7 +54,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		out      applied
 		replayed bool
 	)
-	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
+	err = e.writeTx(ctx, r.id.Partition, pushRows(pc), func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
 		}
@@ -90,6 +90,26 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, err
 	}
 	return out.appended, nil
+}
+
+// writeTx is Store.WriteTx, naming the rows fn will read to a store that
+// reads them ahead (storage.RowPrefetcher).
+func (e *Engine) writeTx(ctx context.Context, partition string, rows []storage.RowRef, fn func(tx storage.Tx) error) error {
+	if rp, ok := e.cfg.Store.(storage.RowPrefetcher); ok && len(rows) > 0 {
+		return rp.WriteTxRows(ctx, partition, rows, fn)
+	}
+	return e.cfg.Store.WriteTx(ctx, partition, fn)
+}
+
+// pushRows names the rows a commit's operations read first.
+func pushRows(pc *ssp2.PushCommit) []storage.RowRef {
+	rows := make([]storage.RowRef, 0, len(pc.Operations))
+	for _, op := range pc.Operations {
+		if op.Table != "" && op.RowID != "" {
+			rows = append(rows, storage.RowRef{Table: op.Table, RowID: op.RowID})
+		}
+	}
+	return rows
 }
 
 // answer writes the result of a commit just processed, as stored.

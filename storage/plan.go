@@ -1,5 +1,7 @@
 package storage
 
+import "context"
+
 // WindowPlanner is implemented by the ReadTx of a store that can read a
 // commit window with the transaction's first read, in one round trip with
 // its begin and its end (PostgreSQL). It is optional; a store without it
@@ -16,4 +18,20 @@ package storage
 // nothing else.
 type WindowPlanner interface {
 	PlanWindow(p WindowParams)
+}
+
+// RowRef names one row of an application table.
+type RowRef struct{ Table, RowID string }
+
+// RowPrefetcher is implemented by a Store whose write transactions can
+// read rows ahead (PostgreSQL, where every read under the partition lock
+// is a round trip that the next writer of the partition waits for). It is
+// optional; the engine calls WriteTx on a store without it.
+//
+// WriteTxRows is WriteTx told the rows of the partition that fn will
+// probably read (Tx.RowGet): the store may read them with an earlier
+// round trip of the transaction, so that fn's reads of them cost none.
+// What fn reads is the same either way.
+type RowPrefetcher interface {
+	WriteTxRows(ctx context.Context, partition string, rows []RowRef, fn func(tx Tx) error) error
 }

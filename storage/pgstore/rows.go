@@ -29,7 +29,9 @@ type tableSQL struct {
 	t      *schema.Table
 	upsert string
 	get    string
-	delete string
+	// getMany reads rows by id ($2, an array) like get.
+	getMany string
+	delete  string
 	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
 	scanHead string
 	// byColumn holds, per column, the keyset page of rows holding one
@@ -88,6 +90,9 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			quote(schemaplan.ColServerVersion)),
 		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
+		getMany: fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1 AND %s = ANY($2::text[])", quote(schemaplan.ColRowID),
+			quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions),
+			name, quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
@@ -118,6 +123,12 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 	ts, err := t.table("get row", table)
 	if err != nil {
 		return storage.Row{}, false, err
+	}
+	if a, ok := t.takeAhead(partition, table, rowID); ok {
+		if !a.ok {
+			return storage.Row{}, false, nil
+		}
+		return a.row, true, nil
 	}
 	r := storage.Row{RowID: rowID}
 	var scopes string
@@ -172,6 +183,7 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	if err != nil {
 		return 0, err
 	}
+	delete(t.ahead, rowKey{table, r.RowID})
 	if len(r.Values) != len(ts.t.Columns) {
 		return 0, fmt.Errorf("upsert row: %d values for %d columns of table %s", len(r.Values), len(ts.t.Columns), table)
 	}
@@ -270,6 +282,7 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	delete(t.ahead, rowKey{table, rowID})
 	tag, err := t.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)

@@ -64,6 +64,10 @@ type tx struct {
 	trail         *pgx.Batch
 	spent, missed bool
 	noPlan        bool
+	// ahead holds the rows read ahead (ahead.go); nextRows, in a write
+	// group, names the next member's.
+	ahead    map[rowKey]rowAhead
+	nextRows func() []storage.RowRef
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -257,7 +261,7 @@ func (t *tx) readPartition(ctx context.Context, partition string) (p storage.Par
 // concurrent WriteTx calls on one partition share one PostgreSQL
 // transaction, one partition lock and one commit.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
-	return s.groupWrite(ctx, partition, func(t *tx) error { return fn(t) })
+	return s.groupWrite(ctx, partition, nil, func(t *tx) error { return fn(t) })
 }
 
 // writeTx runs fn alone in a write transaction: the maintenance writes
@@ -277,7 +281,7 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 			t.rollback(ctx)
 		}
 	}()
-	if err := t.lock(ctx, partition); err != nil {
+	if err := t.lock(ctx, partition, nil); err != nil {
 		return err
 	}
 	if err := fn(t); err != nil {
@@ -293,14 +297,16 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 	return nil
 }
 
-// lock begins the write transaction: BEGIN, the row lock and the read of
-// the locked partition go in one pipeline; the read is a statement of its
-// own so that, in READ COMMITTED, its snapshot is taken after the lock is
-// granted and sees the commits of the transaction that held it.
-func (t *tx) lock(ctx context.Context, partition string) error {
+// lock begins the write transaction: BEGIN, the row lock, the reads of
+// the rows named ahead and the read of the locked partition go in one
+// pipeline; the reads are statements of their own so that, in READ
+// COMMITTED, their snapshots are taken after the lock is granted and see
+// the commits of the transaction that held it.
+func (t *tx) lock(ctx context.Context, partition string, rows []storage.RowRef) error {
 	t.queue("BEGIN")
 	t.queue(qLockPartition, partition)
 	t.queuePrefetch(partition)
+	t.queueRows(partition, rows)
 	p, ok, err := t.readPartitionGate(ctx, partition, true)
 	if err != nil {
 		return fmt.Errorf("write transaction: lock partition: %w", err)
@@ -445,8 +451,8 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 		t.aborted = false
 		t.maxSeq = sp.maxSeq
 		// Records put since the savepoint are gone; forget what the
-		// re-check saw, too.
-		t.absent, t.put = nil, nil
+		// re-check saw, too, and the rows read ahead.
+		t.absent, t.put, t.ahead = nil, nil, nil
 	} else {
 		if t.aborted {
 			return storage.ErrTxAborted
