@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -70,8 +74,9 @@ func (r roundTrips) String() string {
 }
 
 // pushPullRound makes one round's store calls: the push of one upsert
-// into row and the pull of its commit.
-func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string) roundTrips {
+// into row and the pull of its commit. unhinted makes them as the engine
+// did before RequestStart, WriteTxRows and PlanWindow.
+func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string, unhinted bool) roundTrips {
 	tb.Helper()
 	const partition, client = "p", "c1"
 	key := fmt.Sprintf("commit-%d", i)
@@ -86,6 +91,18 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 	}
 	var part storage.Partition
 	step(&out.start, func() error {
+		if unhinted {
+			p, _, _, err := s.PartitionTouchClient(ctx, partition, client, 1_000_000)
+			if err != nil {
+				return err
+			}
+			part = p
+			_, ok, err := s.IdempotencyGet(ctx, partition, client, key)
+			if ok {
+				return fmt.Errorf("commit %s already stored", key)
+			}
+			return err
+		}
 		// The engine's start of a request: the optimistic idempotency
 		// lookup comes with the partition row and the client record.
 		st, err := s.RequestStart(ctx, storage.RequestStartParams{Partition: partition, ClientID: client, CommitIDs: []string{key}, NowMs: 1_000_000})
@@ -99,7 +116,11 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 	var seq int64
 	step(&out.push, func() error {
 		// As the engine pushes: the row the commit writes named ahead.
-		return s.WriteTxRows(ctx, partition, []storage.RowRef{{Table: "tasks", RowID: row}}, func(tx storage.Tx) error {
+		var ahead []storage.RowRef
+		if !unhinted {
+			ahead = []storage.RowRef{{Table: "tasks", RowID: row}}
+		}
+		return s.WriteTxRows(ctx, partition, ahead, func(tx storage.Tx) error {
 			if _, err := tx.GateRead(ctx, partition, sc.Version); err != nil {
 				return err
 			}
@@ -134,7 +155,9 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 		wp := storage.WindowParams{Partition: partition, Table: "tasks",
 			Scopes: map[string][]string{"project": {"p1"}}, AfterSeq: seq - 1, Limit: 100}
 		return s.ReadTx(ctx, func(tx storage.ReadTx) error {
-			tx.(storage.WindowPlanner).PlanWindow(wp) // as the engine's pull section does
+			if !unhinted {
+				tx.(storage.WindowPlanner).PlanWindow(wp) // as the engine's pull section does
+			}
 			if _, err := tx.Partition(ctx, partition); err != nil {
 				return err
 			}
@@ -195,15 +218,90 @@ func TestRoundTrips(t *testing.T) {
 	if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	pushPullRound(ctx, t, s, c, sc, 0, "r0") // prepares the statements
-	s.flushAdvances()                        // the cursor advances' write, once per ClientAdvanceDelay
-	got := pushPullRound(ctx, t, s, c, sc, 1, "r0")
+	pushPullRound(ctx, t, s, c, sc, 0, "r0", false) // prepares the statements
+	s.flushAdvances()                               // the cursor advances' write, once per ClientAdvanceDelay
+	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
 	t.Logf("round trips: %s", got)
 	want := roundTrips{start: 1, push: 3, pull: 1, advance: 0, relay: 2}
 	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
 		got.start > want.start {
 		t.Fatalf("round trips:\n got  %s\n want %s (at most)", got, want)
 	}
+}
+
+// BenchmarkPushPullRound makes push + pull rounds' store calls one after
+// another on one connection, as the engine makes them (hinted) and as it
+// made them before RequestStart, WriteTxRows and PlanWindow (unhinted).
+// It reports the round trips and, when the server's backend runs on this
+// machine, the CPU time it spent per round: what a round costs
+// PostgreSQL, free of the concurrency that makes throughput on a shared
+// machine noisy.
+func BenchmarkPushPullRound(b *testing.B) {
+	for _, unhinted := range []bool{false, true} {
+		name := "hinted"
+		if unhinted {
+			name = "unhinted"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := &tripCounter{}
+			s := openDial(b, 1, c.dial)
+			ctx := b.Context()
+			sc, err := schema.Parse([]byte(roundTripSchema))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.EnsureSchema(ctx, sc); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
+				b.Fatal(err)
+			}
+			var pid int
+			if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 20 { // past the custom plans of every statement
+				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+			}
+			cpu0, cpuOK := procCPU(pid)
+			trips0 := c.n.Load()
+			i := 20
+			b.ResetTimer()
+			for b.Loop() {
+				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+				i++
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64(c.n.Load()-trips0)/n, "trips/round")
+			if cpu1, ok := procCPU(pid); ok && cpuOK {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "pg-µs/round")
+			}
+		})
+	}
+}
+
+// procCPU reads a local process's CPU time from /proc.
+func procCPU(pid int) (time.Duration, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, true
 }
 
 // BenchmarkPushOnePartition pushes single-change commits from 16
