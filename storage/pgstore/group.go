@@ -279,6 +279,7 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 	base := t.maxSeq
 	t.locked.MaxCommitSeq = base
 	t.queue("SAVEPOINT " + groupSavepoint)
+	t.fresh = true
 	ok := false
 	defer func() {
 		if !ok {

@@ -68,6 +68,9 @@ type tx struct {
 	// group, names the next member's.
 	ahead    map[rowKey]rowAhead
 	nextRows func() []storage.RowRef
+	// fresh: the last statement queued is a group member's SAVEPOINT, so
+	// a Savepoint now would mark the same state (group.go).
+	fresh bool
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -78,6 +81,7 @@ var (
 )
 
 func (t *tx) queue(sql string, args ...any) {
+	t.fresh = false
 	if t.pending == nil {
 		t.pending = &pgx.Batch{}
 	}
@@ -87,6 +91,7 @@ func (t *tx) queue(sql string, args ...any) {
 // queueQuery queues a statement whose rows fn reads when the queue is
 // sent.
 func (t *tx) queueQuery(fn func(rows pgx.Rows) error, sql string, args ...any) {
+	t.fresh = false
 	if t.pending == nil {
 		t.pending = &pgx.Batch{}
 	}
@@ -100,6 +105,7 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 	if err := t.live(); err != nil {
 		return err
 	}
+	t.fresh = false
 	b, trail := t.pending, t.trail
 	t.pending, t.trail = nil, nil
 	if b == nil || b.Len() == 0 {
@@ -147,6 +153,7 @@ func (t *tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 	if err := t.live(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	t.fresh = false
 	if t.pending == nil {
 		return t.c.Exec(t.stmtCtx(ctx), sql, args...)
 	}
@@ -173,6 +180,7 @@ func (t *tx) query(ctx context.Context, sql string, args []any, fn func(rows pgx
 	if err := t.live(); err != nil {
 		return err
 	}
+	t.fresh = false
 	if t.pending == nil {
 		rows, err := t.c.Query(t.stmtCtx(ctx), sql, args...)
 		if err != nil {
@@ -416,15 +424,26 @@ type savepoint struct {
 	name   string
 	maxSeq int64
 	done   bool
+	// member: the savepoint is the group member's own, which marks the
+	// same state; it is rolled back to and never released here.
+	member bool
 }
 
-// Savepoint implements storage.Tx; the SAVEPOINT is queued.
+// Savepoint implements storage.Tx; the SAVEPOINT is queued. Right after
+// a group member's own savepoint it takes that one instead, saving a
+// subtransaction and two statements (SAVEPOINT, RELEASE): rolling back to
+// it undoes the same writes and keeps it, as any rollback to a savepoint
+// does.
 func (t *tx) Savepoint(ctx context.Context) (storage.Savepoint, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
 	sp := &savepoint{t: t, name: "sp" + strconv.Itoa(len(t.savepoints)+1), maxSeq: t.maxSeq}
-	t.queue("SAVEPOINT " + sp.name)
+	if t.fresh && len(t.savepoints) == 0 {
+		sp.name, sp.member = groupSavepoint, true
+	} else {
+		t.queue("SAVEPOINT " + sp.name)
+	}
 	t.savepoints = append(t.savepoints, sp)
 	return sp, nil
 }
@@ -447,7 +466,9 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 			t.aborted = true
 			return fmt.Errorf("savepoint rollback: %w", err)
 		}
-		t.queue("RELEASE SAVEPOINT " + sp.name)
+		if !sp.member {
+			t.queue("RELEASE SAVEPOINT " + sp.name)
+		}
 		t.aborted = false
 		t.maxSeq = sp.maxSeq
 		// Records put since the savepoint are gone; forget what the
@@ -457,7 +478,9 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 		if t.aborted {
 			return storage.ErrTxAborted
 		}
-		t.queue("RELEASE SAVEPOINT " + sp.name)
+		if !sp.member {
+			t.queue("RELEASE SAVEPOINT " + sp.name)
+		}
 	}
 	t.savepoints = t.savepoints[:len(t.savepoints)-1]
 	sp.done = true
