@@ -294,6 +294,10 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 	}
 	t.savepoints = nil
 	t.queue("RELEASE SAVEPOINT " + groupSavepoint)
+	// With the release go the reads of what the members after this one
+	// will look up: the results of the keys hinted meanwhile, and the
+	// next member's rows.
+	t.queuePrefetch(t.locked.ID)
 	if t.nextRows != nil {
 		t.queueRows(t.locked.ID, t.nextRows())
 	}
