@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/internal/poll"
-	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -20,18 +19,8 @@ import (
 // once; every other member's row and commit are durable when its WriteTx
 // returns, with dense commit seqs.
 func TestWriteGroup(t *testing.T) {
-	s := openTB(t, 4)
+	s, sc := roundTripStore(t, 4, nil, false)
 	ctx := t.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		t.Fatal(err)
-	}
 	const members = 9
 	var (
 		mu   sync.Mutex
@@ -99,12 +88,7 @@ func TestWriteGroup(t *testing.T) {
 			errs[i] = s.WriteTx(ctx, "p", push(i))
 		}()
 	}
-	poll.Until(t, 10*time.Second, "every member queued", func() bool {
-		s.groups.mu.Lock()
-		defer s.groups.mu.Unlock()
-		g := s.groups.m["p"]
-		return g != nil && len(g.waiting) == members-1
-	})
+	waitQueued(t, s, "p", members-1)
 	close(release)
 	wg.Wait()
 
@@ -136,7 +120,7 @@ func TestWriteGroup(t *testing.T) {
 			break
 		}
 	}
-	err = s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
 		for i := range members {
 			_, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
 			if err != nil {
@@ -161,18 +145,8 @@ func TestWriteGroup(t *testing.T) {
 // undoes the member's writes before it and nothing of the others', and
 // the member goes on to write and commit; a released one keeps them.
 func TestWriteGroupMemberSavepoint(t *testing.T) {
-	s := openTB(t, 4)
+	s, sc := roundTripStore(t, 4, nil, false)
 	ctx := t.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		t.Fatal(err)
-	}
 	const members = 7
 	var (
 		mu      sync.Mutex
@@ -223,12 +197,7 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 	for i := 1; i < members; i++ {
 		wg.Go(func() { errs[i] = s.WriteTx(ctx, "p", push(i)) })
 	}
-	poll.Until(t, 10*time.Second, "every member queued", func() bool {
-		s.groups.mu.Lock()
-		defer s.groups.mu.Unlock()
-		g := s.groups.m["p"]
-		return g != nil && len(g.waiting) == members-1
-	})
+	waitQueued(t, s, "p", members-1)
 	close(release)
 	wg.Wait()
 	for i, err := range errs {
@@ -243,7 +212,7 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 			t.Errorf("member %d: record %v, %v", i, ok, err)
 		}
 	}
-	err = s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
 		for i := range members {
 			_, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
 			if err != nil {
@@ -258,4 +227,15 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitQueued waits until n WriteTx calls wait in the partition's group.
+func waitQueued(t *testing.T, s *Store, partition string, n int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "every member queued", func() bool {
+		s.groups.mu.Lock()
+		defer s.groups.mu.Unlock()
+		g := s.groups.m[partition]
+		return g != nil && len(g.waiting) == n
+	})
 }

@@ -62,6 +62,31 @@ func roundTripRow(tb testing.TB, sc *schema.Schema, id, title string) storage.Ro
 	return storage.RowWrite{RowID: id, Values: vals, Scopes: scopes, Payload: payload}
 }
 
+// roundTripStore opens a store of maxConns connections (dial as openDial)
+// with roundTripSchema installed and partition "p" registered, and with
+// client c1 bound when client is set.
+func roundTripStore(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
+	tb.Helper()
+	s := openDial(tb, maxConns, dial)
+	ctx := tb.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
+		tb.Fatal(err)
+	}
+	if client {
+		if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return s, sc
+}
+
 // roundTrips is the round trips of each step of one push + pull round,
 // made of the store calls the engine and the relay make for it.
 type roundTrips struct {
@@ -203,21 +228,8 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 func TestRoundTrips(t *testing.T) {
 	c := &tripCounter{}
 	// One connection: every statement is prepared once, by the warm-up.
-	s := openDial(t, 1, c.dial)
+	s, sc := roundTripStore(t, 1, c.dial, true)
 	ctx := t.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
-		t.Fatal(err)
-	}
 	pushPullRound(ctx, t, s, c, sc, 0, "r0", false) // prepares the statements
 	s.flushAdvances()                               // the cursor advances' write, once per ClientAdvanceDelay
 	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
@@ -244,21 +256,8 @@ func BenchmarkPushPullRound(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			c := &tripCounter{}
-			s := openDial(b, 1, c.dial)
+			s, sc := roundTripStore(b, 1, c.dial, true)
 			ctx := b.Context()
-			sc, err := schema.Parse([]byte(roundTripSchema))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.EnsureSchema(ctx, sc); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
-				b.Fatal(err)
-			}
 			var pid int
 			if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 				b.Fatal(err)
@@ -320,21 +319,11 @@ func BenchmarkPushOnePartition(b *testing.B) {
 }
 
 func benchmarkPushOnePartition(b *testing.B, writeTx func(s *Store, ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error) {
-	s := openTB(b, 16)
+	s, sc := roundTripStore(b, 16, nil, false)
 	write := func(ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error {
 		return writeTx(s, ctx, partition, rows, fn)
 	}
 	ctx := b.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		b.Fatal(err)
-	}
 	var next atomic.Int64
 	b.SetParallelism(8) // 16 goroutines on 2 cores
 	b.ResetTimer()
