@@ -47,9 +47,18 @@ func (n *Node) edgeConfig() edge.Config {
 }
 
 // newEdgeHub builds the hub side when the homes name edges and this node
-// is none of them: it becomes the engine's Router.
+// is none of them: it becomes the engine's Router. On an edge the Router
+// is edge.Guard, which refuses the partitions homed elsewhere.
 func (n *Node) newEdgeHub(ec *engine.Config) error {
-	if n.cfg.Edge.Name != "" || len(n.cfg.Edge.Homes) == 0 {
+	if n.cfg.Edge.Name != "" {
+		g, err := edge.NewGuard(n.cfg.Edge)
+		if err != nil {
+			return err
+		}
+		ec.Router = g
+		return nil
+	}
+	if len(n.cfg.Edge.Homes) == 0 {
 		return nil
 	}
 	c := n.edgeConfig()
