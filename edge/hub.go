@@ -23,9 +23,9 @@ import (
 // Errors of the replica. They stop one partition's replication (logged,
 // reported by Status) and leave what was applied in place.
 var (
-	// ErrEpochChanged: the edge's log epoch is not the replica's (the
-	// edge restored a backup, or its log was wiped). Rebuilding the
-	// replica under the new epoch is an operator's job.
+	// ErrEpochChanged: the edge's log epoch changed under a page being
+	// applied (the edge restored a backup, or its log was wiped). The
+	// next poll rebuilds the replica under the new epoch (rebuild.go).
 	ErrEpochChanged = errors.New("edge log epoch changed under the replica")
 	// ErrDiverged: the edge's log does not continue the replica's (a gap,
 	// a row version that differs): the replica is not the edge's prefix.
@@ -82,6 +82,10 @@ type replicaState struct {
 	err      error
 	buf      []ssp2.Value
 	lastSync time.Time
+	// rebuilding is set while the replica is dropped and re-paged under
+	// a new epoch of the edge's (rebuild.go): it is not served meanwhile.
+	rebuilding bool
+	rebuildTo  int64 // the edge's max seq when the rebuild started
 }
 
 // NewHub validates cfg and returns the hub side; Start starts it.
@@ -328,7 +332,9 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 	s.edgeMax = max(s.edgeMax, p.MaxCommitSeq)
 	l.mu.Unlock()
 	if s.epoch != "" && s.epoch != p.LogEpoch {
-		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
+		if err := h.rebuild(l, s, p); err != nil {
+			return err
+		}
 	}
 	for s.applied < p.MaxCommitSeq {
 		if l.page == 0 {
@@ -348,12 +354,13 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 		}
 		l.page = min(l.page*2, h.cfg.PageCommits)
 		if page.LogEpoch != p.LogEpoch || s.epoch != "" && s.epoch != page.LogEpoch {
-			return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch))
+			// Rotated since the status: the next poll rebuilds.
+			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch)
+		}
+		if page.HorizonSeq > s.applied {
+			return l.fail(s, fmt.Errorf("%w: horizon %d, replica at %d", ErrPruned, page.HorizonSeq, s.applied))
 		}
 		if len(page.Commits) == 0 {
-			if page.HorizonSeq > s.applied {
-				return l.fail(s, fmt.Errorf("%w: horizon %d, replica at %d", ErrPruned, page.HorizonSeq, s.applied))
-			}
 			break
 		}
 		if err := h.apply(l, s, p.ID, page); err != nil {
@@ -438,6 +445,9 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 	h.metrics.Applied.Add(count)
 	l.mu.Lock()
 	s.applied, s.err, s.lastSync = applied, nil, time.Now()
+	if s.applied >= s.rebuildTo {
+		s.rebuilding = false
+	}
 	close(l.progress)
 	l.progress = make(chan struct{})
 	l.mu.Unlock()
@@ -493,12 +503,16 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 	s := l.parts[partition]
 	var epoch string
 	var err error
+	var rebuilding bool
 	if s != nil {
-		epoch, err = s.epoch, s.err
+		epoch, err, rebuilding = s.epoch, s.err, s.rebuilding
 	}
 	l.mu.Unlock()
 	if err != nil {
 		return notReady(l.edge, "replica_failed", "the hub's replica of this partition stopped: "+err.Error())
+	}
+	if rebuilding {
+		return notReady(l.edge, "replica_rebuilding", "the hub is rebuilding its replica of this partition under the edge's new log epoch; retry")
 	}
 	if epoch != "" {
 		return nil

@@ -12,6 +12,9 @@ type Metrics struct {
 	LinkDowns atomic.Int64 // a link stopped answering
 	Applied   atomic.Int64 // edge commits applied to the replicas
 	Sourced   atomic.Int64 // commit events read from the source streams
+	// Rebuilds counts replicas dropped and re-paged under an edge's new
+	// log epoch.
+	Rebuilds atomic.Int64
 	// Forwarded counts pushes the edges answered, ForwardRefused those
 	// refused (the link cut, or the edge's own refusal).
 	Forwarded      atomic.Int64
@@ -26,6 +29,7 @@ type Metrics struct {
 //	syncnode_edge_sourced_events_total        events read from the source streams
 //	syncnode_edge_link_changes_total{state}   up / down transitions
 //	syncnode_edge_forwarded_total{result}     pushes forwarded: answered / refused
+//	syncnode_edge_replica_rebuilds_total      replicas rebuilt under a new edge epoch
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -37,10 +41,11 @@ var (
 	descSourced   = prometheus.NewDesc("syncnode_edge_sourced_events_total", "Commit events read from the hub's edge source streams.", nil, nil)
 	descChanges   = prometheus.NewDesc("syncnode_edge_link_changes_total", "Edge link state changes, by the state entered.", []string{"state"}, nil)
 	descForwarded = prometheus.NewDesc("syncnode_edge_forwarded_total", "Pushes for edge partitions forwarded to their edge, by result.", []string{"result"}, nil)
+	descRebuilds  = prometheus.NewDesc("syncnode_edge_replica_rebuilds_total", "Replicas dropped and re-paged under an edge's new log epoch.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds} {
 		ch <- d
 	}
 }
@@ -57,6 +62,7 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	m := &c.h.metrics
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(m.Applied.Load()))
 	ch <- prometheus.MustNewConstMetric(descSourced, prometheus.CounterValue, float64(m.Sourced.Load()))
+	ch <- prometheus.MustNewConstMetric(descRebuilds, prometheus.CounterValue, float64(m.Rebuilds.Load()))
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkUps.Load()), "up")
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")

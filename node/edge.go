@@ -63,12 +63,24 @@ func (n *Node) newEdgeHub(ec *engine.Config) error {
 	}
 	c := n.edgeConfig()
 	c.OnApply = n.Relay.Notify
+	c.OnReset = n.replicaReset
 	h, err := edge.NewHub(c)
 	if err != nil {
 		return err
 	}
 	n.EdgeHub, ec.Router = h, h
 	return nil
+}
+
+// replicaReset follows a replica rebuilt under an edge's new epoch as
+// an epoch rotation here: the partition's token is rewritten (the hub's
+// other nodes re-read it) and this node's realtime sessions of it are
+// answered with reset-required.
+func (n *Node) replicaReset(ctx context.Context, partition string) {
+	if err := n.Gate.Publish(ctx, partition); err != nil {
+		n.log.Warn("edge: serve-gate token not rewritten after a replica rebuild; the next resync repairs it", "partition", partition, "err", err)
+	}
+	n.gateChanged(partition)
 }
 
 // startEdge starts the edge side (with the engine it runs forwarded
