@@ -30,6 +30,8 @@ type tableSQL struct {
 	upsert string
 	get    string
 	delete string
+	// setVersion stores an explicit server version (RowWrite.Version).
+	setVersion string
 	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
 	scanHead string
 	// byColumn holds, per column, the keyset page of rows holding one
@@ -88,7 +90,8 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			quote(schemaplan.ColServerVersion)),
 		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
-		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		delete:     fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		setVersion: fmt.Sprintf("UPDATE %s SET %s = $3 WHERE %s", name, quote(schemaplan.ColServerVersion), key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
 	}
@@ -197,6 +200,10 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	t.s.analyzer.wrote(table, 1)
 	if version == 1 { // an insert: the row is no longer deleted; sent with the next statement
 		t.queue(qClearTombstone, t.locked.ID, table, r.RowID)
+	}
+	if r.Version > 0 && r.Version != version {
+		t.queue(ts.setVersion, t.locked.ID, r.RowID, r.Version)
+		version = r.Version
 	}
 	if ts.blobRefs {
 		t.queueBlobRefs(ts, r.RowID, blobcore.RefIDs(ts.t, r.Values, nil), scopes)
