@@ -13,6 +13,7 @@ import (
 //	edge service     syncnode.edge.<edge>.status    (the edge answers; its hub asks over the leaf link)
 //	                 syncnode.edge.<edge>.commits
 //	                 syncnode.edge.<edge>.push
+//	                 syncnode.edge.<edge>.rows
 //	source stream    EDGE_<edge>_COMMITS            (on the hub; no subjects: it sources the
 //	                                                 edge's SYNC_COMMITS from domain <edge>)
 //	stored subjects  edge.<edge>.sync.<partition>.commit.<table>
@@ -62,6 +63,11 @@ func EdgeCommitsSubject(edge string) string { return edgeServicePrefix + edge + 
 // EdgePushSubject is syncnode.edge.<edge>.push: a sync request the hub
 // forwards for the edge to apply.
 func EdgePushSubject(edge string) string { return edgeServicePrefix + edge + ".push" }
+
+// EdgeRowsSubject is syncnode.edge.<edge>.rows: a page of one table's
+// rows of a partition, the snapshot a replica is rebuilt from when the
+// edge pruned commits the replica never applied.
+func EdgeRowsSubject(edge string) string { return edgeServicePrefix + edge + ".rows" }
 
 // EdgeStream is the hub's stream sourcing an edge's commit events:
 // EDGE_<edge>_COMMITS.

@@ -30,8 +30,8 @@ var (
 	// ErrDiverged: the edge's log does not continue the replica's (a gap,
 	// a row version that differs): the replica is not the edge's prefix.
 	ErrDiverged = errors.New("replica diverged from the edge's log")
-	// ErrPruned: the edge pruned commits the replica never applied; the
-	// replica would need a snapshot it cannot get.
+	// ErrPruned: the edge pruned commits a snapshot rebuild still needed
+	// (snapshot.go) while it was read; the next poll starts over.
 	ErrPruned = errors.New("edge pruned commits the replica has not applied")
 )
 
@@ -358,7 +358,11 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch)
 		}
 		if page.HorizonSeq > s.applied {
-			return l.fail(s, fmt.Errorf("%w: horizon %d, replica at %d", ErrPruned, page.HorizonSeq, s.applied))
+			// The edge pruned commits the replica never applied.
+			if err := h.snapshot(l, s, p); err != nil {
+				return err
+			}
+			continue
 		}
 		if len(page.Commits) == 0 {
 			break
@@ -518,7 +522,7 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 		return nil
 	}
 	// Not seen by the loop yet (a restart): the replica may exist in SQL.
-	if _, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil {
+	if p, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil && !isPlaceholder(p.LogEpoch) {
 		return nil
 	}
 	return notReady(l.edge, "replica_not_ready", "the hub holds no replica of this partition yet; retry")

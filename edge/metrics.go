@@ -15,6 +15,9 @@ type Metrics struct {
 	// Rebuilds counts replicas dropped and re-paged under an edge's new
 	// log epoch.
 	Rebuilds atomic.Int64
+	// Snapshots counts replicas rebuilt from a snapshot of an edge's rows
+	// (the edge pruned commits the replica never applied).
+	Snapshots atomic.Int64
 	// Forwarded counts pushes the edges answered, ForwardRefused those
 	// refused (the link cut, or the edge's own refusal).
 	Forwarded      atomic.Int64
@@ -30,6 +33,7 @@ type Metrics struct {
 //	syncnode_edge_link_changes_total{state}   up / down transitions
 //	syncnode_edge_forwarded_total{result}     pushes forwarded: answered / refused
 //	syncnode_edge_replica_rebuilds_total      replicas rebuilt under a new edge epoch
+//	syncnode_edge_replica_snapshots_total     replicas rebuilt from a snapshot of the edge's rows
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -42,10 +46,11 @@ var (
 	descChanges   = prometheus.NewDesc("syncnode_edge_link_changes_total", "Edge link state changes, by the state entered.", []string{"state"}, nil)
 	descForwarded = prometheus.NewDesc("syncnode_edge_forwarded_total", "Pushes for edge partitions forwarded to their edge, by result.", []string{"result"}, nil)
 	descRebuilds  = prometheus.NewDesc("syncnode_edge_replica_rebuilds_total", "Replicas dropped and re-paged under an edge's new log epoch.", nil, nil)
+	descSnapshots = prometheus.NewDesc("syncnode_edge_replica_snapshots_total", "Replicas rebuilt from a snapshot of the edge's rows.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots} {
 		ch <- d
 	}
 }
@@ -63,6 +68,7 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(m.Applied.Load()))
 	ch <- prometheus.MustNewConstMetric(descSourced, prometheus.CounterValue, float64(m.Sourced.Load()))
 	ch <- prometheus.MustNewConstMetric(descRebuilds, prometheus.CounterValue, float64(m.Rebuilds.Load()))
+	ch <- prometheus.MustNewConstMetric(descSnapshots, prometheus.CounterValue, float64(m.Snapshots.Load()))
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkUps.Load()), "up")
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")

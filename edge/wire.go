@@ -124,3 +124,30 @@ func errorToWire(err error) *wireError {
 func (w *wireError) err() error {
 	return &ssp2.Error{Code: w.Code, Op: "edge", Message: w.Message, Details: w.Details}
 }
+
+// rowsRequest asks syncnode.edge.<edge>.rows for a page of one table's
+// rows of a partition after AfterRowID.
+type rowsRequest struct {
+	Partition  string `json:"partition"`
+	Table      string `json:"table"`
+	AfterRowID string `json:"afterRowId"`
+	Limit      int    `json:"limit"`
+}
+
+// rowsReply is the page, with the partition row read before it: every
+// row is at least as new as MaxCommitSeq.
+type rowsReply struct {
+	LogEpoch     string     `json:"logEpoch"`
+	MaxCommitSeq int64      `json:"maxCommitSeq"`
+	HorizonSeq   int64      `json:"horizonSeq"`
+	Rows         []wireRow  `json:"rows"`
+	Error        *wireError `json:"error,omitempty"`
+}
+
+type wireRow struct {
+	RowID          string            `json:"rowId"`
+	Version        int64             `json:"version"`
+	Scopes         map[string]string `json:"scopes"`
+	Row            []byte            `json:"row"`
+	ColumnVersions []byte            `json:"columnVersions,omitempty"`
+}

@@ -1,0 +1,126 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// TestReplicaSnapshotAfterEdgePrune: cut off, the edge takes inserts,
+// updates and deletes, then prunes its log far past what the hub
+// replicated. When the link returns — with a client of the edge still
+// writing — the hub rebuilds the replica from a snapshot of the edge's
+// rows: it equals the edge's rows (ids, versions, payloads, scopes) under
+// the edge's epoch, continues the edge's log with the edge's seqs, and a
+// hub client that had synced before catches up to the edge's rows.
+func TestReplicaSnapshotAfterEdgePrune(t *testing.T) {
+	tp := startTopology(t)
+	ctx := context.Background()
+	writer := clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer")
+	pushTodos(t, writer, "linked", 20)
+	tp.waitReplica(edgePart)
+	reader := clientOf(t, tp.hub, edgePart, &client.MemoryStore{}, "hub-reader")
+	syncOK(t, reader)
+
+	tp.cut()
+	pushTodos(t, writer, "offline", 300)
+	for i := 0; i < 10; i++ { // updates: versions above 1
+		id := fmt.Sprintf("linked-%05d", i)
+		if _, err := writer.Upsert(ctx, "todos", nodetest.Todo(id, project, "updated "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 10; i < 15; i++ {
+		if _, err := writer.Delete(ctx, "todos", fmt.Sprintf("linked-%05d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syncOK(t, writer)
+	ep, err := tp.edg.Store.PartitionGet(ctx, edgePart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tp.edg.Store.Prune(ctx, storage.PruneParams{Partition: edgePart, LogEpoch: ep.LogEpoch, ThroughSeq: ep.MaxCommitSeq - 5,
+		NowMs: time.Now().UnixMilli(), Literal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HorizonSeq != ep.MaxCommitSeq-5 || res.HorizonSeq <= 20 {
+		t.Fatalf("edge pruned through %d, want %d (past the replica's 20)", res.HorizonSeq, ep.MaxCommitSeq-5)
+	}
+
+	// The edge keeps writing while the hub rebuilds.
+	during := clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer-2")
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; !stop.Load() || i < 20; i++ {
+			id := fmt.Sprintf("during-%05d", i)
+			if _, err := during.Upsert(ctx, "todos", nodetest.Todo(id, project, id)); err != nil {
+				done <- err
+				return
+			}
+			if _, err := during.SyncUntilIdle(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	tp.restore()
+	tp.waitReplicaEpoch(edgePart)
+	stop.Store(true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	tp.waitReplicaEpoch(edgePart)
+	edgeRows := rows(t, tp.edg.Store, edgePart)
+	sameRows(t, edgeRows, rows(t, tp.hub.Store, edgePart))
+	if got := tp.hub.EdgeHub.Metrics().Snapshots.Load(); got < 1 {
+		t.Fatalf("%d snapshot rebuilds, want ≥ 1", got)
+	}
+	hp, err := tp.hub.Store.PartitionGet(ctx, edgePart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hp.LogEpoch != ep.LogEpoch || hp.HorizonSeq < res.HorizonSeq {
+		t.Fatalf("hub replica %+v: want the edge's epoch %s and a horizon ≥ the edge's %d", hp, ep.LogEpoch, res.HorizonSeq)
+	}
+
+	// The log continues with the edge's seqs, through the usual checks.
+	pushTodos(t, writer, "after", 5)
+	tp.waitReplicaEpoch(edgePart)
+	edgeRows = rows(t, tp.edg.Store, edgePart)
+	sameRows(t, edgeRows, rows(t, tp.hub.Store, edgePart))
+	e2, _ := tp.edg.Store.PartitionGet(ctx, edgePart)
+	hubLog, err := tp.hub.Store.CommitRange(ctx, edgePart, e2.MaxCommitSeq-5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edgeLog, err := tp.edg.Store.CommitRange(ctx, edgePart, e2.MaxCommitSeq-5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hubLog) != 5 || fmt.Sprint(hubLog) != fmt.Sprint(edgeLog) {
+		t.Fatalf("hub's last commits differ from the edge's (%d vs %d)", len(hubLog), len(edgeLog))
+	}
+
+	// A hub client from before the prune is past nothing it can page: it
+	// re-bootstraps to the edge's rows.
+	syncOK(t, reader)
+	if reader.Count("todos") != len(edgeRows) {
+		t.Fatalf("hub reader holds %d rows, the edge %d", reader.Count("todos"), len(edgeRows))
+	}
+	for _, r := range edgeRows {
+		got, ok := reader.Row("todos", r.RowID)
+		if !ok || got.Version != r.ServerVersion {
+			t.Fatalf("hub reader row %s: %+v %v, edge version %d", r.RowID, got, ok, r.ServerVersion)
+		}
+	}
+}
