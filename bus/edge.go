@@ -14,6 +14,7 @@ import (
 //	                 syncnode.edge.<edge>.commits
 //	                 syncnode.edge.<edge>.push
 //	                 syncnode.edge.<edge>.rows
+//	                 syncnode.edge.<edge>.blob
 //	source stream    EDGE_<edge>_COMMITS            (on the hub; no subjects: it sources the
 //	                                                 edge's SYNC_COMMITS from domain <edge>)
 //	stored subjects  edge.<edge>.sync.<partition>.commit.<table>
@@ -68,6 +69,11 @@ func EdgePushSubject(edge string) string { return edgeServicePrefix + edge + ".p
 // rows of a partition, the snapshot a replica is rebuilt from when the
 // edge pruned commits the replica never applied.
 func EdgeRowsSubject(edge string) string { return edgeServicePrefix + edge + ".rows" }
+
+// EdgeBlobSubject is syncnode.edge.<edge>.blob: the edge's row of a
+// blob a partition holds (its object in the edge's sync_blobs), which
+// the hub reads across the domain before a replicated row references it.
+func EdgeBlobSubject(edge string) string { return edgeServicePrefix + edge + ".blob" }
 
 // EdgeStream is the hub's stream sourcing an edge's commit events:
 // EDGE_<edge>_COMMITS.

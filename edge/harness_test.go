@@ -176,13 +176,16 @@ func startHub(t testing.TB, dir string, mods ...func(*node.Config)) *node.Node {
 }
 
 // startEdge starts (or restarts) the edge, dialing the hub at hubURL.
-func startEdge(t testing.TB, dir, hubURL string) *node.Node {
+func startEdge(t testing.TB, dir, hubURL string, mods ...func(*node.Config)) *node.Node {
 	t.Helper()
 	conf := writeConf(t, filepath.Join(dir, "conf"), edgeConf(t, hubURL))
 	return nodetest.Start(t, func(c *node.Config) {
 		c.Name, c.DataDir = edgeName, filepath.Join(dir, "data")
 		c.NATS = embedded.Config{ConfigFile: conf}
 		c.Edge = edge.Config{Name: edgeName, Homes: homes}
+		for _, m := range mods {
+			m(c)
+		}
 	})
 }
 

@@ -88,6 +88,7 @@ func (h *Home) Start(ctx context.Context) error {
 			{bus.EdgeCommitsSubject(h.cfg.Name), h.commits},
 			{bus.EdgePushSubject(h.cfg.Name), h.push},
 			{bus.EdgeRowsSubject(h.cfg.Name), h.rows},
+			{bus.EdgeBlobSubject(h.cfg.Name), h.blob},
 		} {
 			sub, err := h.cfg.Conn.QueueSubscribe(s.subject, queueGroup, h.handler(s.fn))
 			if err != nil {

@@ -406,8 +406,15 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 		s.epoch, s.applied = p.LogEpoch, p.MaxCommitSeq
 		l.mu.Unlock()
 	}
+	ids, err := h.commitBlobs(s, page.Commits)
+	if err == nil {
+		err = h.fetchBlobs(l, partition, ids)
+	}
+	if err != nil {
+		return err
+	}
 	var applied, count int64
-	err := h.cfg.Store.WriteTx(ctx, partition, func(tx storage.Tx) error {
+	err = h.cfg.Store.WriteTx(ctx, partition, func(tx storage.Tx) error {
 		locked := tx.Locked()
 		if locked.LogEpoch != page.LogEpoch {
 			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, locked.LogEpoch, page.LogEpoch)

@@ -18,6 +18,8 @@ type Metrics struct {
 	// Snapshots counts replicas rebuilt from a snapshot of an edge's rows
 	// (the edge pruned commits the replica never applied).
 	Snapshots atomic.Int64
+	// BlobsFetched counts blobs read from an edge for its replica.
+	BlobsFetched atomic.Int64
 	// Forwarded counts pushes the edges answered, ForwardRefused those
 	// refused (the link cut, or the edge's own refusal).
 	Forwarded      atomic.Int64
@@ -34,6 +36,7 @@ type Metrics struct {
 //	syncnode_edge_forwarded_total{result}     pushes forwarded: answered / refused
 //	syncnode_edge_replica_rebuilds_total      replicas rebuilt under a new edge epoch
 //	syncnode_edge_replica_snapshots_total     replicas rebuilt from a snapshot of the edge's rows
+//	syncnode_edge_blobs_fetched_total         blobs read from the edges for the replicas
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -47,10 +50,11 @@ var (
 	descForwarded = prometheus.NewDesc("syncnode_edge_forwarded_total", "Pushes for edge partitions forwarded to their edge, by result.", []string{"result"}, nil)
 	descRebuilds  = prometheus.NewDesc("syncnode_edge_replica_rebuilds_total", "Replicas dropped and re-paged under an edge's new log epoch.", nil, nil)
 	descSnapshots = prometheus.NewDesc("syncnode_edge_replica_snapshots_total", "Replicas rebuilt from a snapshot of the edge's rows.", nil, nil)
+	descBlobs     = prometheus.NewDesc("syncnode_edge_blobs_fetched_total", "Blobs read from the edges for the hub's replicas.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots, descBlobs} {
 		ch <- d
 	}
 }
@@ -69,6 +73,7 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSourced, prometheus.CounterValue, float64(m.Sourced.Load()))
 	ch <- prometheus.MustNewConstMetric(descRebuilds, prometheus.CounterValue, float64(m.Rebuilds.Load()))
 	ch <- prometheus.MustNewConstMetric(descSnapshots, prometheus.CounterValue, float64(m.Snapshots.Load()))
+	ch <- prometheus.MustNewConstMetric(descBlobs, prometheus.CounterValue, float64(m.BlobsFetched.Load()))
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkUps.Load()), "up")
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")

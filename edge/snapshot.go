@@ -108,6 +108,16 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
 				floor = page.MaxCommitSeq
 			}
 			ceiling = max(ceiling, page.MaxCommitSeq)
+			var ids []string
+			var err error
+			for _, r := range page.Rows {
+				if ids, err = h.rowBlobs(s, t.Name, r.Row, ids); err != nil {
+					return fmt.Errorf("snapshot %s: %w", t.Name, err)
+				}
+			}
+			if err := h.fetchBlobs(l, p.ID, ids); err != nil {
+				return fmt.Errorf("snapshot %s: %w", t.Name, err)
+			}
 			if err := h.cfg.Store.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
 				for _, r := range page.Rows {
 					if err := h.putRow(ctx, tx, s, t.Name, r.RowID, r.Version, r.Scopes, r.Row, r.ColumnVersions); err != nil {
@@ -165,7 +175,14 @@ func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, floor, c
 		if page.HorizonSeq > floor || len(page.Commits) == 0 || page.Commits[0].Seq != at+1 {
 			return fmt.Errorf("snapshot window: %w: the edge pruned through %d while the snapshot was read from %d", ErrPruned, page.HorizonSeq, floor)
 		}
-		err := h.cfg.Store.WriteTx(h.ctx, p.ID, func(tx storage.Tx) error {
+		ids, err := h.commitBlobs(s, page.Commits)
+		if err == nil {
+			err = h.fetchBlobs(l, p.ID, ids)
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot window: %w", err)
+		}
+		err = h.cfg.Store.WriteTx(h.ctx, p.ID, func(tx storage.Tx) error {
 			for _, c := range page.Commits {
 				if c.Seq > ceiling {
 					break

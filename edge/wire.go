@@ -151,3 +151,20 @@ type wireRow struct {
 	Row            []byte            `json:"row"`
 	ColumnVersions []byte            `json:"columnVersions,omitempty"`
 }
+
+// blobRequest asks syncnode.edge.<edge>.blob for a partition's row of
+// a blob.
+type blobRequest struct {
+	Partition string `json:"partition"`
+	BlobID    string `json:"blobId"`
+}
+
+// blobReply is the edge's row: Object names the object in the edge's
+// blob bucket. Found is false when the partition does not hold the blob.
+type blobReply struct {
+	Found      bool       `json:"found"`
+	ByteLength int64      `json:"byteLength"`
+	MediaType  string     `json:"mediaType,omitempty"`
+	Object     string     `json:"object"`
+	Error      *wireError `json:"error,omitempty"`
+}

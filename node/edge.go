@@ -64,6 +64,7 @@ func (n *Node) newEdgeHub(ec *engine.Config) error {
 	c := n.edgeConfig()
 	c.OnApply = n.Relay.Notify
 	c.OnReset = n.replicaReset
+	c.Blobs = n.Blobs
 	h, err := edge.NewHub(c)
 	if err != nil {
 		return err
