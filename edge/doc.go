@@ -46,4 +46,17 @@
 // request fails with sync.schema_not_ready (retryable, HTTP 503), details
 // {"reason":"home_unreachable","home":<edge>}; nothing is applied at the
 // hub, so the retry after the link returns applies it once.
+//
+// At an edge, Guard is the engine's Router: a partition homed elsewhere
+// is refused with sync.forbidden, details {"reason":"not_home",...}.
+//
+// # Rebuilds (rebuild.go, snapshot.go, blobs.go)
+//
+// A replica whose edge changed its log epoch (a restore) is dropped and
+// registered afresh under the new epoch; one whose edge pruned commits
+// it never applied is rebuilt from a paged snapshot of the edge's rows
+// plus the commits made while the snapshot was read, then rebased to
+// continue the edge's log. Blobs a replicated row references are read
+// from the edge's Object Store, across the domain, before the row is
+// applied.
 package edge
