@@ -16,11 +16,14 @@ const maxRebuildTries = 5
 // the realtime sessions with reset-required. The partition is not served
 // until the replica holds what the edge held when the rebuild started.
 func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus) error {
-	h.metrics.Rebuilds.Add(1)
 	h.log.Info("edge: log epoch changed at the edge; rebuilding the replica",
 		"edge", l.edge, "partition", p.ID, "replica_epoch", s.epoch, "edge_epoch", p.LogEpoch, "edge_seq", p.MaxCommitSeq)
 	if p.HorizonSeq > 0 {
-		return h.snapshot(l, s, p)
+		if err := h.snapshot(l, s, p); err != nil {
+			return err
+		}
+		h.metrics.Rebuilds.Add(1)
+		return nil
 	}
 	l.mu.Lock()
 	s.rebuilding, s.rebuildTo, s.err = true, p.MaxCommitSeq, nil
@@ -28,6 +31,7 @@ func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus) error {
 	if err := h.reregister(h.ctx, p.ID, p.LogEpoch); err != nil {
 		return l.fail(s, err)
 	}
+	h.metrics.Rebuilds.Add(1)
 	l.mu.Lock()
 	s.epoch, s.applied, s.edgeMax = p.LogEpoch, 0, p.MaxCommitSeq
 	s.rebuilding = p.MaxCommitSeq > 0

@@ -2,13 +2,17 @@ package edge_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
@@ -68,7 +72,7 @@ func TestReplicaRebuildsOnEpochRotation(t *testing.T) {
 	}
 
 	// Replication carries on under the new epoch.
-	pushTodos(t, clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer-2"), "after", 5)
+	pushAfterRotation(t, clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer-2"), "after", 5)
 	tp.waitReplicaEpoch(edgePart)
 	poll.Until(t, waitLong, "deltas under the new epoch", func() bool {
 		_, ok := reader.Row("todos", "after-00004")
@@ -118,7 +122,7 @@ func TestReplicaRebuildsAfterRestoreWhileCut(t *testing.T) {
 	if np.MaxCommitSeq != 20 || np.LogEpoch == oldEpoch {
 		t.Fatalf("restored edge at %+v, want seq 20 under a new epoch", np)
 	}
-	pushTodos(t, clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer-3"), "new", 5)
+	pushAfterRotation(t, clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer-3"), "new", 5)
 	// Cut off, the hub keeps serving what it has.
 	if hp, _ := tp.hub.Store.PartitionGet(ctx, edgePart); hp.LogEpoch != oldEpoch || hp.MaxCommitSeq != 50 {
 		t.Fatalf("hub replica changed while cut: %+v", hp)
@@ -157,4 +161,34 @@ func TestReplicaRebuildsAfterRestoreWhileCut(t *testing.T) {
 	if got := tp.hub.EdgeHub.Metrics().Rebuilds.Load(); got != 1 {
 		t.Fatalf("%d rebuilds, want 1", got)
 	}
+}
+
+// pushAfterRotation commits n todos through c at the edge right after an
+// epoch rotation there. Until the edge's serve gate has taken in its own
+// rotation a request may be refused with the retryable
+// sync.schema_not_ready ("the serve gate changed during the request"),
+// which a client retries; any other failure fails the test.
+func pushAfterRotation(t testing.TB, c *client.Client, prefix string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("%s-%05d", prefix, i)
+		if _, err := c.Upsert(ctx, "todos", nodetest.Todo(id, project, "todo "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, waitShort, "the edge serves after its rotation", func() bool {
+		res, err := c.SyncUntilIdle(ctx)
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Code == ssp2.CodeSchemaNotReady && ce.Retryable {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rejected) > 0 {
+			t.Fatalf("rejected: %+v", res.Rejected[0])
+		}
+		return len(c.Pending()) == 0
+	})
 }
