@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/nodetest"
@@ -147,10 +146,7 @@ func TestReplicaFetchesEdgeBlobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tp.edg.Store.Prune(ctx, storage.PruneParams{Partition: edgePart, LogEpoch: ep.LogEpoch, ThroughSeq: ep.MaxCommitSeq,
-		NowMs: time.Now().UnixMilli(), Literal: true}); err != nil {
-		t.Fatal(err)
-	}
+	pruneEdge(t, tp, ep.MaxCommitSeq)
 	tp.restore()
 	tp.waitReplicaEpoch(edgePart)
 	if got := tp.hub.EdgeHub.Metrics().Snapshots.Load(); got != 1 {

@@ -636,6 +636,9 @@ type ReplicaStatus struct {
 	LogEpoch   string `json:"logEpoch"`
 	AppliedSeq int64  `json:"appliedSeq"`
 	EdgeSeq    int64  `json:"edgeSeq"`
+	// Rebuilding is set while the replica is rebuilt (a new edge epoch,
+	// or a snapshot of the edge's rows) and not served.
+	Rebuilding bool   `json:"rebuilding,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
 
@@ -649,7 +652,7 @@ func (h *Hub) Status() []LinkStatus {
 			ls.Error = l.lastErr.Error()
 		}
 		for id, s := range l.parts {
-			rs := ReplicaStatus{Partition: id, LogEpoch: s.epoch, AppliedSeq: s.applied, EdgeSeq: s.edgeMax}
+			rs := ReplicaStatus{Partition: id, LogEpoch: s.epoch, AppliedSeq: s.applied, EdgeSeq: s.edgeMax, Rebuilding: s.rebuilding}
 			if s.err != nil {
 				rs.Error = s.err.Error()
 			}

@@ -27,7 +27,16 @@ func (tp *topology) waitReplicaEpoch(partition string) {
 			return false
 		}
 		h, err := tp.hub.Store.PartitionGet(ctx, partition)
-		return err == nil && h.LogEpoch == e.LogEpoch && h.MaxCommitSeq == e.MaxCommitSeq
+		if err != nil || h.LogEpoch != e.LogEpoch || h.MaxCommitSeq != e.MaxCommitSeq {
+			return false
+		}
+		// The loop's view follows the SQL it wrote: served again.
+		for _, r := range tp.link().Partitions {
+			if r.Partition == partition {
+				return !r.Rebuilding && r.LogEpoch == e.LogEpoch && r.AppliedSeq == e.MaxCommitSeq
+			}
+		}
+		return false
 	})
 }
 

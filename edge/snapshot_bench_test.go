@@ -8,7 +8,6 @@ import (
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/poll"
-	"github.com/syncnode/syncnode/storage"
 )
 
 // BenchmarkSnapshotRebuild: the edge holds 2,000 rows; each run, cut
@@ -34,10 +33,7 @@ func BenchmarkSnapshotRebuild(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := tp.edg.Store.Prune(ctx, storage.PruneParams{Partition: edgePart, LogEpoch: ep.LogEpoch, ThroughSeq: ep.MaxCommitSeq,
-			NowMs: time.Now().UnixMilli(), Literal: true}); err != nil {
-			b.Fatal(err)
-		}
+		pruneEdge(b, tp, ep.MaxCommitSeq)
 		b.StartTimer()
 		start := time.Now()
 		tp.px.restore()

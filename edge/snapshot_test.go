@@ -46,13 +46,9 @@ func TestReplicaSnapshotAfterEdgePrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := tp.edg.Store.Prune(ctx, storage.PruneParams{Partition: edgePart, LogEpoch: ep.LogEpoch, ThroughSeq: ep.MaxCommitSeq - 5,
-		NowMs: time.Now().UnixMilli(), Literal: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.HorizonSeq != ep.MaxCommitSeq-5 || res.HorizonSeq <= 20 {
-		t.Fatalf("edge pruned through %d, want %d (past the replica's 20)", res.HorizonSeq, ep.MaxCommitSeq-5)
+	res := pruneEdge(t, tp, ep.MaxCommitSeq-5)
+	if res.HorizonSeq <= 20 {
+		t.Fatalf("edge pruned through %d, not past the replica's 20", res.HorizonSeq)
 	}
 
 	// The edge keeps writing while the hub rebuilds.
@@ -123,4 +119,25 @@ func TestReplicaSnapshotAfterEdgePrune(t *testing.T) {
 			t.Fatalf("hub reader row %s: %+v %v, edge version %d", r.RowID, got, ok, r.ServerVersion)
 		}
 	}
+}
+
+// pruneEdge prunes the edge partition's log through seq, whatever the
+// clients' cursors, and fails unless the horizon got there. The prune
+// runs a second "later", so that commits and cursors of this very
+// millisecond are past the retention windows, which are zero.
+func pruneEdge(t testing.TB, tp *topology, through int64) storage.PruneResult {
+	t.Helper()
+	ep, err := tp.edg.Store.PartitionGet(context.Background(), edgePart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tp.edg.Store.Prune(context.Background(), storage.PruneParams{Partition: edgePart, LogEpoch: ep.LogEpoch, ThroughSeq: through,
+		NowMs: time.Now().Add(time.Second).UnixMilli(), Literal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HorizonSeq != through {
+		t.Fatalf("edge pruned through %d, want %d", res.HorizonSeq, through)
+	}
+	return res
 }
