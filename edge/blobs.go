@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
-	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -52,7 +50,7 @@ func (h *Home) blob(ctx context.Context, body []byte) any {
 // references.
 func (h *Hub) rowBlobs(s *replicaState, table string, row []byte, dst []string) ([]string, error) {
 	t, ok := h.cfg.Schema.Table(table)
-	if !ok || !slices.ContainsFunc(t.Columns, func(c schema.Column) bool { return c.Type == ssp2.TypeBlobRef }) {
+	if !ok || !t.HasBlobRefs() {
 		return dst, nil
 	}
 	vals, err := t.Codec.DecodeRow(row, s.buf[:0])
@@ -60,15 +58,7 @@ func (h *Hub) rowBlobs(s *replicaState, table string, row []byte, dst []string) 
 		return dst, fmt.Errorf("row of %s: %w", table, err)
 	}
 	s.buf = vals
-	for i, c := range t.Columns {
-		if c.Type != ssp2.TypeBlobRef || i >= len(vals) || vals[i].Null {
-			continue
-		}
-		if id, ok := ssp2.BlobRefID(vals[i].Bytes); ok && !slices.Contains(dst, id) {
-			dst = append(dst, id)
-		}
-	}
-	return dst, nil
+	return t.BlobRefIDs(vals, dst), nil
 }
 
 // commitBlobs lists the blobs the upserts of commits reference.
