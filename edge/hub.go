@@ -529,7 +529,10 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 		return nil
 	}
 	// Not seen by the loop yet (a restart): the replica may exist in SQL.
-	if p, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil && !isPlaceholder(p.LogEpoch) {
+	if p, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil {
+		if isPlaceholder(p.LogEpoch) {
+			return notReady(l.edge, "replica_rebuilding", "the hub is rebuilding its replica of this partition from the edge's rows; retry")
+		}
 		return nil
 	}
 	return notReady(l.edge, "replica_not_ready", "the hub holds no replica of this partition yet; retry")

@@ -152,10 +152,7 @@ func TestReplicaRebuildsAfterRestoreWhileCut(t *testing.T) {
 		t.Fatalf("hub log holds %d commits, want the edge's 1..25", len(hubLog))
 	}
 
-	res, err := reader.SyncUntilIdle(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := syncRetrying(t, reader)
 	if !res.EpochReset || reader.LogEpoch() != np.LogEpoch {
 		t.Fatalf("hub reader: reset %v, epoch %q, want a reset onto %q", res.EpochReset, reader.LogEpoch(), np.LogEpoch)
 	}
@@ -173,10 +170,7 @@ func TestReplicaRebuildsAfterRestoreWhileCut(t *testing.T) {
 }
 
 // pushAfterRotation commits n todos through c at the edge right after an
-// epoch rotation there. Until the edge's serve gate has taken in its own
-// rotation a request may be refused with the retryable
-// sync.schema_not_ready ("the serve gate changed during the request"),
-// which a client retries; any other failure fails the test.
+// epoch rotation there, retrying as syncRetrying does.
 func pushAfterRotation(t testing.TB, c *client.Client, prefix string, n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -186,8 +180,21 @@ func pushAfterRotation(t testing.TB, c *client.Client, prefix string, n int) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, waitShort, "the edge serves after its rotation", func() bool {
-		res, err := c.SyncUntilIdle(ctx)
+	syncRetrying(t, c)
+}
+
+// syncRetrying syncs c until idle right after a gate change of its
+// partition — an epoch rotation at the edge, a replica rebuild at the
+// hub, each of which rewrites the partition's serve-gate token: a
+// request in flight then is refused with the retryable
+// sync.schema_not_ready ("the serve gate changed during the request"),
+// which a client retries. Any other failure fails the test.
+func syncRetrying(t testing.TB, c *client.Client) client.Result {
+	t.Helper()
+	var res client.Result
+	poll.Until(t, waitShort, "served after the gate change", func() bool {
+		var err error
+		res, err = c.SyncUntilIdle(context.Background())
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Code == ssp2.CodeSchemaNotReady && ce.Retryable {
 			return false
@@ -200,4 +207,5 @@ func pushAfterRotation(t testing.TB, c *client.Client, prefix string, n int) {
 		}
 		return len(c.Pending()) == 0
 	})
+	return res
 }

@@ -2,14 +2,20 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/sqlitestore"
 )
 
 // TestReplicaSnapshotAfterEdgePrune: cut off, the edge takes inserts,
@@ -109,7 +115,7 @@ func TestReplicaSnapshotAfterEdgePrune(t *testing.T) {
 
 	// A hub client from before the prune is past nothing it can page: it
 	// re-bootstraps to the edge's rows.
-	syncOK(t, reader)
+	syncRetrying(t, reader)
 	if reader.Count("todos") != len(edgeRows) {
 		t.Fatalf("hub reader holds %d rows, the edge %d", reader.Count("todos"), len(edgeRows))
 	}
@@ -140,4 +146,80 @@ func pruneEdge(t testing.TB, tp *topology, through int64) storage.PruneResult {
 		t.Fatalf("edge pruned through %d, want %d", res.HorizonSeq, through)
 	}
 	return res
+}
+
+// TestReplicaSnapshotResumesAfterHubStop: the hub stopped half-way
+// through a snapshot rebuild (its SQL holds the placeholder epoch and a
+// part of the rows). Restarted with the link cut, it refuses the
+// partition rather than serve the partial replica; once linked it starts
+// the rebuild over and ends with the edge's rows.
+func TestReplicaSnapshotResumesAfterHubStop(t *testing.T) {
+	tp := startTopology(t)
+	ctx := context.Background()
+	writer := clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer")
+	pushTodos(t, writer, "linked", 20)
+	tp.waitReplica(edgePart)
+
+	tp.cut()
+	pushTodos(t, writer, "offline", 30)
+	ep, err := tp.edg.Store.PartitionGet(ctx, edgePart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pruneEdge(t, tp, ep.MaxCommitSeq)
+	if err := tp.hub.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What a hub stopped inside snapshot() leaves: the replica dropped,
+	// registered under a placeholder epoch, some rows written.
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(tp.hubDir, "data", node.SQLiteFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := nodetest.Schema(t)
+	if err := st.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PartitionWipe(ctx, edgePart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PartitionAdopt(ctx, edgePart, "~snapshot~stopped", 1); err != nil {
+		t.Fatal(err)
+	}
+	part := rows(t, tp.edg.Store, edgePart)[:7]
+	if err := st.WriteTx(ctx, edgePart, func(tx storage.Tx) error {
+		table, _ := sc.Table("todos")
+		for _, r := range part {
+			vals, err := table.Codec.DecodeRow(r.Payload, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.RowUpsert(ctx, "todos", storage.RowWrite{RowID: r.RowID, Values: vals, Scopes: r.Scopes, Payload: r.Payload, Version: r.ServerVersion}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	tp.hub = startHub(t, tp.hubDir)
+	tp.px.retarget(trimLeaf(tp.hub.NATS.LeafURL()))
+	reader := clientOf(t, tp.hub, edgePart, &client.MemoryStore{}, "hub-reader")
+	_, err = reader.SyncUntilIdle(ctx)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != ssp2.CodeSchemaNotReady || !strings.Contains(string(ce.Details), "replica_rebuilding") {
+		t.Fatalf("the partial replica at the restarted hub: %v, want sync.schema_not_ready, reason replica_rebuilding", err)
+	}
+
+	tp.restore()
+	tp.waitReplicaEpoch(edgePart)
+	sameRows(t, rows(t, tp.edg.Store, edgePart), rows(t, tp.hub.Store, edgePart))
+	syncRetrying(t, reader)
+	if reader.Count("todos") != 50 || reader.LogEpoch() != ep.LogEpoch {
+		t.Fatalf("hub reader: %d rows under %q, want 50 under the edge's %q", reader.Count("todos"), reader.LogEpoch(), ep.LogEpoch)
+	}
 }
