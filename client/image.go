@@ -119,7 +119,7 @@ const maxImageWorkers = 4
 
 // imageRows is one chunk of an image's rows, encoded: the rows' codec
 // bytes in one arena and their ids in one string, two allocations per
-// chunk rather than two per row.
+// chunk rather than two per row. The replica's rows alias the arena.
 type imageRows struct {
 	rows  []pendingImageRow
 	arena []byte
@@ -147,14 +147,16 @@ func readImagePart(p sqliteimage.Part, t *schema.Table, out chan<- imageRows, fr
 		}
 	}
 	rows := take()
+	// Rows are encoded straight into the arena the chunk hands over; the
+	// next arena is sized from the last one, so it rarely grows.
 	var buf, ids []byte
 	flush := func() error {
 		select {
-		case out <- imageRows{rows: rows, arena: append([]byte(nil), buf...), ids: string(ids)}:
+		case out <- imageRows{rows: rows, arena: buf, ids: string(ids)}:
 		case <-quit:
 			return errImageStopped
 		}
-		rows, buf, ids = take(), buf[:0], ids[:0]
+		rows, buf, ids = take(), make([]byte, 0, len(buf)+len(buf)/8), ids[:0]
 		return nil
 	}
 	n, err := p.Rows(l, func(version int64, vals []ssp2.Value) error {
