@@ -80,6 +80,19 @@ func build(t testing.TB, l sqliteimage.Layout, n int, row func(int) sqliteimage.
 	return buf.Bytes(), m
 }
 
+// opened opens an image and checks it against l and m.
+func opened(t *testing.T, data []byte, l sqliteimage.Layout, m sqliteimage.Meta) *sqliteimage.Image {
+	t.Helper()
+	im, err := sqliteimage.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Check(l, m); err != nil {
+		t.Fatal(err)
+	}
+	return im
+}
+
 func same(a, b ssp2.Value) bool {
 	return a.Null == b.Null && a.Int == b.Int && a.Float == b.Float && a.Bool == b.Bool && bytes.Equal(a.Bytes, b.Bytes)
 }
@@ -87,13 +100,7 @@ func same(a, b ssp2.Value) bool {
 func TestRoundTrip(t *testing.T) {
 	const n = 3000 // interior pages, overflow chains
 	data, m := build(t, textPK, n, textRow)
-	im, err := sqliteimage.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Check(textPK, m); err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, data, textPK, m)
 	seen := 0
 	count, err := im.Rows(textPK, func(version int64, vals []ssp2.Value) error {
 		i := seen
@@ -137,13 +144,7 @@ func TestRoundTrip(t *testing.T) {
 // concurrently), deliver exactly Rows' rows in Rows' order.
 func TestSplit(t *testing.T) {
 	data, m := build(t, textPK, 3000, textRow)
-	im, err := sqliteimage.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Check(textPK, m); err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, data, textPK, m)
 	for _, n := range []int{1, 2, 3, 7, 1000} {
 		parts, err := im.Split(n)
 		if err != nil {
@@ -225,13 +226,7 @@ func TestIntegerPrimaryKeyIsTheRowid(t *testing.T) {
 		return sqliteimage.Row{Version: 1, Values: []ssp2.Value{{Bytes: []byte("t")}, {Int: int64(i*7 - 100)}}}
 	}
 	data, m := build(t, intPK, 500, row)
-	im, err := sqliteimage.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Check(intPK, m); err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, data, intPK, m)
 	want := int64(-100)
 	if _, err := im.Rows(intPK, func(_ int64, vals []ssp2.Value) error {
 		if vals[1].Null || vals[1].Int != want {
