@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/syncnode/syncnode/storage"
@@ -100,4 +101,28 @@ func TestRelayPublishesHeldCommits(t *testing.T) {
 		t.Fatalf("%d commits published unread; want 1", got)
 	}
 	e.checkLogInStream(p)
+}
+
+// TestRelayHeldIsBounded: commits no run takes (a relay that cannot
+// publish) are held up to maxHeld in all, then dropped: the log has them.
+func TestRelayHeldIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newRelayEnv(t)
+	r := e.relay(Config{}) // not started: nothing takes what is held
+	for i := range 3 * maxHeld {
+		r.Committed([]string{"a", "b", "c"}[i%3], "epoch", storage.Commit{CommitSeq: int64(i/3 + 1)})
+	}
+	// One commit each in many more partitions once it is full.
+	for i := range maxHeld {
+		r.Committed(fmt.Sprintf("p%d", i), "epoch", storage.Commit{CommitSeq: 1})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, h := range r.held {
+		n += len(h.commits)
+	}
+	if n != r.nHeld || n > maxHeld {
+		t.Fatalf("%d commits held (counted %d); want at most %d", n, r.nHeld, maxHeld)
+	}
 }

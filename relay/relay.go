@@ -369,8 +369,14 @@ func (r *Relay) holdLocked(partition, logEpoch string, c storage.Commit) {
 		r.held[partition] = h
 	}
 	if r.nHeld >= maxHeld {
+		// Full: this partition's run reads the log instead, and so does
+		// any other's whose commits do not fit.
 		r.nHeld -= len(h.commits)
 		h.commits = h.commits[:0]
+		if r.nHeld >= maxHeld {
+			delete(r.held, partition)
+			return
+		}
 	}
 	// Concurrent pushes may hand their commits over out of order.
 	i := len(h.commits)
