@@ -31,14 +31,15 @@ import (
 // PRAGMA and every write are actions it denies.
 //
 // Running: a query runs as its own statement behind a WITH clause
-// (opRelations) that defines, for every application table it reads, a
+// (schemaplan.QueryRelations, shared with PostgreSQL) that defines, for every application table it reads, a
 // common table expression of that name selecting the table's application
 // columns from main where the partition and, for a scoped query, each
 // scope column match bound values. An unqualified name resolves to a
 // common table expression before any table, so the statement reads only
 // those relations; its own text is unchanged and its values stay bound.
-// The statement and the partition's max commitSeq are read from one
-// snapshot (Query), on a query connection that keeps each statement text
+// The statement reads at most maxRows + 1 rows (querysql.Limited); it
+// and the partition row with the caller's client record are read from
+// one snapshot (Query), on a query connection that keeps each statement text
 // prepared: a query writes nothing and costs one read.
 
 // QueryShape is what CheckQuery found: the statement's result column
