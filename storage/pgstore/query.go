@@ -170,6 +170,7 @@ func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryR
 		n    = len(p.Columns)
 		slab []any // the rows' values, a block of rows at a time
 	)
+	out.Rows = make([][]any, 0, min(p.Limit, 256))
 	for rows.Next() {
 		if idx == nil {
 			fds := rows.FieldDescriptions()

@@ -329,6 +329,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	}
 	n := len(p.Columns)
 	var slab []any // the rows' values, a block of rows at a time
+	out.Rows = make([][]any, 0, min(p.Limit, 256))
 	for rs.Next() {
 		if len(out.Rows) == p.Limit {
 			break
