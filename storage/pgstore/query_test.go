@@ -50,3 +50,37 @@ func TestQueryStatementLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestQuerySearchPathFence: the second fence behind registration (which
+// refuses such SQL with SQLite's parser): a statement runs with
+// search_path holding pg_catalog alone, so an unqualified internal table
+// is no table at all, while the application tables it names are its
+// relations.
+func TestQuerySearchPathFence(t *testing.T) {
+	ctx := context.Background()
+	s := openTB(t, 2)
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	run := func(sql string) (storage.QueryResult, error) {
+		return s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"},
+			Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}, Limit: 2}, Partition: "p", ClientID: "c"})
+	}
+	res, err := run("SELECT current_setting('search_path') AS id")
+	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != "pg_catalog" {
+		t.Fatalf("search_path in the query: %v, %v", res.Rows, err)
+	}
+	for _, sql := range []string{"SELECT id FROM sync_partitions", "SELECT partition AS id FROM sync_commits"} {
+		if _, err := run(sql); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if res, err := run("SELECT id FROM tasks"); err != nil || len(res.Rows) != 0 {
+		t.Fatalf("the relation: %v, %v", res.Rows, err)
+	}
+}
