@@ -67,8 +67,9 @@ type ObjectPut struct {
 // context per call, whose reconnect-watch goroutine can outlive it.
 // stream is the bucket's stream (ObjectStream), used to purge the chunks
 // of a failed put. The returned info carries the size, the chunk count
-// and the Object Store's SHA-256 digest ("SHA-256=<base64url>"). The
-// segment and blob stores write every object through it.
+// and the Object Store's SHA-256 digest ("SHA-256=<base64url>"). Once
+// ctx has ended it publishes no meta. The segment and blob stores write
+// every object through it.
 func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p ObjectPut, r io.Reader) (info jetstream.ObjectInfo, err error) {
 	if p.ChunkSize < 1 {
 		return info, fmt.Errorf("put object %s: chunk size %d", p.Name, p.ChunkSize)
@@ -180,6 +181,11 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 	}
 	meta, err := json.Marshal(&info)
 	if err != nil {
+		return info, err
+	}
+	// A put whose context has ended writes no meta, however complete its
+	// chunks: a sweep may collect the chunks of a put past its deadline.
+	if err := ctx.Err(); err != nil {
 		return info, err
 	}
 	m := nats.NewMsg(ObjectMetaSubject(p.Bucket, p.Name))
