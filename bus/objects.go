@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,30 @@ func CheckChunkSize(n int) error {
 		return fmt.Errorf("%d outside 1 KiB..8 MiB", n)
 	}
 	return nil
+}
+
+// chunkBufs pools PutObject's chunk buffers per chunk size: a put of a
+// 1 MiB chunk otherwise allocates (and clears) a 1 MiB buffer per window
+// slot, and, for a body of a whole number of chunks, one more to read
+// its end.
+var chunkBufs sync.Map // chunk size → *sync.Pool of *[]byte
+
+func getChunkBuf(size int) []byte {
+	if p, ok := chunkBufs.Load(size); ok {
+		if b, ok := p.(*sync.Pool).Get().(*[]byte); ok {
+			return *b
+		}
+	}
+	return make([]byte, size)
+}
+
+func putChunkBuf(b []byte) {
+	if b == nil {
+		return
+	}
+	p, _ := chunkBufs.LoadOrStore(cap(b), &sync.Pool{})
+	b = b[:cap(b)]
+	p.(*sync.Pool).Put(&b)
 }
 
 // ObjectPut describes the object PutObject writes.
@@ -135,7 +160,7 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			}
 		} else {
 			if bufs[slot] == nil {
-				bufs[slot] = make([]byte, p.ChunkSize)
+				bufs[slot] = getChunkBuf(p.ChunkSize)
 			}
 			n, err := io.ReadFull(r, bufs[slot])
 			chunk, rerr = bufs[slot][:n], err
@@ -166,6 +191,12 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 				return info, err
 			}
 		}
+	}
+	// Every chunk is stored, so the client holds no buffer any more
+	// (only then: a publish may keep a reference to the bytes until its
+	// write). A failed put drops its buffers instead.
+	for _, b := range bufs {
+		putChunkBuf(b)
 	}
 	info.ObjectMeta = jetstream.ObjectMeta{Name: p.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(p.ChunkSize)}}
 	info.Bucket, info.NUID, info.ModTime = p.Bucket, id, time.Now().UTC()
