@@ -250,11 +250,16 @@ func (s *Store) refused(err error) error {
 	return err
 }
 
-// Open streams a held blob's bytes. The Object Store verifies them
-// against the stored digest: a corrupted object fails the read at its
-// end instead of io.EOF.
+// Open streams a held blob's bytes a chunk at a time (bus.ReadObject: at
+// most one chunk in memory per download, however slow the client),
+// verified against the stored digest: a corrupted object fails the read
+// at its end instead of io.EOF.
 func (s *Store) Open(ctx context.Context, b storage.Blob) (io.ReadCloser, error) {
-	r, err := s.obs.Get(ctx, b.Object)
+	info, err := s.obs.GetInfo(ctx, b.Object)
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", b.ID, err)
+	}
+	r, err := bus.ReadObject(ctx, s.stream, info)
 	if err != nil {
 		return nil, fmt.Errorf("open blob %s: %w", b.ID, err)
 	}

@@ -194,6 +194,36 @@ func TestPutOpen(t *testing.T) {
 	})
 }
 
+// A download pulls chunks as the reader asks for them: with a reader
+// that has taken one byte of a 16-chunk blob, no consumer exists to push
+// the rest into memory ahead of it (the Object Store's own Get makes a
+// push consumer whose window reaches 32 MiB).
+func TestOpenPullsChunks(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		data := body(16*e.s.cfg.ChunkSize, 16)
+		e.put(data)
+		b, _, _ := e.s.Held(t.Context(), "p", idOf(data))
+		r, err := e.s.Open(t.Context(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		one := make([]byte, 1)
+		if _, err := io.ReadFull(r, one); err != nil || one[0] != data[0] {
+			t.Fatalf("first byte: %v", err)
+		}
+		info, err := e.s.stream.Info(t.Context())
+		if err != nil || info.State.Consumers != 0 {
+			t.Fatalf("an open download has %d consumers on the bucket (%v), want 0", info.State.Consumers, err)
+		}
+		rest, err := io.ReadAll(r)
+		if err != nil || !bytes.Equal(append(one, rest...), data) {
+			t.Fatalf("the rest: %d bytes, %v", len(rest), err)
+		}
+	})
+}
+
 type iotestErrReader struct{}
 
 func (iotestErrReader) Read([]byte) (int, error) { return 0, fmt.Errorf("the body was read") }

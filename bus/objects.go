@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -246,4 +247,87 @@ func OpenObjectStore(ctx context.Context, js jetstream.JetStream, bucket, descri
 		return nil, err
 	}
 	return obs, nil
+}
+
+// ErrObjectCorrupt fails the read of an object whose chunks are missing
+// or whose bytes are not its size or SHA-256 digest.
+var ErrObjectCorrupt = errors.New("object bytes do not match their meta")
+
+// ReadObject streams the bytes of the object info describes (from the
+// Object Store's GetInfo) out of stream, its bucket's stream: a direct
+// get per chunk on the object's chunk subject, the next chunk asked for
+// when the last is used up. At most one chunk is held whatever the
+// reader's pace, and no consumer is made. (The Object Store's own Get
+// delivers through a push consumer whose flow-control window grows to
+// 32 MiB: behind a slow reader, such as a download to a phone, that much
+// piles up in the client per read.) The bytes are checked against the
+// meta's size, chunk count and digest: a mismatch or a missing chunk
+// fails the read with ErrObjectCorrupt instead of io.EOF.
+func ReadObject(ctx context.Context, stream jetstream.Stream, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("read object %s: %w", info.Name, err)
+	}
+	return &objectReader{ctx: ctx, stream: stream, info: info, subj: ObjectChunkSubject(info.Bucket, info.NUID), want: want, h: sha256.New(), seq: 1}, nil
+}
+
+type objectReader struct {
+	ctx    context.Context
+	stream jetstream.Stream
+	info   *jetstream.ObjectInfo
+	subj   string
+	want   []byte
+	h      hash.Hash
+	seq    uint64 // the next chunk is the first on subj at or after seq
+	chunks uint32 // read so far
+	size   uint64
+	cur    []byte
+	err    error
+}
+
+func (o *objectReader) Read(p []byte) (int, error) {
+	for len(o.cur) == 0 {
+		if o.err != nil {
+			return 0, o.err
+		}
+		if o.chunks == o.info.Chunks {
+			o.err = o.finish()
+			return 0, o.err
+		}
+		m, err := o.stream.GetMsg(o.ctx, o.seq, jetstream.WithGetMsgSubject(o.subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			err = fmt.Errorf("%w: %s has %d of its %d chunks", ErrObjectCorrupt, o.info.Name, o.chunks, o.info.Chunks)
+		}
+		if err != nil {
+			o.err = err
+			return 0, err
+		}
+		o.seq, o.cur = m.Sequence+1, m.Data
+		o.chunks++
+		o.size += uint64(len(m.Data))
+		o.h.Write(m.Data)
+	}
+	n := copy(p, o.cur)
+	o.cur = o.cur[n:]
+	return n, nil
+}
+
+// finish checks what was read against the meta: io.EOF when it matches.
+func (o *objectReader) finish() error {
+	if o.size != o.info.Size {
+		return fmt.Errorf("%w: %s has %d bytes, its meta says %d", ErrObjectCorrupt, o.info.Name, o.size, o.info.Size)
+	}
+	if sum := o.h.Sum(nil); !bytes.Equal(sum, o.want) {
+		return fmt.Errorf("%w: the SHA-256 of %s is not its meta's", ErrObjectCorrupt, o.info.Name)
+	}
+	return io.EOF
+}
+
+// Close ends the read; chunks not yet asked for are never fetched.
+func (o *objectReader) Close() error {
+	if o.err == nil {
+		o.err = errors.New("read object: closed")
+	}
+	o.cur = nil
+	return nil
 }
