@@ -129,11 +129,17 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			_ = stream.Purge(pctx, jetstream.WithPurgeSubject(subj))
 		}
 	}()
-	wait := func(f jetstream.PubAckFuture) error {
+	// wait waits for the chunk of a slot to be stored and frees the slot.
+	// A future answers once: one answered here leaves acks, and one the
+	// context gave up on stays there, so that a failed put's purge waits
+	// for its chunk to land.
+	wait := func(slot int) error {
 		select {
-		case <-f.Ok():
+		case <-acks[slot].Ok():
+			acks[slot] = nil
 			return nil
-		case err := <-f.Err():
+		case err := <-acks[slot].Err():
+			acks[slot] = nil
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
@@ -144,9 +150,7 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 		if acks[slot] != nil {
 			// A slot (and its buffer) is reused only once its chunk is
 			// stored.
-			f := acks[slot]
-			acks[slot] = nil
-			if err := wait(f); err != nil {
+			if err := wait(slot); err != nil {
 				return info, err
 			}
 		}
@@ -185,10 +189,9 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			return info, rerr
 		}
 	}
-	for i, f := range acks {
-		if f != nil {
-			acks[i] = nil
-			if err := wait(f); err != nil {
+	for i := range acks {
+		if acks[i] != nil {
+			if err := wait(i); err != nil {
 				return info, err
 			}
 		}
