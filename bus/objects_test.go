@@ -14,19 +14,26 @@ import (
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 )
 
+// objectBucket is a fresh Object Store bucket "objs" and its stream.
+func objectBucket(t *testing.T) (jetstream.JetStream, jetstream.ObjectStore, jetstream.Stream) {
+	t.Helper()
+	js := embeddedtest.Start(t).JetStream()
+	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "objs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), ObjectStream("objs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, obs, stream
+}
+
 // PutObject writes objects the Object Store reads back, digest and all,
 // and a failed put leaves no chunks.
 func TestPutObject(t *testing.T) {
 	ctx := t.Context()
-	js := embeddedtest.Start(t).JetStream()
-	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, ObjectStream("objs"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, obs, stream := objectBucket(t)
 	n := 0
 	for _, size := range []int{0, 1, 4096, 5*4096 + 7} {
 		data := bytes.Repeat([]byte{byte(size)}, size)
@@ -104,15 +111,7 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 // missing or the bytes are not the meta's size or digest.
 func TestReadObject(t *testing.T) {
 	ctx := t.Context()
-	js := embeddedtest.Start(t).JetStream()
-	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, ObjectStream("objs"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, obs, stream := objectBucket(t)
 	read := func(info *jetstream.ObjectInfo) ([]byte, error) {
 		r, err := ReadObject(ctx, stream, info)
 		if err != nil {

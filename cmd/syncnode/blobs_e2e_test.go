@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/signedurl"
@@ -327,7 +327,7 @@ func testBlobsPresignedEndToEnd(t *testing.T, postgres bool) {
 	// The grant binds the size and the bytes.
 	resp, body = b.do(http.MethodPut, g.URL, "", bytes.NewReader(append(bytes.Clone(photo), '!')))
 	wantError(t, "presigned PUT over the granted size", resp, body, http.StatusRequestEntityTooLarge, ssp2.CodeBlobTooLarge)
-	resp, body = b.do(http.MethodPut, tamperURL(t, g.URL), "", bytes.NewReader(photo))
+	resp, body = b.do(http.MethodPut, nodetest.TamperURL(t, g.URL), "", bytes.NewReader(photo))
 	wantError(t, "tampered grant", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
 	if resp, body = b.do(http.MethodPut, g.URL, "", bytes.NewReader(photo), "Content-Type", "image/png"); resp.StatusCode != 200 || len(body) != 0 {
 		t.Fatalf("presigned PUT without a token: %d %s", resp.StatusCode, body)
@@ -355,7 +355,7 @@ func testBlobsPresignedEndToEnd(t *testing.T, postgres bool) {
 	}
 	resp, body = b.do(http.MethodGet, "/blobs/"+id, bob, nil)
 	wantError(t, "another scope", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
-	resp, body = b.do(http.MethodGet, tamperURL(t, d.URL), "", nil)
+	resp, body = b.do(http.MethodGet, nodetest.TamperURL(t, d.URL), "", nil)
 	wantError(t, "tampered download url", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
 	signer, err := signedurl.New(signedurl.Config{Key: []byte(key)})
 	if err != nil {
@@ -367,22 +367,6 @@ func testBlobsPresignedEndToEnd(t *testing.T, postgres bool) {
 	stale, _ := signer.SignUpload("acme", id, int64(len(photo)), time.Now().Add(-time.Hour))
 	resp, body = b.do(http.MethodPut, "/blobs/"+id+"?st="+stale, "", bytes.NewReader(photo))
 	wantError(t, "expired upload url", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
-}
-
-// tamperURL changes one character of a signed url's token (in its MAC).
-func tamperURL(t *testing.T, raw string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	tok := []byte(q.Get("st"))
-	i := len(tok) - 5
-	tok[i] = map[bool]byte{true: 'B', false: 'A'}[tok[i] == 'A']
-	q.Set("st", string(tok))
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // A test-control instance serves blobs under its mount, authorized by the
