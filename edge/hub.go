@@ -68,7 +68,13 @@ type link struct {
 	// page is the commits asked per request: halved after a request
 	// timed out (an edge too slow to answer a full page in time), doubled
 	// back after each answer up to Config.PageCommits. Loop only.
-	page     int
+	page int
+	// holder is set while this node holds the edge's replication lease;
+	// leased is the lease (its Lost channel) the loop last replicated
+	// under (loop only): a new one reloads every replica's position from
+	// SQL, which another holder may have moved.
+	holder   bool
+	leased   <-chan struct{}
 	parts    map[string]*replicaState
 	progress chan struct{} // closed and replaced whenever a replica advances
 }
@@ -153,14 +159,17 @@ func (h *Hub) run(l *link) {
 	defer h.wg.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	lease := h.newLease(l)
+	defer lease.release()
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-l.wake:
 		case <-t.C:
+		case <-lease.changed():
 		}
-		h.poll(l)
+		h.poll(l, lease.holding())
 		if !t.Stop() {
 			select {
 			case <-t.C:
@@ -171,9 +180,10 @@ func (h *Hub) run(l *link) {
 	}
 }
 
-// poll asks the edge for its partitions and brings every replica up to
-// the edge's max seq.
-func (h *Hub) poll(l *link) {
+// poll asks the edge for its partitions and, when this node holds the
+// edge's replication lease, brings every replica up to the edge's max
+// seq. Without the lease it only keeps the link state.
+func (h *Hub) poll(l *link, lease <-chan struct{}) {
 	var st statusReply
 	if err := h.request(bus.EdgeStatusSubject(l.edge), struct{}{}, &st); err != nil {
 		l.setUp(false, err, &h.metrics)
@@ -184,6 +194,17 @@ func (h *Hub) poll(l *link) {
 		return
 	}
 	l.setUp(true, nil, &h.metrics)
+	if lease == nil {
+		return
+	}
+	if lease != l.leased {
+		l.leased, l.page = lease, 0
+		l.mu.Lock()
+		for _, s := range l.parts {
+			s.loaded = false
+		}
+		l.mu.Unlock()
+	}
 	if !l.isSourced() {
 		if err := h.ensureSource(l); err != nil {
 			h.log.Warn("edge: source stream not set up; retrying on the next poll", "edge", l.edge, "err", err)
@@ -193,7 +214,7 @@ func (h *Hub) poll(l *link) {
 		if h.homes.Of(p.ID) != l.edge {
 			continue
 		}
-		if err := h.catchUp(l, p); err != nil {
+		if err := h.catchUp(l, p, lease); err != nil {
 			if h.ctx.Err() == nil {
 				h.log.Warn("edge: replica not caught up", "edge", l.edge, "partition", p.ID, "err", err)
 			}
@@ -319,7 +340,7 @@ func (h *Hub) state(l *link, partition string) (*replicaState, error) {
 
 // catchUp applies the edge's commits of one partition past the replica's
 // position, page by page. Only the link's loop calls it.
-func (h *Hub) catchUp(l *link, p partitionStatus) error {
+func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 	s, err := h.state(l, p.ID)
 	if err != nil {
 		return err
@@ -331,6 +352,11 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
 	}
 	for s.applied < p.MaxCommitSeq {
+		select {
+		case <-lease:
+			return errLeaseLost
+		default:
+		}
 		if l.page == 0 {
 			l.page = h.cfg.PageCommits
 		}
@@ -570,17 +596,28 @@ func (h *Hub) waitApplied(ctx context.Context, l *link, partition string, seq in
 	}
 	deadline := time.NewTimer(h.cfg.ForwardWait)
 	defer deadline.Stop()
+	// Another hub node holds the lease: its applies are seen in SQL
+	// only, polled from every couple of ms up to every 20 ms.
+	poll := 2 * time.Millisecond
 	for {
 		l.mu.Lock()
 		s := l.parts[partition]
 		done := s != nil && s.epoch != "" && s.applied >= seq
-		ch := l.progress
+		ch, holder := l.progress, l.holder
 		l.mu.Unlock()
+		var tick <-chan time.Time
+		if !done && !holder {
+			p, err := h.cfg.Store.PartitionGet(ctx, partition)
+			done = err == nil && p.MaxCommitSeq >= seq
+			tick = time.After(poll)
+			poll = min(2*poll, 20*time.Millisecond)
+		}
 		if done {
 			return
 		}
 		select {
 		case <-ch:
+		case <-tick:
 		case <-deadline.C:
 			return
 		case <-ctx.Done():
@@ -599,6 +636,11 @@ type LinkStatus struct {
 	Error string `json:"error,omitempty"`
 	// Sourced reports the source stream set up.
 	Sourced bool `json:"sourced"`
+	// Replicating is set on the hub node that holds the edge's
+	// replication lease (of the hub nodes on one database, one at a
+	// time); the others keep the link state only, and their LagCommits
+	// and Partitions are as of when they last held it.
+	Replicating bool `json:"replicating"`
 	// LagCommits is the edge's commits the replica has not applied, as of
 	// the last status the edge answered.
 	LagCommits int64           `json:"lagCommits"`
@@ -619,7 +661,7 @@ func (h *Hub) Status() []LinkStatus {
 	out := make([]LinkStatus, 0, len(h.links))
 	for _, l := range h.links {
 		l.mu.Lock()
-		ls := LinkStatus{Edge: l.edge, Up: l.up, Since: l.since, Sourced: l.sourced, Partitions: []ReplicaStatus{}}
+		ls := LinkStatus{Edge: l.edge, Up: l.up, Since: l.since, Sourced: l.sourced, Replicating: l.holder, Partitions: []ReplicaStatus{}}
 		if l.lastErr != nil {
 			ls.Error = l.lastErr.Error()
 		}
