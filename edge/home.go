@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,8 @@ type Home struct {
 	sem   chan struct{}
 	wg    sync.WaitGroup
 	life  lifecycle.Once
+	// commandsFn runs forwarded remote commands (ServeCommands).
+	commandsFn atomic.Pointer[Commands]
 }
 
 // NewHome validates cfg (Name is required) and returns the edge side.
@@ -87,6 +90,7 @@ func (h *Home) Start(ctx context.Context) error {
 			{bus.EdgeStatusSubject(h.cfg.Name), h.status},
 			{bus.EdgeCommitsSubject(h.cfg.Name), h.commits},
 			{bus.EdgePushSubject(h.cfg.Name), h.push},
+			{bus.EdgeCommandSubject(h.cfg.Name), h.command},
 		} {
 			sub, err := h.cfg.Conn.QueueSubscribe(s.subject, queueGroup, h.handler(s.fn))
 			if err != nil {

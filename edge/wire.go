@@ -124,3 +124,21 @@ func errorToWire(err error) *wireError {
 func (w *wireError) err() error {
 	return &ssp2.Error{Code: w.Code, Op: "edge", Message: w.Message, Details: w.Details}
 }
+
+// commandRequest asks syncnode.edge.<edge>.command to run a remote
+// command (package operations) the hub forwards: Call is the encoded
+// command request, run for the caller the hub authenticated, with the
+// scopes the hub resolved.
+type commandRequest struct {
+	Partition string              `json:"partition"`
+	ActorID   string              `json:"actorId"`
+	Scopes    map[string][]string `json:"scopes"`
+	Call      []byte              `json:"call"`
+}
+
+// commandReply carries the edge's reply to the command (Reply, opaque
+// here), or a failure to run it at all.
+type commandReply struct {
+	Reply []byte     `json:"reply,omitempty"`
+	Error *wireError `json:"error,omitempty"`
+}
