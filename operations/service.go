@@ -42,8 +42,8 @@ type Config struct {
 	Registry *Registry
 	// Conn and Names reach the NATS command handlers (nats.go); without
 	// Conn a NATS command fails with operation.execution_failed.
-	Conn   *nats.Conn
-	Names  bus.Names
+	Conn  *nats.Conn
+	Names bus.Names
 	// Remote, when set, runs the commands of partitions homed on another
 	// node at their home (remote.go).
 	Remote RemoteHome
