@@ -130,10 +130,15 @@ func (h *Home) status(ctx context.Context, _ []byte) any {
 	if err != nil {
 		return statusReply{Edge: h.cfg.Name, Error: errorToWire(err)}
 	}
+	pending, err := h.pendingAtHome(ctx)
+	if err != nil {
+		return statusReply{Edge: h.cfg.Name, Error: errorToWire(err)}
+	}
 	r := statusReply{Edge: h.cfg.Name, Partitions: []partitionStatus{}}
 	for _, p := range parts {
 		if h.homes.Of(p.ID) == h.cfg.Name {
-			r.Partitions = append(r.Partitions, partitionStatus{ID: p.ID, LogEpoch: p.LogEpoch, MaxCommitSeq: p.MaxCommitSeq, HorizonSeq: p.HorizonSeq})
+			r.Partitions = append(r.Partitions, partitionStatus{ID: p.ID, LogEpoch: p.LogEpoch, MaxCommitSeq: p.MaxCommitSeq, HorizonSeq: p.HorizonSeq,
+				Pending: pending[p.ID]})
 		}
 	}
 	return r
@@ -160,6 +165,11 @@ func (h *Home) commits(ctx context.Context, body []byte) any {
 		// Halve a page that would not fit in one message (JSON adds a
 		// third to the rows' base64).
 		if limit == 1 || h.fits(r) {
+			pending, err := h.pendingAtHome(ctx, req.Partition)
+			if err != nil {
+				return commitsReply{Error: errorToWire(err)}
+			}
+			r.Pending = pending[req.Partition]
 			return r
 		}
 		limit /= 2

@@ -88,6 +88,9 @@ type replicaState struct {
 	err      error
 	buf      []ssp2.Value
 	lastSync time.Time
+	// homePending are the checkpoints the edge last reported migrating
+	// the partition (homegate.go): the replica is refused meanwhile.
+	homePending []string
 }
 
 // NewHub validates cfg and returns the hub side; Start starts it.
@@ -195,6 +198,11 @@ func (h *Hub) poll(l *link, lease <-chan struct{}) {
 	}
 	l.setUp(true, nil, &h.metrics)
 	if lease == nil {
+		for _, p := range st.Partitions {
+			if h.homes.Of(p.ID) == l.edge {
+				h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, -1)
+			}
+		}
 		return
 	}
 	if lease != l.leased {
@@ -351,6 +359,7 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 	if s.epoch != "" && s.epoch != p.LogEpoch {
 		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
 	}
+	h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, s.applied)
 	for s.applied < p.MaxCommitSeq {
 		select {
 		case <-lease:
@@ -382,9 +391,15 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 			}
 			break
 		}
+		// A migration the page reports refuses the replica before its
+		// batches are applied; its end clears only at the edge's max.
+		if len(page.Pending) > 0 {
+			h.notePending(h.ctx, l, p.ID, page.Pending, page.MaxCommitSeq, s.applied)
+		}
 		if err := h.apply(l, s, p.ID, page); err != nil {
 			return err
 		}
+		h.notePending(h.ctx, l, p.ID, page.Pending, page.MaxCommitSeq, s.applied)
 		p.MaxCommitSeq = max(p.MaxCommitSeq, page.MaxCommitSeq)
 		l.mu.Lock()
 		s.edgeMax = max(s.edgeMax, page.MaxCommitSeq)
@@ -515,6 +530,9 @@ func notReady(edge, reason, msg string) error {
 // and be free of replication errors.
 func (h *Hub) Ready(ctx context.Context, partition string) error {
 	l := h.links[h.homes.Of(partition)]
+	if err := l.homePending(partition); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	s := l.parts[partition]
 	var epoch string

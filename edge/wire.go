@@ -25,6 +25,9 @@ type partitionStatus struct {
 	LogEpoch     string `json:"logEpoch"`
 	MaxCommitSeq int64  `json:"maxCommitSeq"`
 	HorizonSeq   int64  `json:"horizonSeq"`
+	// Pending are the partition's unactivated checkpoints at the edge's
+	// running schema version (homegate.go).
+	Pending []string `json:"pending,omitempty"`
 }
 
 // commitsRequest asks syncnode.edge.<edge>.commits for a page of a
@@ -41,6 +44,8 @@ type commitsReply struct {
 	MaxCommitSeq int64        `json:"maxCommitSeq"`
 	HorizonSeq   int64        `json:"horizonSeq"`
 	Commits      []wireCommit `json:"commits"`
+	// Pending is as in partitionStatus, read after the commits.
+	Pending []string `json:"pending,omitempty"`
 	Error        *wireError   `json:"error,omitempty"`
 }
 
