@@ -45,8 +45,8 @@ type commitsReply struct {
 	HorizonSeq   int64        `json:"horizonSeq"`
 	Commits      []wireCommit `json:"commits"`
 	// Pending is as in partitionStatus, read after the commits.
-	Pending []string `json:"pending,omitempty"`
-	Error        *wireError   `json:"error,omitempty"`
+	Pending []string   `json:"pending,omitempty"`
+	Error   *wireError `json:"error,omitempty"`
 }
 
 type wireCommit struct {
