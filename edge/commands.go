@@ -43,44 +43,64 @@ func (h *Home) command(ctx context.Context, body []byte) any {
 // the partition's edge over the leaf link, refused with the retryable
 // sync.schema_not_ready while the edge cannot be reached.
 func (h *Hub) ForwardCommand(ctx context.Context, id engine.Identity, call []byte) ([]byte, error) {
-	edge := h.homes.Of(id.Partition)
-	l := h.links[edge]
+	l := h.links[h.homes.Of(id.Partition)]
 	if l == nil {
 		return nil, ssp2.Errorf(ssp2.CodeInternalError, "partition %q is not homed at an edge", id.Partition)
 	}
-	allowed, err := id.Scopes.ResolveScopes(ctx, id.Partition, id.ActorID)
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "resolve scopes", err)
-	}
-	b, err := json.Marshal(commandRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: allowed, Call: call})
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward command", err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
-	defer cancel()
-	m, err := h.cfg.Conn.RequestWithContext(rctx, bus.EdgeCommandSubject(edge), b)
-	if err != nil {
-		h.metrics.ForwardRefused.Add(1)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			l.poke()
-			return nil, notReady(edge, "home_unreachable", "this partition's home, edge "+edge+", is not reachable from the hub; retry")
-		}
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward command", err)
-	}
 	var reply commandReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward command", err)
-	}
-	if reply.Error != nil {
-		h.metrics.ForwardRefused.Add(1)
-		return nil, reply.Error.err()
+	if err := h.ask(ctx, "forward command", bus.EdgeCommandSubject(l.edge), id, func(scopes map[string][]string) any {
+		return commandRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: scopes, Call: call}
+	}, &reply); err != nil {
+		return nil, err
 	}
 	h.metrics.Forwarded.Add(1)
 	l.poke()
 	return reply.Reply, nil
+}
+
+// forwardedReply is a reply of the edge to a forwarded write.
+type forwardedReply interface{ failure() *wireError }
+
+func (r *pushReply) failure() *wireError    { return r.Error }
+func (r *commandReply) failure() *wireError { return r.Error }
+
+// ask sends a write of id's partition to its edge — the request build
+// makes with the scopes resolved here for the caller — and decodes the
+// edge's answer into reply. An edge that cannot be reached is the
+// retryable sync.schema_not_ready (reason home_unreachable): nothing was
+// applied; an edge's refusal is returned as the edge's error.
+func (h *Hub) ask(ctx context.Context, what, subject string, id engine.Identity, build func(scopes map[string][]string) any, reply forwardedReply) error {
+	l := h.links[h.homes.Of(id.Partition)]
+	allowed, err := id.Scopes.ResolveScopes(ctx, id.Partition, id.ActorID)
+	if err != nil {
+		return ssp2.Wrap(ssp2.CodeInternalError, "resolve scopes", err)
+	}
+	b, err := json.Marshal(build(allowed))
+	if err != nil {
+		return ssp2.Wrap(ssp2.CodeInternalError, what, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
+	defer cancel()
+	m, err := h.cfg.Conn.RequestWithContext(rctx, subject, b)
+	if err != nil {
+		h.metrics.ForwardRefused.Add(1)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			l.poke()
+			return notReady(l.edge, "home_unreachable", "this partition's home, edge "+l.edge+", is not reachable from the hub; retry")
+		}
+		return ssp2.Wrap(ssp2.CodeInternalError, what, err)
+	}
+	if err := json.Unmarshal(m.Data, reply); err != nil {
+		return ssp2.Wrap(ssp2.CodeInternalError, what, err)
+	}
+	if e := reply.failure(); e != nil {
+		h.metrics.ForwardRefused.Add(1)
+		return e.err()
+	}
+	return nil
 }
 
 // WaitReplica implements operations.RemoteHome: it waits, at most

@@ -558,41 +558,16 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 // edge over the leaf link, and the round waits (at most ForwardWait) for
 // the replica to apply them, so its pull sees them.
 func (h *Hub) Forward(ctx context.Context, id engine.Identity, req *ssp2.Request) (map[string]storage.PushRecord, error) {
-	edge := h.homes.Of(id.Partition)
-	l := h.links[edge]
+	l := h.links[h.homes.Of(id.Partition)]
 	body, err := engine.PushOnly(req)
 	if err != nil {
 		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
 	}
-	allowed, err := id.Scopes.ResolveScopes(ctx, id.Partition, id.ActorID)
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "resolve scopes", err)
-	}
-	b, err := json.Marshal(pushRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: allowed, Body: body})
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
-	defer cancel()
-	m, err := h.cfg.Conn.RequestWithContext(rctx, bus.EdgePushSubject(edge), b)
-	if err != nil {
-		h.metrics.ForwardRefused.Add(1)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			l.poke()
-			return nil, notReady(edge, "home_unreachable", "this partition's home, edge "+edge+", is not reachable from the hub; retry")
-		}
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
 	var reply pushReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
-	if reply.Error != nil {
-		h.metrics.ForwardRefused.Add(1)
-		return nil, reply.Error.err()
+	if err := h.ask(ctx, "forward push", bus.EdgePushSubject(l.edge), id, func(scopes map[string][]string) any {
+		return pushRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: scopes, Body: body}
+	}, &reply); err != nil {
+		return nil, err
 	}
 	h.metrics.Forwarded.Add(1)
 	recs := make(map[string]storage.PushRecord, len(reply.Records))
