@@ -104,6 +104,9 @@ func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) 
 	if err := CheckCallerClientID(clientID); err != nil {
 		return err
 	}
+	if err := e.guardRemote(ctx, id.Partition, false); err != nil {
+		return err
+	}
 	part, c, ok, err := e.cfg.Store.PartitionTouchClient(ctx, id.Partition, clientID, e.nowMs())
 	if err != nil {
 		return internal("touch partition", err)

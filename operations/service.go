@@ -42,8 +42,11 @@ type Config struct {
 	Registry *Registry
 	// Conn and Names reach the NATS command handlers (nats.go); without
 	// Conn a NATS command fails with operation.execution_failed.
-	Conn   *nats.Conn
-	Names  bus.Names
+	Conn  *nats.Conn
+	Names bus.Names
+	// Remote, when set, runs the commands of partitions homed on another
+	// node at their home (remote.go).
+	Remote RemoteHome
 	Logger *slog.Logger
 }
 
@@ -412,6 +415,9 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 	}
 	if !allowedActor {
 		return CommandResult{}, errorf(CodeForbidden, "the caller may not run command %q", c.ID)
+	}
+	if s.cfg.Remote != nil && s.cfg.Remote.Remote(id.Partition) {
+		return s.forwardCommand(ctx, id, req)
 	}
 	cid, ccid := CommandKey(id.ActorID, req.ClientID, req.OperationID, req.RequestID)
 	res, err := s.cfg.Engine.PushCommand(ctx, engine.Command{
