@@ -15,6 +15,7 @@ import (
 //	                 syncnode.edge.<edge>.push
 //	                 syncnode.edge.<edge>.rows
 //	                 syncnode.edge.<edge>.blob
+//	                 syncnode.edge.<edge>.command
 //	source stream    EDGE_<edge>_COMMITS            (on the hub; no subjects: it sources the
 //	                                                 edge's SYNC_COMMITS from domain <edge>)
 //	stored subjects  edge.<edge>.sync.<partition>.commit.<table>
@@ -74,6 +75,10 @@ func EdgeRowsSubject(edge string) string { return edgeServicePrefix + edge + ".r
 // blob a partition holds (its object in the edge's sync_blobs), which
 // the hub reads across the domain before a replicated row references it.
 func EdgeBlobSubject(edge string) string { return edgeServicePrefix + edge + ".blob" }
+
+// EdgeCommandSubject is syncnode.edge.<edge>.command: a remote command
+// (package operations) the hub forwards for the edge to run.
+func EdgeCommandSubject(edge string) string { return edgeServicePrefix + edge + ".command" }
 
 // EdgeStream is the hub's stream sourcing an edge's commit events:
 // EDGE_<edge>_COMMITS.

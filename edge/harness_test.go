@@ -198,12 +198,23 @@ type topology struct {
 	px       *proxy
 }
 
-func startTopology(t testing.TB) *topology {
+func startTopology(t testing.TB) *topology { return startTopologyWith(t, nil, nil) }
+
+// startTopologyWith is startTopology with hubMod and edgeMod (either may
+// be nil) applied to the hub's and the edge's configs.
+func startTopologyWith(t testing.TB, hubMod, edgeMod func(*node.Config)) *topology {
 	t.Helper()
 	tp := &topology{t: t, hubDir: t.TempDir(), edgeDir: t.TempDir()}
-	tp.hub = startHub(t, tp.hubDir)
+	var hm, em []func(*node.Config)
+	if hubMod != nil {
+		hm = append(hm, hubMod)
+	}
+	if edgeMod != nil {
+		em = append(em, edgeMod)
+	}
+	tp.hub = startHub(t, tp.hubDir, hm...)
 	tp.px = startProxy(t, strings.TrimPrefix(tp.hub.NATS.LeafURL(), "nats-leaf://"))
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr())
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr(), em...)
 	tp.waitLink(true)
 	return tp
 }

@@ -24,6 +24,8 @@ type Metrics struct {
 	// refused (the link cut, or the edge's own refusal).
 	Forwarded      atomic.Int64
 	ForwardRefused atomic.Int64
+	// LeaseTaken counts the edge replication leases this node took.
+	LeaseTaken atomic.Int64
 }
 
 // Collector exports the hub's link state, replica lag and counters:
@@ -37,6 +39,8 @@ type Metrics struct {
 //	syncnode_edge_replica_rebuilds_total      replicas rebuilt under a new edge epoch
 //	syncnode_edge_replica_snapshots_total     replicas rebuilt from a snapshot of the edge's rows
 //	syncnode_edge_blobs_fetched_total         blobs read from the edges for the replicas
+//	syncnode_edge_replicating{edge}           1 on the hub node holding the edge's replication lease
+//	syncnode_edge_lease_taken_total           replication leases this node took
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -51,10 +55,12 @@ var (
 	descRebuilds  = prometheus.NewDesc("syncnode_edge_replica_rebuilds_total", "Replicas dropped and re-paged under an edge's new log epoch.", nil, nil)
 	descSnapshots = prometheus.NewDesc("syncnode_edge_replica_snapshots_total", "Replicas rebuilt from a snapshot of the edge's rows.", nil, nil)
 	descBlobs     = prometheus.NewDesc("syncnode_edge_blobs_fetched_total", "Blobs read from the edges for the hub's replicas.", nil, nil)
+	descHolder    = prometheus.NewDesc("syncnode_edge_replicating", "1 while this hub node holds the edge's replication lease.", []string{"edge"}, nil)
+	descLeases    = prometheus.NewDesc("syncnode_edge_lease_taken_total", "Edge replication leases this hub node took.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots, descBlobs} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots, descBlobs, descHolder, descLeases} {
 		ch <- d
 	}
 }
@@ -67,6 +73,11 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descLinkUp, prometheus.GaugeValue, up, s.Edge)
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(s.LagCommits), s.Edge)
+		holder := 0.0
+		if s.Replicating {
+			holder = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHolder, prometheus.GaugeValue, holder, s.Edge)
 	}
 	m := &c.h.metrics
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(m.Applied.Load()))
@@ -78,4 +89,5 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.ForwardRefused.Load()), "refused")
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.CounterValue, float64(m.LeaseTaken.Load()))
 }
