@@ -85,6 +85,9 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	}
 	if out.appended {
 		e.metrics.Commits.Add(1)
+		if e.cfg.OnAppend != nil {
+			e.cfg.OnAppend(r.id.Partition, r.part.LogEpoch, out.commit)
+		}
 	}
 	if err := e.answer(r, out.rec); err != nil {
 		return false, err
@@ -254,6 +257,7 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 type applied struct {
 	rec      storage.PushRecord
 	appended bool
+	commit   storage.Commit // the appended commit, when appended
 	enqueued *storage.ReactionEnqueueParams
 }
 
@@ -337,6 +341,9 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 			return applied{}, internal("append commit", err)
 		}
 		out.appended = true
+		out.commit = storage.Commit{CommitSeq: seq, CreatedAtMs: r.now, ActorID: r.id.ActorID,
+			ClientID: r.req.Header.ClientID, ClientCommitID: pc.ClientCommitID,
+			SchemaVersion: e.cfg.Schema.Version, Changes: changes}
 	}
 	if len(planned) > 0 {
 		out.enqueued = &storage.ReactionEnqueueParams{

@@ -32,6 +32,8 @@ type tableSQL struct {
 	// getMany reads rows by id ($2, an array) like get.
 	getMany string
 	delete  string
+	// setVersion stores an explicit server version (RowWrite.Version).
+	setVersion string
 	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
 	scanHead string
 	// byColumn holds, per column, the keyset page of rows holding one
@@ -93,7 +95,8 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 		getMany: fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1 AND %s = ANY($2::text[])", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions),
 			name, quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)),
-		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		delete:     fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		setVersion: fmt.Sprintf("UPDATE %s SET %s = $3 WHERE %s", name, quote(schemaplan.ColServerVersion), key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
 	}
@@ -209,6 +212,10 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	t.s.analyzer.wrote(table, 1)
 	if version == 1 { // an insert: the row is no longer deleted; sent with the next statement
 		t.queue(qClearTombstone, t.locked.ID, table, r.RowID)
+	}
+	if r.Version > 0 && r.Version != version {
+		t.queue(ts.setVersion, t.locked.ID, r.RowID, r.Version)
+		version = r.Version
 	}
 	if ts.blobRefs {
 		t.queueBlobRefs(ts, r.RowID, blobcore.RefIDs(ts.t, r.Values, nil), scopes)
