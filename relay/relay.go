@@ -1063,10 +1063,11 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []bus.CommitMsg, 
 		if !r.single.Load() && r.cfg.BatchMessages > 1 {
 			n = batchLen(events, r.cfg.BatchMessages)
 			if n <= smallRun && singleMessageCommits(events[:n]) {
-				// A few one-message commits go out one by one: each is
-				// atomic on its own, and the server stages every atomic
-				// batch in a temporary store (directories, files, a sync),
-				// which costs more than a handful of in-process publishes.
+				// Runs of one-message commits up to smallRun go out one
+				// by one: each is atomic on its own, and the server stages
+				// every atomic batch in a temporary store (directories,
+				// files, a sync), which costs more than that many
+				// in-process publishes.
 				n = 1
 			}
 		}
@@ -1103,17 +1104,22 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []bus.CommitMsg, 
 }
 
 // smallRun is the largest run of one-message commits published one by one
-// rather than as an atomic batch. BenchmarkRelayRuns (embedded NATS, CPU
-// of the whole process per event): one by one costs about 110 µs per
-// event at every run length; an atomic batch of 32 costs 200–260 µs per
-// event, of 64 120–145, of 128 about the same as one by one, of 256 about
-// 65. In a whole node, though, 32 did not pay: events published one by
-// one reach the node's own subscribers (the reaction runner's wake-up
-// read, the hubs) one at a time instead of in a burst they coalesce, and
-// a 20-VU push-pull profile moved the saving in the server's stream loop
-// into those. Over a remote NATS each single publish is also a round trip
-// of its own.
-const smallRun = 16
+// (each compare-and-set on the previous acknowledgement, the same chain as
+// any single publish) rather than as an atomic batch. The server stages
+// every atomic batch of a file stream in a temporary file store (mkdir,
+// create, sync, rename, removal), a fixed cost of milliseconds per batch.
+// BenchmarkRelayRuns (embedded NATS, CPU of the whole process per event,
+// median of 3 under load 12–17): one by one costs 38–46 µs per event at
+// every run length; an atomic batch of 32 costs 155, of 64 62, of 128 48,
+// of 256 37. Group commit makes runs of 20–100 commits the common case
+// under concurrent pushes; with the threshold at 16 those went as batches
+// and the staging store was 11–15% of a 20-VU push-pull node's CPU. At
+// 128, paired 20-VU push-pull runs cost the server 0.43 → 0.37 ms per
+// round on SQLite (5 pairs) and 0.64–0.78 → 0.49–0.50 on PostgreSQL (2),
+// although the node's own subscribers (reaction runner, hubs) now see
+// the events one at a time. Commits of several messages always go as
+// atomic batches: that is what keeps them whole.
+const smallRun = 128
 
 // singleMessageCommits reports whether every commit in events has exactly
 // one event (touches one table).
