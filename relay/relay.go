@@ -1115,7 +1115,7 @@ func (r *Relay) publish(ctx context.Context, w *worker, events []bus.CommitMsg, 
 // under concurrent pushes; with the threshold at 16 those went as batches
 // and the staging store was 11–15% of a 20-VU push-pull node's CPU. At
 // 128, paired 20-VU push-pull runs cost the server 0.43 → 0.37 ms per
-// round on SQLite (5 pairs) and 0.64–0.78 → 0.49–0.50 on PostgreSQL (2),
+// round on SQLite and 0.74 → 0.60 on PostgreSQL (medians of 5 pairs),
 // although the node's own subscribers (reaction runner, hubs) now see
 // the events one at a time. Commits of several messages always go as
 // atomic batches: that is what keeps them whole.
