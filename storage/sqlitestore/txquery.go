@@ -1,0 +1,58 @@
+package sqlitestore
+
+import (
+	"context"
+	"slices"
+
+	"github.com/syncnode/syncnode/storage"
+)
+
+var _ storage.TxQuerier = (*tx)(nil)
+
+// TxQuery implements storage.TxQuerier: the statement Query runs (the
+// registered query behind its partition-bound relations), on the write
+// transaction's own connection, so it reads the transaction's
+// uncommitted writes and never waits for the writer it is. A SELECT that
+// fails leaves the transaction as it was.
+func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
+	if err := t.check(); err != nil {
+		return storage.QueryResult{}, err
+	}
+	if t.readOnly || p.Partition != t.locked.ID {
+		return storage.QueryResult{}, storage.ErrTxQueryPartition
+	}
+	text, args, err := opStatement(t.inst.schema, &p)
+	if err != nil {
+		return storage.QueryResult{}, err
+	}
+	rs, err := t.c.query(ctx, text, args...)
+	if err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	defer func() { _ = rs.Close() }()
+	out := storage.QueryResult{MaxCommitSeq: t.maxSeq}
+	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
+	if err != nil {
+		return storage.QueryResult{}, err
+	}
+	for len(out.Rows) < p.Limit && rs.Next() {
+		row := make([]any, len(p.Columns))
+		for i, col := range p.Columns {
+			v := rs.vals[idx[i]]
+			if b, ok := v.([]byte); ok {
+				v = slices.Clone(b)
+			}
+			if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
+				return storage.QueryResult{}, err
+			}
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	if err := rs.Err(); err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	if err := rs.Close(); err != nil {
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
+	}
+	return out, nil
+}
