@@ -251,3 +251,59 @@ func TestCandidateQueryRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestCandidateQueryConcurrentPushes: eight commands of one partition at
+// once (on PostgreSQL those arriving while the partition's transaction is
+// open join its write group, each in a savepoint) each count the partition's tasks from their validator. Each
+// count includes every commit before it and its own row, so the counts
+// are exactly 2..9, and the query's settings never leak into another
+// member's statements.
+func TestCandidateQueryConcurrentPushes(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func(testing.TB) storage.Store) {
+		var (
+			mu     sync.Mutex
+			counts []int64
+			reg    *Registry
+		)
+		e := newEnv(t, open, candidateFile(), func(c *engine.Config) {
+			c.CommitValidator = func(ctx context.Context, v engine.CommitValidation) error {
+				if v.ActorID == "seeder" {
+					return nil
+				}
+				res, err := reg.QueryCandidate(ctx, v.Candidate, "allTasks")
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				counts = append(counts, int64(len(res.Rows)))
+				mu.Unlock()
+				return nil
+			}
+		})
+		reg = e.svc.Registry()
+		e.put("p", task("t0", "a", "old", 1, false))
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		id := caller("p", "u", engine.Allowed{"project_id": {"a"}})
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range 8 {
+			wg.Go(func() {
+				res, err := e.svc.Command(ctx, id, cmdReq("createMany", fmt.Sprintf("r%d", i),
+					Object{{"project", "a"}, {"first", int64(10 + i)}, {"n", int64(1)}, {"prio", int64(1)}}))
+				if err == nil && res.Status != "applied" {
+					err = fmt.Errorf("status %s %+v", res.Status, res.Results)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(counts)
+		if want := []int64{2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(counts, want) {
+			t.Fatalf("counts seen by the validators %v, want %v", counts, want)
+		}
+	})
+}
