@@ -2,7 +2,11 @@ package sqlitestore
 
 import (
 	"context"
+	"errors"
 	"slices"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
 )
@@ -13,7 +17,9 @@ var _ storage.TxQuerier = (*tx)(nil)
 // registered query behind its partition-bound relations), on the write
 // transaction's own connection, so it reads the transaction's
 // uncommitted writes and never waits for the writer it is. A SELECT that
-// fails leaves the transaction as it was.
+// fails in SQL (an error of the statement itself) leaves the transaction
+// as it was; one that fails in the engine (I/O, memory, a full disk, an
+// interruption — SQLite may have rolled the transaction back) aborts it.
 func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	if err := t.check(); err != nil {
 		return storage.QueryResult{}, err
@@ -27,7 +33,7 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	}
 	rs, err := t.c.query(ctx, text, args...)
 	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return storage.QueryResult{}, t.queryFailed(err)
 	}
 	defer func() { _ = rs.Close() }()
 	out := storage.QueryResult{MaxCommitSeq: t.maxSeq}
@@ -49,10 +55,24 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 		out.Rows = append(out.Rows, row)
 	}
 	if err := rs.Err(); err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return storage.QueryResult{}, t.queryFailed(err)
 	}
 	if err := rs.Close(); err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return storage.QueryResult{}, t.queryFailed(err)
 	}
 	return out, nil
+}
+
+// queryFailed classifies a registered query's failure inside a write
+// transaction: a statement error is the query's (*storage.QueryError);
+// anything else aborts the transaction.
+func (t *tx) queryFailed(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_ERROR, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE:
+			return &storage.QueryError{Err: err}
+		}
+	}
+	return t.fail("registered query", "", err)
 }
