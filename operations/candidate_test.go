@@ -55,14 +55,14 @@ func candidateFile() File {
 
 // observed is what the validators and the planner of one commit read.
 type observed struct {
-	rowSeen    [][]string // per task upsert: projectTasks before it
-	rowErr     []string   // per task upsert: the operation code of a refused read
-	open       int64      // openCount in the commit validator
-	all        []string   // allTasks in the commit validator
-	seq        int64      // maxCommitSeq the commit validator's read reported
-	failedErr  error      // the overflow query's outcome
-	afterErr   error      // a read after it, in the same transaction
-	planned    int64      // openCount in the planner
+	rowSeen   [][]string // per task upsert: projectTasks before it
+	rowErr    []string   // per task upsert: the operation code of a refused read
+	open      int64      // openCount in the commit validator
+	all       []string   // allTasks in the commit validator
+	seq       int64      // maxCommitSeq the commit validator's read reported
+	failedErr error      // the overflow query's outcome
+	afterErr  error      // a read after it, in the same transaction
+	planned   int64      // openCount in the planner
 }
 
 // TestCandidateQuery: a row validator, a whole-commit validator and a
