@@ -1,9 +1,14 @@
 package operations_test
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
@@ -33,4 +38,26 @@ func (b backend) with(t *testing.T, mod func(*node.Config)) func(*node.Config) {
 		b(t, c)
 		mod(c)
 	}
+}
+
+// TestNodeRefusesEscapingRegistration: on either store, a node whose
+// operations name an internal table does not start, and says which query
+// and field (the escapes one by one: TestRegistrationRefusesEscapes).
+func TestNodeRefusesEscapingRegistration(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		bad := operations.File{Queries: []operations.Query{{ID: "log", SQL: "SELECT client_id AS id FROM sync_commits WHERE partition = ?",
+			Tables: []string{"todos"}, MaxRows: 10, Mode: operations.Privileged, AllowActors: []string{"*"},
+			Columns: []operations.Column{{Name: "id", Type: "string"}}}}}
+		n, err := node.New(nodetest.Config(t, b.with(t, func(c *node.Config) { c.Operations.Registry = bad })))
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err = n.Start(ctx); err == nil {
+				_ = n.Stop(ctx)
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), `queries[0] ("log").sql`) || !strings.Contains(err.Error(), "sync_commits") {
+			t.Fatalf("a node with a query over sync_commits: %v", err)
+		}
+	})
 }
