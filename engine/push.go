@@ -354,11 +354,11 @@ type stager struct {
 	vals    []ssp2.Value
 	stored  []ssp2.Value
 	payload []byte
+	// cand is the row validators' candidate reader, made on first use.
+	cand *candidate
 	// Wire version 3 and reference enforcement (v3push.go,
 	// references.go): rows this commit deleted, the staged changes of
 	// reference tables, and scratch.
-	// cand is the row validators' candidate reader, made on first use.
-	cand       *candidate
 	deleted    map[rowKey]bool
 	refs       refState
 	merged     []ssp2.Value

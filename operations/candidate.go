@@ -23,6 +23,9 @@ import (
 // rows of the values its coverage names in params, granted or not, and a
 // privileged query's Authorize is not called.
 //
+// r must be prepared on the push's store (Registry.Prepare, which builds
+// PostgreSQL's query views): the node's own, n.Operations.Registry(), is.
+//
 // A refusal (an unknown id, params that do not fit, a result over
 // maxRows) is an *Error with its operation code; a failure of the
 // statement or of a result value is a *storage.QueryError, after which
