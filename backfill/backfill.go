@@ -29,6 +29,12 @@ type Writer interface {
 	PushAuthoritative(ctx context.Context, c engine.AuthoritativeCommit) (engine.AuthoritativeResult, error)
 }
 
+// writable is implemented by a Writer that knows partitions it may not
+// write (*engine.Engine: those homed on another node).
+type writable interface {
+	CheckWritable(ctx context.Context, partition string) error
+}
+
 // Gate is the part of *gate.Gate the runner drives: the transitions with
 // their tokens and events.
 type Gate interface {
@@ -156,6 +162,14 @@ func (r *Runner) Run(ctx context.Context, job Job) (Result, error) {
 	}
 	g := r.cfg.Gate
 	key := g.Key(job.Partition, job.Name)
+	// A partition this node may not write (an edge's, at its hub) is
+	// backfilled at its home: declaring here would leave a checkpoint
+	// that refuses the replica on every other node and never activates.
+	if w, ok := r.cfg.Writer.(writable); ok {
+		if err := w.CheckWritable(ctx, job.Partition); err != nil {
+			return Result{}, fmt.Errorf("backfill %s: %w", key, err)
+		}
+	}
 	cp, err := g.Declare(ctx, job.Partition, job.Name)
 	if err != nil {
 		return Result{}, fmt.Errorf("backfill %s: %w", key, err)

@@ -33,6 +33,12 @@ type Config struct {
 	MaxBytes int64
 	// ChunkSize is the Object Store chunk size (default 1 MiB).
 	ChunkSize int
+	// UploadTimeout bounds one upload from its first byte to its
+	// object's meta (default 1 h: 64 MiB at ~150 kbit/s). It is what
+	// lets the sweep tell a dead upload's chunks from a live one's: an
+	// upload's chunks are collected only once their first chunk is older
+	// than UploadTimeout plus MinObjectAge.
+	UploadTimeout time.Duration
 
 	// OrphanGrace: a blob no row references is swept once it was last
 	// uploaded longer ago than this (SPEC.md §5.9.2). nil means the
@@ -58,6 +64,7 @@ type Config struct {
 const (
 	DefaultMaxBytes      = 64 << 20
 	DefaultChunkSize     = 1 << 20
+	DefaultUploadTimeout = time.Hour
 	DefaultOrphanGrace   = 24 * time.Hour
 	DefaultSweepInterval = 10 * time.Minute
 	DefaultSweepBatch    = 1000
@@ -73,6 +80,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ChunkSize == 0 {
 		c.ChunkSize = DefaultChunkSize
+	}
+	if c.UploadTimeout == 0 {
+		c.UploadTimeout = DefaultUploadTimeout
 	}
 	if c.OrphanGrace == nil {
 		c.OrphanGrace = new(DefaultOrphanGrace)
@@ -103,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if err := bus.CheckChunkSize(c.ChunkSize); err != nil {
 		bad("ChunkSize %w", err)
+	}
+	if c.UploadTimeout < 0 {
+		bad("UploadTimeout %v must be positive", c.UploadTimeout)
 	}
 	if c.OrphanGrace != nil && *c.OrphanGrace < 0 {
 		bad("OrphanGrace %v must not be negative", *c.OrphanGrace)

@@ -12,10 +12,11 @@ import (
 //	syncnode_blob_download_bytes_total     bytes streamed to clients
 //	syncnode_blob_swept_total              orphans deleted by the sweep
 //	syncnode_blob_swept_objects_total      objects no blob row named, deleted by the sweep
+//	syncnode_blob_swept_chunks_total       chunk subjects of no object (a killed upload), purged by the sweep
 //	syncnode_blob_sweep_errors_total       failed background sweep passes
 type collector struct {
-	m                                                        *Metrics
-	uploads, upBytes, downloads, downBytes, swept, sweptO, e *prometheus.Desc
+	m                                                                *Metrics
+	uploads, upBytes, downloads, downBytes, swept, sweptO, sweptC, e *prometheus.Desc
 }
 
 // Collector returns the store's Prometheus collector.
@@ -31,13 +32,14 @@ func (s *Store) Collector() prometheus.Collector {
 		downBytes: d("syncnode_blob_download_bytes_total", "Blob bytes streamed to clients."),
 		swept:     d("syncnode_blob_swept_total", "Orphan blobs deleted by the sweep."),
 		sweptO:    d("syncnode_blob_swept_objects_total", "Blob objects no blob row named (a crash between object and row), deleted by the sweep."),
+		sweptC:    d("syncnode_blob_swept_chunks_total", "Blob chunk subjects no object named (an upload killed before its meta), purged by the sweep."),
 		e:         d("syncnode_blob_sweep_errors_total", "Background blob sweep passes that failed."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.uploads, c.upBytes, c.downloads, c.downBytes, c.swept, c.sweptO, c.e} {
+	for _, d := range []*prometheus.Desc{c.uploads, c.upBytes, c.downloads, c.downBytes, c.swept, c.sweptO, c.sweptC, c.e} {
 		ch <- d
 	}
 }
@@ -55,5 +57,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.downBytes, c.m.DownloadBytes.Load())
 	counter(c.swept, c.m.Swept.Load())
 	counter(c.sweptO, c.m.SweptObjects.Load())
+	counter(c.sweptC, c.m.SweptChunks.Load())
 	counter(c.e, c.m.SweepErrors.Load())
 }

@@ -15,6 +15,11 @@
 // The orphan sweep deletes the blobs no row has referenced for longer
 // than the grace period: first the SQL row (refused by the store while any
 // reference exists or commits concurrently), then the object it named.
+// It also collects what a node killed mid-way leaves in the bucket: an
+// object no blob row names (killed between the object and its row), the
+// chunks of an object that never got its meta (killed mid-upload; safe to
+// purge because an upload is bounded by UploadTimeout), and a delete
+// marker without its purge.
 package blobs
 
 import (
@@ -62,6 +67,7 @@ type Metrics struct {
 	DownloadBytes   atomic.Int64
 	Swept           atomic.Int64 // orphans deleted
 	SweptObjects    atomic.Int64 // objects no blob row named, deleted
+	SweptChunks     atomic.Int64 // chunk subjects of no object (a killed upload), purged
 	SweepErrors     atomic.Int64
 }
 
@@ -201,7 +207,11 @@ func (s *Store) Put(ctx context.Context, u Upload) (existed bool, err error) {
 	name := bus.BlobObject(hexDigest, nuid.Next())
 	cr := &capReader{r: u.Body, max: limit}
 	errMismatch := errors.New("digest mismatch")
-	info, err := bus.PutObject(ctx, s.cfg.JetStream, s.stream, bus.ObjectPut{Bucket: s.bucket, Name: name, ChunkSize: s.cfg.ChunkSize,
+	// The deadline is the sweep's guarantee: past it this upload writes
+	// no meta, so its chunks may be collected (sweepBucket).
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.UploadTimeout)
+	defer cancel()
+	info, err := bus.PutObject(pctx, s.cfg.JetStream, s.stream, bus.ObjectPut{Bucket: s.bucket, Name: name, ChunkSize: s.cfg.ChunkSize,
 		VerifyFunc: func(info jetstream.ObjectInfo) error {
 			if info.Digest != want {
 				return errMismatch
@@ -209,6 +219,8 @@ func (s *Store) Put(ctx context.Context, u Upload) (existed bool, err error) {
 			return nil
 		}}, cr)
 	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
+		return false, s.refused(ssp2.Errorf(ssp2.CodeInvalidRequest, "the upload did not complete within %s", s.cfg.UploadTimeout))
 	case errors.Is(err, errMismatch):
 		return false, s.refused(ssp2.Errorf(ssp2.CodeBlobHashMismatch, "the SHA-256 of the %d bytes received is not %s", info.Size, blobID))
 	case err != nil && cr.over:
@@ -238,11 +250,16 @@ func (s *Store) refused(err error) error {
 	return err
 }
 
-// Open streams a held blob's bytes. The Object Store verifies them
-// against the stored digest: a corrupted object fails the read at its
-// end instead of io.EOF.
+// Open streams a held blob's bytes a chunk at a time (bus.ReadObject: at
+// most one chunk in memory per download, however slow the client),
+// verified against the stored digest: a corrupted object fails the read
+// at its end instead of io.EOF.
 func (s *Store) Open(ctx context.Context, b storage.Blob) (io.ReadCloser, error) {
-	r, err := s.obs.Get(ctx, b.Object)
+	info, err := s.obs.GetInfo(ctx, b.Object)
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", b.ID, err)
+	}
+	r, err := bus.ReadObject(ctx, s.stream, info)
 	if err != nil {
 		return nil, fmt.Errorf("open blob %s: %w", b.ID, err)
 	}
@@ -250,54 +267,122 @@ func (s *Store) Open(ctx context.Context, b storage.Blob) (io.ReadCloser, error)
 	return &countingReader{ReadCloser: r, n: &s.m.DownloadBytes}, nil
 }
 
-// deleteObject removes an object and its meta message (the Object Store
-// would keep a "deleted" meta forever). Best effort: what it leaves is an
-// unmapped object, which no request can reach.
+// deleteObject removes an object: its meta first, so that readers see it
+// gone at once, then its chunks. Purging the meta writes no delete marker
+// (the Object Store's Delete would keep one forever). Best effort: what
+// it leaves — an unmapped object, or chunks without a meta — no request
+// can reach, and the sweep collects it.
 func (s *Store) deleteObject(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		s.log.Warn("delete blob object", "object", name, "err", err)
+	info, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return
+	}
+	if err != nil {
+		// Without the meta the chunk subject is unknown: the meta goes
+		// anyway, and its chunks become the sweep's.
+		s.log.Warn("read blob object meta", "object", name, "err", err)
 	}
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(bus.ObjectMetaSubject(s.bucket, name))); err != nil {
 		s.log.Warn("purge blob object meta", "object", name, "err", err)
+		return
+	}
+	if info != nil && info.NUID != "" {
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(bus.ObjectChunkSubject(s.bucket, info.NUID))); err != nil {
+			s.log.Warn("purge blob object chunks", "object", name, "err", err)
+		}
 	}
 }
 
 // Sweep deletes every blob that no row references and that was last
 // uploaded more than the grace period ago (SPEC.md §5.9.2), a batch at a
-// time, then the objects of the bucket that no blob row names and that
-// are older than the grace period and MinObjectAge (an upload whose node
-// died between storing the object and writing its row, or a sweep that
-// died between the row and the object). It reports how many blob rows it
-// deleted; the objects are counted in Metrics().SweptObjects.
+// time, then what killed nodes left in the bucket (sweepBucket). It
+// reports how many blob rows it deleted; the rest is counted in
+// Metrics().SweptObjects and SweptChunks.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	n, err := s.sweepRows(ctx)
 	if err != nil {
 		return n, err
 	}
-	return n, s.sweepObjects(ctx)
+	return n, s.sweepBucket(ctx)
 }
 
 // MinObjectAge is the youngest an unnamed object may be to be swept,
 // whatever the grace period: an upload writes its object a moment before
-// its row, and that moment must never look like a crash.
+// its row, and that moment must never look like a crash. It is also the
+// margin past UploadTimeout after which meta-less chunks are collected
+// (for the meta published in the instant of the deadline, and for clock
+// skew between the node and a clustered stream leader).
 const MinObjectAge = 10 * time.Minute
 
-// sweepObjects deletes the bucket's unnamed objects. Object ages are the
-// Object Store's timestamps, so they are compared with Config.Wall, not
-// the store's clock.
-func (s *Store) sweepObjects(ctx context.Context) error {
-	cutoff := s.cfg.Wall.Now().Add(-max(*s.cfg.OrphanGrace, MinObjectAge))
-	objs, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil
-	}
+// sweepBucket collects the bucket's leftovers, each the trace of a node
+// killed mid-way:
+//
+//   - chunk subjects $O.<bucket>.C.<nuid> that no object's meta names:
+//     an upload killed before its meta (or a delete killed between its
+//     meta and chunk purges). An upload writes no meta once UploadTimeout
+//     has passed since it began, and its first chunk comes after that
+//     start, so a subject whose first chunk is older than UploadTimeout +
+//     MinObjectAge belongs to no live upload; a younger one may, and is
+//     kept.
+//   - blob objects no blob row names, older than the grace period and
+//     MinObjectAge: killed between the object and its row, or a sweep
+//     killed between the row and the object.
+//   - delete markers of blob objects (what the Object Store's Delete
+//     writes, left by an older node or a delete killed before its purge).
+//
+// Chunk subjects are listed before the metas, so an upload completing in
+// between is seen live. Ages are the Object Store's timestamps, compared
+// with Config.Wall, not the store's clock. Foreign objects in the bucket
+// (names that are not BlobObject names) are left alone, and so are their
+// chunks while they are live.
+func (s *Store) sweepBucket(ctx context.Context) error {
+	now := s.cfg.Wall.Now()
+	objectCutoff := now.Add(-max(*s.cfg.OrphanGrace, MinObjectAge))
+	chunkCutoff := now.Add(-(s.cfg.UploadTimeout + MinObjectAge))
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(bus.ObjectChunks(s.bucket)))
 	if err != nil {
+		return fmt.Errorf("sweep blob chunks: %w", err)
+	}
+	objs, err := s.obs.List(ctx, jetstream.ListObjectsShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return fmt.Errorf("sweep blob objects: %w", err)
 	}
+	live := make(map[string]bool, len(objs))
 	for _, o := range objs {
-		if o.ModTime.After(cutoff) || !bus.IsBlobObject(o.Name) {
+		if !o.Deleted {
+			live[o.NUID] = true
+		}
+	}
+	for subj := range info.State.Subjects {
+		id, ok := bus.ParseObjectChunkSubject(s.bucket, subj)
+		if !ok || live[id] {
+			continue
+		}
+		first, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // purged since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("sweep blob chunks: %w", err)
+		}
+		if !first.Time.Before(chunkCutoff) {
+			continue
+		}
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return fmt.Errorf("sweep blob chunks: purge %s: %w", subj, err)
+		}
+		s.m.SweptChunks.Add(1)
+	}
+	for _, o := range objs {
+		if o.ModTime.After(objectCutoff) || !bus.IsBlobObject(o.Name) {
+			continue
+		}
+		if o.Deleted {
+			if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(bus.ObjectMetaSubject(s.bucket, o.Name))); err != nil {
+				return fmt.Errorf("sweep blob delete markers: %w", err)
+			}
 			continue
 		}
 		held, err := s.cfg.Store.BlobObjectHeld(ctx, o.Name)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,8 +18,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/internal/clock"
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -67,6 +70,7 @@ type env struct {
 	st    storage.Store
 	sc    *schema.Schema
 	clock *clock.Manual
+	srv   *embedded.Server
 	s     *Store
 }
 
@@ -84,6 +88,7 @@ func newEnv(t *testing.T, st storage.Store, grace time.Duration) *env {
 	}
 	e := &env{t: t, st: st, sc: sc, clock: clock.NewManual(time.UnixMilli(1_700_000_000_000))}
 	srv := embeddedtest.Start(t)
+	e.srv = srv
 	s, err := New(Config{JetStream: srv.JetStream(), Store: st, MaxBytes: 1 << 20, ChunkSize: 64 << 10,
 		OrphanGrace: &grace, SweepInterval: -1, Clock: e.clock})
 	if err != nil {
@@ -185,6 +190,36 @@ func TestPutOpen(t *testing.T) {
 		e.put(nil)
 		if got := e.read(idOf(nil)); len(got) != 0 {
 			t.Fatalf("empty blob read back %d bytes", len(got))
+		}
+	})
+}
+
+// A download pulls chunks as the reader asks for them: with a reader
+// that has taken one byte of a 16-chunk blob, no consumer exists to push
+// the rest into memory ahead of it (the Object Store's own Get makes a
+// push consumer whose window reaches 32 MiB).
+func TestOpenPullsChunks(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		data := body(16*e.s.cfg.ChunkSize, 16)
+		e.put(data)
+		b, _, _ := e.s.Held(t.Context(), "p", idOf(data))
+		r, err := e.s.Open(t.Context(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		one := make([]byte, 1)
+		if _, err := io.ReadFull(r, one); err != nil || one[0] != data[0] {
+			t.Fatalf("first byte: %v", err)
+		}
+		info, err := e.s.stream.Info(t.Context())
+		if err != nil || info.State.Consumers != 0 {
+			t.Fatalf("an open download has %d consumers on the bucket (%v), want 0", info.State.Consumers, err)
+		}
+		rest, err := io.ReadAll(r)
+		if err != nil || !bytes.Equal(append(one, rest...), data) {
+			t.Fatalf("the rest: %d bytes, %v", len(rest), err)
 		}
 	})
 }
@@ -371,6 +406,223 @@ func TestSweepUnnamedObjects(t *testing.T) {
 		info, err := e.s.stream.Info(t.Context(), jetstream.WithSubjectFilter(bus.ObjectChunks(e.s.bucket)))
 		if err != nil || len(info.State.Subjects) != 2 {
 			t.Fatalf("chunk subjects after the sweep: %v (%v)", info.State.Subjects, err)
+		}
+	})
+}
+
+// stallReader yields its first n bytes, then blocks until release is
+// closed, then fails with err or, when err is nil, yields the rest: an
+// upload whose client (or node) stops mid-body.
+type stallReader struct {
+	data    []byte
+	n, off  int
+	release chan struct{}
+	err     error
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	if r.off == r.n {
+		<-r.release
+		if r.err != nil {
+			return 0, r.err
+		}
+	}
+	end := len(r.data)
+	if r.off < r.n {
+		end = r.n
+	}
+	if r.off == len(r.data) {
+		return 0, io.EOF
+	}
+	k := copy(p, r.data[r.off:end])
+	r.off += k
+	return k, nil
+}
+
+// chunkSubjects are the bucket's chunk subjects and their message counts.
+func (e *env) chunkSubjects() map[string]uint64 {
+	e.t.Helper()
+	info, err := e.s.stream.Info(e.t.Context(), jetstream.WithSubjectFilter(bus.ObjectChunks(e.s.bucket)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
+// waitChunks waits for a chunk subject not in before holding n chunks and
+// returns it with the time of its first chunk.
+func (e *env) waitChunks(before map[string]uint64, n uint64) (string, time.Time) {
+	e.t.Helper()
+	var subj string
+	poll.Until(e.t, 10*time.Second, fmt.Sprintf("a new chunk subject with %d chunks", n), func() bool {
+		for s, c := range e.chunkSubjects() {
+			if _, old := before[s]; !old && c == n {
+				subj = s
+				return true
+			}
+		}
+		return false
+	})
+	m, err := e.s.stream.GetMsg(e.t.Context(), 1, jetstream.WithGetMsgSubject(subj))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return subj, m.Time
+}
+
+// A node killed mid-upload leaves chunks on $O.<bucket>.C.<nuid> and no
+// meta. Built here for real: a second node's store uploads through its
+// own NATS connection, which is closed (the node dies) while the body is
+// half sent, so neither its meta nor its cleanup purge reaches the
+// server. The sweep purges those chunks once their first chunk is older
+// than UploadTimeout + MinObjectAge, by the Object Store's clock, and
+// keeps the chunks of an upload in progress on this node — which then
+// completes intact — and the chunks of every live object.
+func TestSweepChunksOfKilledUploads(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		wall := clock.NewManual(time.Now())
+		e.s.cfg.Wall = wall
+		kept := body(100_000, 11)
+		e.put(kept)
+		e.reference("r1", idOf(kept), len(kept))
+		chunk := e.s.cfg.ChunkSize
+
+		// Node B, killed mid-upload.
+		nc, err := e.srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeB, err := New(Config{JetStream: js, Store: st, MaxBytes: 1 << 20, ChunkSize: chunk, SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nodeB.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		lost := body(5*chunk, 12)
+		stalled := &stallReader{data: lost, n: 3 * chunk, release: make(chan struct{}), err: errors.New("node killed")}
+		done := make(chan error, 1)
+		before := e.chunkSubjects()
+		go func() {
+			_, err := nodeB.Put(context.Background(), Upload{Partition: "p", BlobID: idOf(lost), Declared: int64(len(lost)), Body: stalled})
+			done <- err
+		}()
+		killed, killedAt := e.waitChunks(before, 3)
+		nc.Close()
+		close(stalled.release)
+		if err := <-done; err == nil {
+			t.Fatal("the killed node's upload succeeded")
+		}
+		if err := nodeB.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.chunkSubjects()[killed]; got != 3 {
+			t.Fatalf("the killed upload left %d chunks, want 3 (the leftover this test is about)", got)
+		}
+		if _, held, _ := e.s.Held(t.Context(), "p", idOf(lost)); held {
+			t.Fatal("the killed upload was recorded")
+		}
+
+		// An upload in progress on this node, started after the kill.
+		fresh := body(3*chunk+500, 13)
+		inFlight := &stallReader{data: fresh, n: 2 * chunk, release: make(chan struct{})}
+		before = e.chunkSubjects()
+		go func() {
+			_, err := e.s.Put(context.Background(), Upload{Partition: "p", BlobID: idOf(fresh), Declared: int64(len(fresh)), Body: inFlight})
+			done <- err
+		}()
+		live, liveAt := e.waitChunks(before, 2)
+		if !liveAt.After(killedAt) {
+			t.Fatalf("the in-progress upload's first chunk (%v) is not after the killed one's (%v)", liveAt, killedAt)
+		}
+
+		// Both are young: nothing is collected.
+		if _, err := e.s.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.chunkSubjects(); got[killed] != 3 || got[live] != 2 || e.s.Metrics().SweptChunks.Load() != 0 {
+			t.Fatalf("a sweep within UploadTimeout collected chunks: %v", got)
+		}
+		// Now the killed upload's first chunk is past UploadTimeout +
+		// MinObjectAge and the in-progress one's is not.
+		wall.Set(killedAt.Add(e.s.cfg.UploadTimeout + MinObjectAge + liveAt.Sub(killedAt)/2))
+		if _, err := e.s.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		got := e.chunkSubjects()
+		if _, ok := got[killed]; ok || got[live] != 2 || e.s.Metrics().SweptChunks.Load() != 1 {
+			t.Fatalf("chunk subjects after the sweep: %v (swept %d); want %s gone and %s kept", got, e.s.Metrics().SweptChunks.Load(), killed, live)
+		}
+		close(inFlight.release)
+		if err := <-done; err != nil {
+			t.Fatalf("the in-progress upload after the sweep: %v", err)
+		}
+		if !bytes.Equal(e.read(idOf(fresh)), fresh) {
+			t.Fatal("the in-progress upload's bytes changed")
+		}
+		// Much later, live objects' chunks are never collected.
+		wall.Advance(24 * time.Hour)
+		if _, err := e.s.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if e.s.Metrics().SweptChunks.Load() != 1 || !bytes.Equal(e.read(idOf(kept)), kept) || !bytes.Equal(e.read(idOf(fresh)), fresh) {
+			t.Fatalf("a later sweep touched live objects (swept chunks %d)", e.s.Metrics().SweptChunks.Load())
+		}
+	})
+}
+
+// A delete marker (the Object Store's own Delete, as older nodes deleted,
+// killed before purging the marker) is purged by the sweep, chunks and
+// meta: the bucket ends empty.
+func TestSweepDeleteMarkers(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		wall := clock.NewManual(time.Now())
+		e.s.cfg.Wall = wall
+		data := body(2000, 14)
+		sum := sha256.Sum256(data)
+		name := bus.BlobObject(hex.EncodeToString(sum[:]), nuid.Next())
+		if _, err := bus.PutObject(t.Context(), e.s.cfg.JetStream, e.s.stream, bus.ObjectPut{Bucket: e.s.bucket, Name: name, ChunkSize: e.s.cfg.ChunkSize}, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.obs.Delete(t.Context(), name); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := e.s.stream.Info(t.Context()); err != nil || info.State.Msgs != 1 {
+			t.Fatalf("after Delete the bucket holds %d messages (%v), want the marker", info.State.Msgs, err)
+		}
+		wall.Advance(time.Hour + MinObjectAge + time.Second)
+		if _, err := e.s.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := e.s.stream.Info(t.Context()); err != nil || info.State.Msgs != 0 {
+			t.Fatalf("after the sweep the bucket holds %d messages (%v)", info.State.Msgs, err)
+		}
+	})
+}
+
+// An upload that outlives UploadTimeout is refused and leaves nothing,
+// however complete its body: past its deadline it writes no meta, which
+// is what lets the sweep collect a dead upload's chunks.
+func TestUploadTimeout(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		e := newEnv(t, st, time.Hour)
+		e.s.cfg.UploadTimeout = time.Nanosecond
+		data := body(200_000, 15)
+		_, err := e.s.Put(t.Context(), Upload{Partition: "p", BlobID: idOf(data), Declared: int64(len(data)), Body: bytes.NewReader(data)})
+		if ssp2.CodeOf(err) != ssp2.CodeInvalidRequest {
+			t.Fatalf("Put past UploadTimeout = %v, want %s", err, ssp2.CodeInvalidRequest)
+		}
+		if _, held, _ := e.s.Held(t.Context(), "p", idOf(data)); held {
+			t.Fatal("a timed-out upload was recorded")
+		}
+		if info, err := e.s.stream.Info(t.Context()); err != nil || info.State.Msgs != 0 {
+			t.Fatalf("a timed-out upload left %d messages (%v)", info.State.Msgs, err)
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 //	edge service     syncnode.edge.<edge>.status    (the edge answers; its hub asks over the leaf link)
 //	                 syncnode.edge.<edge>.commits
 //	                 syncnode.edge.<edge>.push
+//	                 syncnode.edge.<edge>.command
 //	source stream    EDGE_<edge>_COMMITS            (on the hub; no subjects: it sources the
 //	                                                 edge's SYNC_COMMITS from domain <edge>)
 //	stored subjects  edge.<edge>.sync.<partition>.commit.<table>
@@ -62,6 +63,10 @@ func EdgeCommitsSubject(edge string) string { return edgeServicePrefix + edge + 
 // EdgePushSubject is syncnode.edge.<edge>.push: a sync request the hub
 // forwards for the edge to apply.
 func EdgePushSubject(edge string) string { return edgeServicePrefix + edge + ".push" }
+
+// EdgeCommandSubject is syncnode.edge.<edge>.command: a remote command
+// (package operations) the hub forwards for the edge to run.
+func EdgeCommandSubject(edge string) string { return edgeServicePrefix + edge + ".command" }
 
 // EdgeStream is the hub's stream sourcing an edge's commit events:
 // EDGE_<edge>_COMMITS.

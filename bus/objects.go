@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +41,30 @@ func CheckChunkSize(n int) error {
 	return nil
 }
 
+// chunkBufs pools PutObject's chunk buffers per chunk size: a put of a
+// 1 MiB chunk otherwise allocates (and clears) a 1 MiB buffer per window
+// slot, and, for a body of a whole number of chunks, one more to read
+// its end.
+var chunkBufs sync.Map // chunk size → *sync.Pool of *[]byte
+
+func getChunkBuf(size int) []byte {
+	if p, ok := chunkBufs.Load(size); ok {
+		if b, ok := p.(*sync.Pool).Get().(*[]byte); ok {
+			return *b
+		}
+	}
+	return make([]byte, size)
+}
+
+func putChunkBuf(b []byte) {
+	if b == nil {
+		return
+	}
+	p, _ := chunkBufs.LoadOrStore(cap(b), &sync.Pool{})
+	b = b[:cap(b)]
+	p.(*sync.Pool).Put(&b)
+}
+
 // ObjectPut describes the object PutObject writes.
 type ObjectPut struct {
 	Bucket    string
@@ -67,8 +93,9 @@ type ObjectPut struct {
 // context per call, whose reconnect-watch goroutine can outlive it.
 // stream is the bucket's stream (ObjectStream), used to purge the chunks
 // of a failed put. The returned info carries the size, the chunk count
-// and the Object Store's SHA-256 digest ("SHA-256=<base64url>"). The
-// segment and blob stores write every object through it.
+// and the Object Store's SHA-256 digest ("SHA-256=<base64url>"). Once
+// ctx has ended it publishes no meta. The segment and blob stores write
+// every object through it.
 func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p ObjectPut, r io.Reader) (info jetstream.ObjectInfo, err error) {
 	if p.ChunkSize < 1 {
 		return info, fmt.Errorf("put object %s: chunk size %d", p.Name, p.ChunkSize)
@@ -102,11 +129,17 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			_ = stream.Purge(pctx, jetstream.WithPurgeSubject(subj))
 		}
 	}()
-	wait := func(f jetstream.PubAckFuture) error {
+	// wait waits for the chunk of a slot to be stored and frees the slot.
+	// A future answers once: one answered here leaves acks, and one the
+	// context gave up on stays there, so that a failed put's purge waits
+	// for its chunk to land.
+	wait := func(slot int) error {
 		select {
-		case <-f.Ok():
+		case <-acks[slot].Ok():
+			acks[slot] = nil
 			return nil
-		case err := <-f.Err():
+		case err := <-acks[slot].Err():
+			acks[slot] = nil
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
@@ -117,9 +150,7 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 		if acks[slot] != nil {
 			// A slot (and its buffer) is reused only once its chunk is
 			// stored.
-			f := acks[slot]
-			acks[slot] = nil
-			if err := wait(f); err != nil {
+			if err := wait(slot); err != nil {
 				return info, err
 			}
 		}
@@ -134,7 +165,7 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			}
 		} else {
 			if bufs[slot] == nil {
-				bufs[slot] = make([]byte, p.ChunkSize)
+				bufs[slot] = getChunkBuf(p.ChunkSize)
 			}
 			n, err := io.ReadFull(r, bufs[slot])
 			chunk, rerr = bufs[slot][:n], err
@@ -158,13 +189,18 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 			return info, rerr
 		}
 	}
-	for i, f := range acks {
-		if f != nil {
-			acks[i] = nil
-			if err := wait(f); err != nil {
+	for i := range acks {
+		if acks[i] != nil {
+			if err := wait(i); err != nil {
 				return info, err
 			}
 		}
+	}
+	// Every chunk is stored, so the client holds no buffer any more
+	// (only then: a publish may keep a reference to the bytes until its
+	// write). A failed put drops its buffers instead.
+	for _, b := range bufs {
+		putChunkBuf(b)
 	}
 	info.ObjectMeta = jetstream.ObjectMeta{Name: p.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(p.ChunkSize)}}
 	info.Bucket, info.NUID, info.ModTime = p.Bucket, id, time.Now().UTC()
@@ -180,6 +216,11 @@ func PutObject(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 	}
 	meta, err := json.Marshal(&info)
 	if err != nil {
+		return info, err
+	}
+	// A put whose context has ended writes no meta, however complete its
+	// chunks: a sweep may collect the chunks of a put past its deadline.
+	if err := ctx.Err(); err != nil {
 		return info, err
 	}
 	m := nats.NewMsg(ObjectMetaSubject(p.Bucket, p.Name))
@@ -209,4 +250,87 @@ func OpenObjectStore(ctx context.Context, js jetstream.JetStream, bucket, descri
 		return nil, err
 	}
 	return obs, nil
+}
+
+// ErrObjectCorrupt fails the read of an object whose chunks are missing
+// or whose bytes are not its size or SHA-256 digest.
+var ErrObjectCorrupt = errors.New("object bytes do not match their meta")
+
+// ReadObject streams the bytes of the object info describes (from the
+// Object Store's GetInfo) out of stream, its bucket's stream: a direct
+// get per chunk on the object's chunk subject, the next chunk asked for
+// when the last is used up. At most one chunk is held whatever the
+// reader's pace, and no consumer is made. (The Object Store's own Get
+// delivers through a push consumer whose flow-control window grows to
+// 32 MiB: behind a slow reader, such as a download to a phone, that much
+// piles up in the client per read.) The bytes are checked against the
+// meta's size, chunk count and digest: a mismatch or a missing chunk
+// fails the read with ErrObjectCorrupt instead of io.EOF.
+func ReadObject(ctx context.Context, stream jetstream.Stream, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("read object %s: %w", info.Name, err)
+	}
+	return &objectReader{ctx: ctx, stream: stream, info: info, subj: ObjectChunkSubject(info.Bucket, info.NUID), want: want, h: sha256.New(), seq: 1}, nil
+}
+
+type objectReader struct {
+	ctx    context.Context
+	stream jetstream.Stream
+	info   *jetstream.ObjectInfo
+	subj   string
+	want   []byte
+	h      hash.Hash
+	seq    uint64 // the next chunk is the first on subj at or after seq
+	chunks uint32 // read so far
+	size   uint64
+	cur    []byte
+	err    error
+}
+
+func (o *objectReader) Read(p []byte) (int, error) {
+	for len(o.cur) == 0 {
+		if o.err != nil {
+			return 0, o.err
+		}
+		if o.chunks == o.info.Chunks {
+			o.err = o.finish()
+			return 0, o.err
+		}
+		m, err := o.stream.GetMsg(o.ctx, o.seq, jetstream.WithGetMsgSubject(o.subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			err = fmt.Errorf("%w: %s has %d of its %d chunks", ErrObjectCorrupt, o.info.Name, o.chunks, o.info.Chunks)
+		}
+		if err != nil {
+			o.err = err
+			return 0, err
+		}
+		o.seq, o.cur = m.Sequence+1, m.Data
+		o.chunks++
+		o.size += uint64(len(m.Data))
+		o.h.Write(m.Data)
+	}
+	n := copy(p, o.cur)
+	o.cur = o.cur[n:]
+	return n, nil
+}
+
+// finish checks what was read against the meta: io.EOF when it matches.
+func (o *objectReader) finish() error {
+	if o.size != o.info.Size {
+		return fmt.Errorf("%w: %s has %d bytes, its meta says %d", ErrObjectCorrupt, o.info.Name, o.size, o.info.Size)
+	}
+	if sum := o.h.Sum(nil); !bytes.Equal(sum, o.want) {
+		return fmt.Errorf("%w: the SHA-256 of %s is not its meta's", ErrObjectCorrupt, o.info.Name)
+	}
+	return io.EOF
+}
+
+// Close ends the read; chunks not yet asked for are never fetched.
+func (o *objectReader) Close() error {
+	if o.err == nil {
+		o.err = errors.New("read object: closed")
+	}
+	o.cur = nil
+	return nil
 }

@@ -14,19 +14,26 @@ import (
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 )
 
+// objectBucket is a fresh Object Store bucket "objs" and its stream.
+func objectBucket(t *testing.T) (jetstream.JetStream, jetstream.ObjectStore, jetstream.Stream) {
+	t.Helper()
+	js := embeddedtest.Start(t).JetStream()
+	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "objs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), ObjectStream("objs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, obs, stream
+}
+
 // PutObject writes objects the Object Store reads back, digest and all,
 // and a failed put leaves no chunks.
 func TestPutObject(t *testing.T) {
 	ctx := t.Context()
-	js := embeddedtest.Start(t).JetStream()
-	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, ObjectStream("objs"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, obs, stream := objectBucket(t)
 	n := 0
 	for _, size := range []int{0, 1, 4096, 5*4096 + 7} {
 		data := bytes.Repeat([]byte{byte(size)}, size)
@@ -98,3 +105,59 @@ func checkObject(t *testing.T, obs jetstream.ObjectStore, name string, data []by
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// ReadObject reads back what the Object Store wrote, chunk by chunk, and
+// fails with ErrObjectCorrupt — never a clean io.EOF — when a chunk is
+// missing or the bytes are not the meta's size or digest.
+func TestReadObject(t *testing.T) {
+	ctx := t.Context()
+	_, obs, stream := objectBucket(t)
+	read := func(info *jetstream.ObjectInfo) ([]byte, error) {
+		r, err := ReadObject(ctx, stream, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		return io.ReadAll(r)
+	}
+	for i, size := range []int{0, 1, 4096, 5*4096 + 7} {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(j * 31)
+		}
+		name := fmt.Sprint("r", i)
+		if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: 4096}}, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		info, err := obs.GetInfo(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := read(info); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("size %d: read %d bytes, %v", size, len(got), err)
+		}
+	}
+	info, err := obs.GetInfo(ctx, "r3") // 6 chunks
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongDigest := *info
+	wrongDigest.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(make([]byte, 32))
+	wrongSize := *info
+	wrongSize.Size--
+	for what, bad := range map[string]*jetstream.ObjectInfo{"another digest": &wrongDigest, "another size": &wrongSize} {
+		if _, err := read(bad); !errors.Is(err, ErrObjectCorrupt) {
+			t.Errorf("%s: read = %v, want ErrObjectCorrupt", what, err)
+		}
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(ObjectChunkSubject("objs", info.NUID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, m.Sequence+2); err != nil { // the third chunk
+		t.Fatal(err)
+	}
+	if _, err := read(info); !errors.Is(err, ErrObjectCorrupt) {
+		t.Fatalf("a missing chunk: read = %v, want ErrObjectCorrupt", err)
+	}
+}

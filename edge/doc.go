@@ -45,5 +45,22 @@
 // are answered as this node's. While the edge cannot be reached the
 // request fails with sync.schema_not_ready (retryable, HTTP 503), details
 // {"reason":"home_unreachable","home":<edge>}; nothing is applied at the
-// hub, so the retry after the link returns applies it once.
+// hub, so the retry after the link returns applies it once. Registered
+// remote commands (package operations) take the same way
+// (syncnode.edge.<edge>.command, Hub as operations.RemoteHome);
+// authoritative commits and backfills are refused at the hub
+// (engine.CheckWritable) and run at the edge.
+//
+// # A hub cluster
+//
+// Hub nodes sharing one database (storage.Locker) replicate an edge one
+// at a time: the loop applies pages only while its node holds the lock
+// LeaseName(edge) (lease.go); the others keep the link state, serve the
+// replica from SQL and forward writes.
+//
+// # The gate at the home
+//
+// The edge reports each partition's unactivated checkpoints with every
+// status and page (homegate.go); the hub refuses the replica while a
+// migration runs at the edge.
 package edge

@@ -176,13 +176,16 @@ func startHub(t testing.TB, dir string, mods ...func(*node.Config)) *node.Node {
 }
 
 // startEdge starts (or restarts) the edge, dialing the hub at hubURL.
-func startEdge(t testing.TB, dir, hubURL string) *node.Node {
+func startEdge(t testing.TB, dir, hubURL string, mods ...func(*node.Config)) *node.Node {
 	t.Helper()
 	conf := writeConf(t, filepath.Join(dir, "conf"), edgeConf(t, hubURL))
 	return nodetest.Start(t, func(c *node.Config) {
 		c.Name, c.DataDir = edgeName, filepath.Join(dir, "data")
 		c.NATS = embedded.Config{ConfigFile: conf}
 		c.Edge = edge.Config{Name: edgeName, Homes: homes}
+		for _, m := range mods {
+			m(c)
+		}
 	})
 }
 
@@ -195,12 +198,23 @@ type topology struct {
 	px       *proxy
 }
 
-func startTopology(t testing.TB) *topology {
+func startTopology(t testing.TB) *topology { return startTopologyWith(t, nil, nil) }
+
+// startTopologyWith is startTopology with hubMod and edgeMod (either may
+// be nil) applied to the hub's and the edge's configs.
+func startTopologyWith(t testing.TB, hubMod, edgeMod func(*node.Config)) *topology {
 	t.Helper()
 	tp := &topology{t: t, hubDir: t.TempDir(), edgeDir: t.TempDir()}
-	tp.hub = startHub(t, tp.hubDir)
+	var hm, em []func(*node.Config)
+	if hubMod != nil {
+		hm = append(hm, hubMod)
+	}
+	if edgeMod != nil {
+		em = append(em, edgeMod)
+	}
+	tp.hub = startHub(t, tp.hubDir, hm...)
 	tp.px = startProxy(t, strings.TrimPrefix(tp.hub.NATS.LeafURL(), "nats-leaf://"))
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr())
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr(), em...)
 	tp.waitLink(true)
 	return tp
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,8 @@ type Home struct {
 	sem   chan struct{}
 	wg    sync.WaitGroup
 	life  lifecycle.Once
+	// commandsFn runs forwarded remote commands (ServeCommands).
+	commandsFn atomic.Pointer[Commands]
 }
 
 // NewHome validates cfg (Name is required) and returns the edge side.
@@ -87,6 +90,7 @@ func (h *Home) Start(ctx context.Context) error {
 			{bus.EdgeStatusSubject(h.cfg.Name), h.status},
 			{bus.EdgeCommitsSubject(h.cfg.Name), h.commits},
 			{bus.EdgePushSubject(h.cfg.Name), h.push},
+			{bus.EdgeCommandSubject(h.cfg.Name), h.command},
 		} {
 			sub, err := h.cfg.Conn.QueueSubscribe(s.subject, queueGroup, h.handler(s.fn))
 			if err != nil {
@@ -126,10 +130,15 @@ func (h *Home) status(ctx context.Context, _ []byte) any {
 	if err != nil {
 		return statusReply{Edge: h.cfg.Name, Error: errorToWire(err)}
 	}
+	pending, err := h.pendingAtHome(ctx)
+	if err != nil {
+		return statusReply{Edge: h.cfg.Name, Error: errorToWire(err)}
+	}
 	r := statusReply{Edge: h.cfg.Name, Partitions: []partitionStatus{}}
 	for _, p := range parts {
 		if h.homes.Of(p.ID) == h.cfg.Name {
-			r.Partitions = append(r.Partitions, partitionStatus{ID: p.ID, LogEpoch: p.LogEpoch, MaxCommitSeq: p.MaxCommitSeq, HorizonSeq: p.HorizonSeq})
+			r.Partitions = append(r.Partitions, partitionStatus{ID: p.ID, LogEpoch: p.LogEpoch, MaxCommitSeq: p.MaxCommitSeq, HorizonSeq: p.HorizonSeq,
+				Pending: pending[p.ID]})
 		}
 	}
 	return r
@@ -156,6 +165,11 @@ func (h *Home) commits(ctx context.Context, body []byte) any {
 		// Halve a page that would not fit in one message (JSON adds a
 		// third to the rows' base64).
 		if limit == 1 || h.fits(r) {
+			pending, err := h.pendingAtHome(ctx, req.Partition)
+			if err != nil {
+				return commitsReply{Error: errorToWire(err)}
+			}
+			r.Pending = pending[req.Partition]
 			return r
 		}
 		limit /= 2

@@ -68,7 +68,13 @@ type link struct {
 	// page is the commits asked per request: halved after a request
 	// timed out (an edge too slow to answer a full page in time), doubled
 	// back after each answer up to Config.PageCommits. Loop only.
-	page     int
+	page int
+	// holder is set while this node holds the edge's replication lease;
+	// leased is the lease (its Lost channel) the loop last replicated
+	// under (loop only): a new one reloads every replica's position from
+	// SQL, which another holder may have moved.
+	holder   bool
+	leased   <-chan struct{}
 	parts    map[string]*replicaState
 	progress chan struct{} // closed and replaced whenever a replica advances
 }
@@ -82,6 +88,9 @@ type replicaState struct {
 	err      error
 	buf      []ssp2.Value
 	lastSync time.Time
+	// homePending are the checkpoints the edge last reported migrating
+	// the partition (homegate.go): the replica is refused meanwhile.
+	homePending []string
 }
 
 // NewHub validates cfg and returns the hub side; Start starts it.
@@ -153,14 +162,17 @@ func (h *Hub) run(l *link) {
 	defer h.wg.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	lease := h.newLease(l)
+	defer lease.release()
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-l.wake:
 		case <-t.C:
+		case <-lease.changed():
 		}
-		h.poll(l)
+		h.poll(l, lease.holding())
 		if !t.Stop() {
 			select {
 			case <-t.C:
@@ -171,9 +183,10 @@ func (h *Hub) run(l *link) {
 	}
 }
 
-// poll asks the edge for its partitions and brings every replica up to
-// the edge's max seq.
-func (h *Hub) poll(l *link) {
+// poll asks the edge for its partitions and, when this node holds the
+// edge's replication lease, brings every replica up to the edge's max
+// seq. Without the lease it only keeps the link state.
+func (h *Hub) poll(l *link, lease <-chan struct{}) {
 	var st statusReply
 	if err := h.request(bus.EdgeStatusSubject(l.edge), struct{}{}, &st); err != nil {
 		l.setUp(false, err, &h.metrics)
@@ -184,6 +197,22 @@ func (h *Hub) poll(l *link) {
 		return
 	}
 	l.setUp(true, nil, &h.metrics)
+	if lease == nil {
+		for _, p := range st.Partitions {
+			if h.homes.Of(p.ID) == l.edge {
+				h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, -1)
+			}
+		}
+		return
+	}
+	if lease != l.leased {
+		l.leased, l.page = lease, 0
+		l.mu.Lock()
+		for _, s := range l.parts {
+			s.loaded = false
+		}
+		l.mu.Unlock()
+	}
 	if !l.isSourced() {
 		if err := h.ensureSource(l); err != nil {
 			h.log.Warn("edge: source stream not set up; retrying on the next poll", "edge", l.edge, "err", err)
@@ -193,7 +222,7 @@ func (h *Hub) poll(l *link) {
 		if h.homes.Of(p.ID) != l.edge {
 			continue
 		}
-		if err := h.catchUp(l, p); err != nil {
+		if err := h.catchUp(l, p, lease); err != nil {
 			if h.ctx.Err() == nil {
 				h.log.Warn("edge: replica not caught up", "edge", l.edge, "partition", p.ID, "err", err)
 			}
@@ -319,7 +348,7 @@ func (h *Hub) state(l *link, partition string) (*replicaState, error) {
 
 // catchUp applies the edge's commits of one partition past the replica's
 // position, page by page. Only the link's loop calls it.
-func (h *Hub) catchUp(l *link, p partitionStatus) error {
+func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 	s, err := h.state(l, p.ID)
 	if err != nil {
 		return err
@@ -330,7 +359,13 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 	if s.epoch != "" && s.epoch != p.LogEpoch {
 		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
 	}
+	h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, s.applied)
 	for s.applied < p.MaxCommitSeq {
+		select {
+		case <-lease:
+			return errLeaseLost
+		default:
+		}
 		if l.page == 0 {
 			l.page = h.cfg.PageCommits
 		}
@@ -356,9 +391,15 @@ func (h *Hub) catchUp(l *link, p partitionStatus) error {
 			}
 			break
 		}
+		// A migration the page reports refuses the replica before its
+		// batches are applied; its end clears only at the edge's max.
+		if len(page.Pending) > 0 {
+			h.notePending(h.ctx, l, p.ID, page.Pending, page.MaxCommitSeq, s.applied)
+		}
 		if err := h.apply(l, s, p.ID, page); err != nil {
 			return err
 		}
+		h.notePending(h.ctx, l, p.ID, page.Pending, page.MaxCommitSeq, s.applied)
 		p.MaxCommitSeq = max(p.MaxCommitSeq, page.MaxCommitSeq)
 		l.mu.Lock()
 		s.edgeMax = max(s.edgeMax, page.MaxCommitSeq)
@@ -489,6 +530,9 @@ func notReady(edge, reason, msg string) error {
 // and be free of replication errors.
 func (h *Hub) Ready(ctx context.Context, partition string) error {
 	l := h.links[h.homes.Of(partition)]
+	if err := l.homePending(partition); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	s := l.parts[partition]
 	var epoch string
@@ -514,41 +558,16 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 // edge over the leaf link, and the round waits (at most ForwardWait) for
 // the replica to apply them, so its pull sees them.
 func (h *Hub) Forward(ctx context.Context, id engine.Identity, req *ssp2.Request) (map[string]storage.PushRecord, error) {
-	edge := h.homes.Of(id.Partition)
-	l := h.links[edge]
+	l := h.links[h.homes.Of(id.Partition)]
 	body, err := engine.PushOnly(req)
 	if err != nil {
 		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
 	}
-	allowed, err := id.Scopes.ResolveScopes(ctx, id.Partition, id.ActorID)
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "resolve scopes", err)
-	}
-	b, err := json.Marshal(pushRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: allowed, Body: body})
-	if err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
-	defer cancel()
-	m, err := h.cfg.Conn.RequestWithContext(rctx, bus.EdgePushSubject(edge), b)
-	if err != nil {
-		h.metrics.ForwardRefused.Add(1)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			l.poke()
-			return nil, notReady(edge, "home_unreachable", "this partition's home, edge "+edge+", is not reachable from the hub; retry")
-		}
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
 	var reply pushReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
-		return nil, ssp2.Wrap(ssp2.CodeInternalError, "forward push", err)
-	}
-	if reply.Error != nil {
-		h.metrics.ForwardRefused.Add(1)
-		return nil, reply.Error.err()
+	if err := h.ask(ctx, "forward push", bus.EdgePushSubject(l.edge), id, func(scopes map[string][]string) any {
+		return pushRequest{Partition: id.Partition, ActorID: id.ActorID, Scopes: scopes, Body: body}
+	}, &reply); err != nil {
+		return nil, err
 	}
 	h.metrics.Forwarded.Add(1)
 	recs := make(map[string]storage.PushRecord, len(reply.Records))
@@ -570,17 +589,28 @@ func (h *Hub) waitApplied(ctx context.Context, l *link, partition string, seq in
 	}
 	deadline := time.NewTimer(h.cfg.ForwardWait)
 	defer deadline.Stop()
+	// Another hub node holds the lease: its applies are seen in SQL
+	// only, polled from every couple of ms up to every 20 ms.
+	poll := 2 * time.Millisecond
 	for {
 		l.mu.Lock()
 		s := l.parts[partition]
 		done := s != nil && s.epoch != "" && s.applied >= seq
-		ch := l.progress
+		ch, holder := l.progress, l.holder
 		l.mu.Unlock()
+		var tick <-chan time.Time
+		if !done && !holder {
+			p, err := h.cfg.Store.PartitionGet(ctx, partition)
+			done = err == nil && p.MaxCommitSeq >= seq
+			tick = time.After(poll)
+			poll = min(2*poll, 20*time.Millisecond)
+		}
 		if done {
 			return
 		}
 		select {
 		case <-ch:
+		case <-tick:
 		case <-deadline.C:
 			return
 		case <-ctx.Done():
@@ -599,6 +629,11 @@ type LinkStatus struct {
 	Error string `json:"error,omitempty"`
 	// Sourced reports the source stream set up.
 	Sourced bool `json:"sourced"`
+	// Replicating is set on the hub node that holds the edge's
+	// replication lease (of the hub nodes on one database, one at a
+	// time); the others keep the link state only, and their LagCommits
+	// and Partitions are as of when they last held it.
+	Replicating bool `json:"replicating"`
 	// LagCommits is the edge's commits the replica has not applied, as of
 	// the last status the edge answered.
 	LagCommits int64           `json:"lagCommits"`
@@ -619,7 +654,7 @@ func (h *Hub) Status() []LinkStatus {
 	out := make([]LinkStatus, 0, len(h.links))
 	for _, l := range h.links {
 		l.mu.Lock()
-		ls := LinkStatus{Edge: l.edge, Up: l.up, Since: l.since, Sourced: l.sourced, Partitions: []ReplicaStatus{}}
+		ls := LinkStatus{Edge: l.edge, Up: l.up, Since: l.since, Sourced: l.sourced, Replicating: l.holder, Partitions: []ReplicaStatus{}}
 		if l.lastErr != nil {
 			ls.Error = l.lastErr.Error()
 		}

@@ -16,6 +16,8 @@ type Metrics struct {
 	// refused (the link cut, or the edge's own refusal).
 	Forwarded      atomic.Int64
 	ForwardRefused atomic.Int64
+	// LeaseTaken counts the edge replication leases this node took.
+	LeaseTaken atomic.Int64
 }
 
 // Collector exports the hub's link state, replica lag and counters:
@@ -26,6 +28,8 @@ type Metrics struct {
 //	syncnode_edge_sourced_events_total        events read from the source streams
 //	syncnode_edge_link_changes_total{state}   up / down transitions
 //	syncnode_edge_forwarded_total{result}     pushes forwarded: answered / refused
+//	syncnode_edge_replicating{edge}           1 on the hub node holding the edge's replication lease
+//	syncnode_edge_lease_taken_total           replication leases this node took
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -37,10 +41,12 @@ var (
 	descSourced   = prometheus.NewDesc("syncnode_edge_sourced_events_total", "Commit events read from the hub's edge source streams.", nil, nil)
 	descChanges   = prometheus.NewDesc("syncnode_edge_link_changes_total", "Edge link state changes, by the state entered.", []string{"state"}, nil)
 	descForwarded = prometheus.NewDesc("syncnode_edge_forwarded_total", "Pushes for edge partitions forwarded to their edge, by result.", []string{"result"}, nil)
+	descHolder    = prometheus.NewDesc("syncnode_edge_replicating", "1 while this hub node holds the edge's replication lease.", []string{"edge"}, nil)
+	descLeases    = prometheus.NewDesc("syncnode_edge_lease_taken_total", "Edge replication leases this hub node took.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descHolder, descLeases} {
 		ch <- d
 	}
 }
@@ -53,6 +59,11 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descLinkUp, prometheus.GaugeValue, up, s.Edge)
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(s.LagCommits), s.Edge)
+		holder := 0.0
+		if s.Replicating {
+			holder = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHolder, prometheus.GaugeValue, holder, s.Edge)
 	}
 	m := &c.h.metrics
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(m.Applied.Load()))
@@ -61,4 +72,5 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(m.LinkDowns.Load()), "down")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.ForwardRefused.Load()), "refused")
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.CounterValue, float64(m.LeaseTaken.Load()))
 }

@@ -25,6 +25,9 @@ type partitionStatus struct {
 	LogEpoch     string `json:"logEpoch"`
 	MaxCommitSeq int64  `json:"maxCommitSeq"`
 	HorizonSeq   int64  `json:"horizonSeq"`
+	// Pending are the partition's unactivated checkpoints at the edge's
+	// running schema version (homegate.go).
+	Pending []string `json:"pending,omitempty"`
 }
 
 // commitsRequest asks syncnode.edge.<edge>.commits for a page of a
@@ -41,7 +44,9 @@ type commitsReply struct {
 	MaxCommitSeq int64        `json:"maxCommitSeq"`
 	HorizonSeq   int64        `json:"horizonSeq"`
 	Commits      []wireCommit `json:"commits"`
-	Error        *wireError   `json:"error,omitempty"`
+	// Pending is as in partitionStatus, read after the commits.
+	Pending []string   `json:"pending,omitempty"`
+	Error   *wireError `json:"error,omitempty"`
 }
 
 type wireCommit struct {
@@ -123,4 +128,22 @@ func errorToWire(err error) *wireError {
 
 func (w *wireError) err() error {
 	return &ssp2.Error{Code: w.Code, Op: "edge", Message: w.Message, Details: w.Details}
+}
+
+// commandRequest asks syncnode.edge.<edge>.command to run a remote
+// command (package operations) the hub forwards: Call is the encoded
+// command request, run for the caller the hub authenticated, with the
+// scopes the hub resolved.
+type commandRequest struct {
+	Partition string              `json:"partition"`
+	ActorID   string              `json:"actorId"`
+	Scopes    map[string][]string `json:"scopes"`
+	Call      []byte              `json:"call"`
+}
+
+// commandReply carries the edge's reply to the command (Reply, opaque
+// here), or a failure to run it at all.
+type commandReply struct {
+	Reply []byte     `json:"reply,omitempty"`
+	Error *wireError `json:"error,omitempty"`
 }

@@ -104,6 +104,9 @@ func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) 
 	if err := CheckCallerClientID(clientID); err != nil {
 		return err
 	}
+	if err := e.guardRemote(ctx, id.Partition, false); err != nil {
+		return err
+	}
 	part, c, ok, err := e.cfg.Store.PartitionTouchClient(ctx, id.Partition, clientID, e.nowMs())
 	if err != nil {
 		return internal("touch partition", err)
@@ -112,6 +115,39 @@ func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) 
 		return err
 	}
 	_, err = e.admit(ctx, part)
+	return err
+}
+
+// CheckCaller checks an identity and a caller's client id as AdmitCaller
+// does, without reading anything: a registered query refuses a bad
+// caller before it runs (AdmitRead admits it after).
+func CheckCaller(id Identity, clientID string) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	return CheckCallerClientID(clientID)
+}
+
+// AdmitRead is AdmitCaller for a caller that read the partition row and
+// its client record itself (a registered query reads them in its own
+// snapshot, storage.QueryResult.Start; hasPartition false when there was
+// no row): a current partition row and a record bound to the actor are
+// admitted with no read of the engine's own; otherwise it takes
+// AdmitCaller's path, which creates or refreshes the row and binds the
+// client. Neither write changes what the caller read: a partition
+// without a row has no commits, and a bind or a last-seen time is no
+// application row.
+func (e *Engine) AdmitRead(ctx context.Context, id Identity, clientID string, st storage.RequestStart, hasPartition bool) error {
+	if err := CheckCaller(id, clientID); err != nil {
+		return err
+	}
+	if !hasPartition || !st.HasClient || st.Partition.LastSeenMs < e.nowMs()-storage.TouchGranularityMs {
+		return e.AdmitCaller(ctx, id, clientID)
+	}
+	if err := e.bindCaller(ctx, id, clientID, st.Client, true); err != nil {
+		return err
+	}
+	_, err := e.admit(ctx, st.Partition)
 	return err
 }
 

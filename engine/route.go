@@ -85,3 +85,12 @@ func (e *Engine) guardRemote(ctx context.Context, partition string, writes bool)
 	}
 	return e.cfg.Router.Ready(ctx, partition)
 }
+
+// CheckWritable returns nil when this node may write the partition's
+// log, else the refusal (sync.schema_not_ready, reason remote_home) of a
+// partition homed on another node: its authoritative commits and
+// backfills run at its home, under the home's serve gate. The backfill
+// runner asks before it declares anything.
+func (e *Engine) CheckWritable(ctx context.Context, partition string) error {
+	return e.guardRemote(ctx, partition, true)
+}

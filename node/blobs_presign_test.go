@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -197,7 +196,7 @@ func testBlobsPresigned(t *testing.T, postgres bool) {
 	resp, body = h.do(http.MethodPut, g.URL, "", other)
 	h.wantCode("presigned PUT of other bytes", resp, body, http.StatusBadRequest, ssp2.CodeBlobHashMismatch)
 	// A tampered or expired grant uploads nothing.
-	resp, body = h.do(http.MethodPut, tamper(t, g.URL), "", photo)
+	resp, body = h.do(http.MethodPut, nodetest.TamperURL(t, g.URL), "", photo)
 	h.wantCode("tampered grant", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
 	signer, err := signedurl.New(signedurl.Config{Key: key})
 	if err != nil {
@@ -237,7 +236,7 @@ func testBlobsPresigned(t *testing.T, postgres bool) {
 		t.Fatalf("presigned HEAD: %d, length %d", resp.StatusCode, resp.ContentLength)
 	}
 	for what, target := range map[string]string{
-		"tampered":            tamper(t, d.URL),
+		"tampered":            nodetest.TamperURL(t, d.URL),
 		"the upload url":      g.URL,
 		"another blob's path": strings.Replace(d.URL, id, blobIDOf([]byte("x")), 1),
 		"expired (minted an hour ago)": func() string {
@@ -275,26 +274,6 @@ func testBlobsPresigned(t *testing.T, postgres bool) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-}
-
-// tamper changes one character of a url's token (in its MAC).
-func tamper(t *testing.T, raw string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	tok := []byte(q.Get("st"))
-	i := len(tok) - 5
-	if tok[i] == 'A' {
-		tok[i] = 'B'
-	} else {
-		tok[i] = 'A'
-	}
-	q.Set("st", string(tok))
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func blobIDOf(data []byte) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/operations"
 )
 
 // ErrEdgeTopology wraps a node configured as an edge whose NATS does not
@@ -123,4 +124,20 @@ func (e edgeAdmin) AdminEndpoints() []admin.Endpoint {
 	return []admin.Endpoint{{Name: bus.AdminEdgeStatus, EveryNode: true, Handler: admin.Handle(func(context.Context, admin.Empty) ([]edge.LinkStatus, error) {
 		return e.h.Status(), nil
 	})}}
+}
+
+// remoteHome is the hub side as the operations' RemoteHome (commands of
+// edge partitions run at the edge), nil on any other node.
+func (n *Node) remoteHome() operations.RemoteHome {
+	if n.EdgeHub == nil {
+		return nil
+	}
+	return n.EdgeHub
+}
+
+// serveForwardedCommands has an edge run the commands its hub forwards.
+func (n *Node) serveForwardedCommands(svc *operations.Service) {
+	if n.EdgeHome != nil {
+		n.EdgeHome.ServeCommands(svc.RunForwarded)
+	}
 }

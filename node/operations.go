@@ -38,10 +38,11 @@ func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator,
 		return nil, err
 	}
 	svc, err := operations.New(operations.Config{Schema: n.cfg.Schema, Store: n.Store, Engine: n.Engine, Registry: reg,
-		Conn: n.NATS.Conn(), Names: n.cfg.Names, Logger: n.log})
+		Conn: n.NATS.Conn(), Names: n.cfg.Names, Remote: n.remoteHome(), Logger: n.log})
 	if err != nil {
 		return nil, err
 	}
+	n.serveForwardedCommands(svc)
 	hub, err := operations.NewHub(operations.HubConfig{Service: svc, JetStream: n.NATS.JetStream(), Names: n.cfg.Names, Logger: n.log})
 	if err != nil {
 		return nil, err

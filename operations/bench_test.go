@@ -1,11 +1,17 @@
 package operations
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,7 +31,7 @@ type directQuery func(partition, project string) (int, error)
 // benchStore opens one store for a benchmark and a direct reader of the
 // same database: database/sql over the SQLite file, a pgx pool on
 // PostgreSQL (both cache the prepared statement, as the store does).
-func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func() directQuery) {
+func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func() directQuery, func(*testing.B) *cpuMeter) {
 	const sqlText = `SELECT id, title FROM %s WHERE _sync_partition = %s AND project_id = %s ORDER BY id`
 	ctx := context.Background()
 	switch name {
@@ -39,6 +45,7 @@ func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func
 			b.Cleanup(func() { _ = st.Close() })
 			return st
 		}
+		meter := func(b *testing.B) *cpuMeter { return newCPUMeter(b, "", "") }
 		return open, func() directQuery {
 			db, err := sql.Open("sqlite", "file:"+path+"?_pragma=query_only(ON)")
 			if err != nil {
@@ -64,9 +71,10 @@ func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func
 				}
 				return n, rows.Close()
 			}
-		}
+		}, meter
 	case "postgres":
 		url, sch := pgtest.Schema(b)
+		url = withAppName(url, sch)
 		return func(testing.TB) storage.Store {
 				st, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: sch})
 				if err != nil {
@@ -103,20 +111,106 @@ func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func
 					}
 					return n, rows.Err()
 				}
-			}
+			}, func(b *testing.B) *cpuMeter { return newCPUMeter(b, url, sch) }
 	}
 	b.Fatalf("unknown store %q", name)
-	return nil, nil
+	return nil, nil, nil
+}
+
+// withAppName names a benchmark's connections (application_name), so
+// pgCPU finds their server processes.
+func withAppName(url, name string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "application_name=" + name
+}
+
+// cpuMeter measures CPU time over a benchmark loop: this process's (user +
+// system, getrusage) and, on PostgreSQL, the server processes' serving
+// the benchmark's connections (their /proc stat; the server runs on this
+// machine). On a shared machine wall time per op moves with the load;
+// CPU per op much less, so it is the figure to compare.
+type cpuMeter struct {
+	b       *testing.B
+	pgURL   string // "" on SQLite
+	appName string
+	self    time.Duration
+	server  map[int]time.Duration
+}
+
+func newCPUMeter(b *testing.B, pgURL, appName string) *cpuMeter {
+	m := &cpuMeter{b: b, pgURL: pgURL, appName: appName, self: selfCPU()}
+	m.server = m.serverCPU()
+	return m
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU reads the CPU time of every server process of appName.
+func (m *cpuMeter) serverCPU() map[int]time.Duration {
+	if m.pgURL == "" {
+		return nil
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, m.pgURL)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	rows, err := c.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", m.appName)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			m.b.Fatalf("the server's process stat (the server must run on this machine): %v", err)
+		}
+		// Fields after the command's closing parenthesis: utime and stime
+		// are the 12th and 13th, in clock ticks (100 a second on Linux).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[int(pid)] = time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return out
+}
+
+// report adds cpu-µs/op (this process) and, on PostgreSQL,
+// server-cpu-µs/op, over the loop just run.
+func (m *cpuMeter) report() {
+	n := float64(m.b.N)
+	m.b.ReportMetric(float64((selfCPU()-m.self).Microseconds())/n, "cpu-µs/op")
+	if m.pgURL == "" {
+		return
+	}
+	var d time.Duration
+	for pid, t := range m.serverCPU() {
+		d += t - m.server[pid]
+	}
+	m.b.ReportMetric(float64(d.Microseconds())/n, "server-cpu-µs/op")
 }
 
 // BenchmarkQuery100 is a registered query of 100 rows (operation) against
 // the same SQL run directly on the store's database with the partition
 // filter written in (direct), on each store. Target: operation ≤ 1.2×
-// direct.
+// direct. Besides wall time it reports CPU per op (cpuMeter), the
+// comparison that holds on a loaded machine.
 func BenchmarkQuery100(b *testing.B) {
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
-			open, direct := benchStore(b, name)
+			open, direct, meter := benchStore(b, name)
 			f := File{Queries: []Query{scopedTasks("q", "SELECT id, title FROM tasks WHERE project_id = ? ORDER BY id")}}
 			e := newEnv(b, open, f, nil)
 			var muts []Mutation
@@ -128,20 +222,24 @@ func BenchmarkQuery100(b *testing.B) {
 			e.put("q", muts...)
 			id := caller("p", "u", engine.Allowed{"project_id": {"a"}})
 			b.Run("operation", func(b *testing.B) {
+				m := meter(b)
 				for b.Loop() {
 					res, err := e.query(id, "q", "a")
 					if err != nil || len(res.Rows) != 100 {
 						b.Fatal(len(res.Rows), err)
 					}
 				}
+				m.report()
 			})
 			b.Run("direct", func(b *testing.B) {
 				run := direct()
+				m := meter(b)
 				for b.Loop() {
 					if n, err := run("p", "a"); err != nil || n != 100 {
 						b.Fatal(n, err)
 					}
 				}
+				m.report()
 			})
 		})
 	}

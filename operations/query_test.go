@@ -100,7 +100,10 @@ func TestScopedQueryOracle(t *testing.T) {
 }
 
 // TestMaxRowsExact: a result of exactly maxRows is returned whole, one
-// more row fails as operation.result_too_large, never a partial result.
+// more row fails as operation.result_too_large, never a partial result —
+// also for a query with an outermost LIMIT of its own, whose rows keep
+// their order under the store's LIMIT maxRows + 1 (the statement text is
+// checked by each store's TestQueryStatementLimit).
 func TestMaxRowsExact(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) storage.Store) {
 		e := newEnv(t, open, validFile(), nil)
@@ -115,6 +118,13 @@ func TestMaxRowsExact(t *testing.T) {
 		e.put("p", task("t5", "a", "x", 1, false))
 		if _, err := e.query(id, "five", "a"); errCode(err) != CodeResultTooLarge {
 			t.Fatalf("6 rows under maxRows 5: %v", err)
+		}
+		if _, err := e.query(id, "fiveOwnLimit", "a"); errCode(err) != CodeResultTooLarge {
+			t.Fatalf("6 rows of LIMIT 6 under maxRows 5: %v", err)
+		}
+		res, err = e.query(id, "threeOwnLimit", "a")
+		if err != nil || fmt.Sprint(res.Rows) != "[[{id t5} {title x}] [{id t4} {title x}] [{id t3} {title x}]]" {
+			t.Fatalf("LIMIT 3 under maxRows 5: %v, %v", res.Rows, err)
 		}
 	})
 }
@@ -164,6 +174,14 @@ func TestQueryValues(t *testing.T) {
 		res, err = e.query(caller("other", "admin", nil), "count", "a")
 		if err != nil || fmt.Sprint(res.Rows) != fmt.Sprint([]Object{{{"total", int64(0)}, {"three", int64(3)}, {"prio", nil}}}) {
 			t.Fatalf("privileged count of an empty partition: %v %v", res.Rows, err)
+		}
+		// That first query of a partition without a row, by a client
+		// without a record, created the row and bound the client.
+		if c, ok, err := e.store.ClientGet(e.ctx, "other", "cli-admin"); err != nil || !ok || c.ActorID != "admin" {
+			t.Fatalf("the first query's caller: %+v %v %v", c, ok, err)
+		}
+		if p, err := e.store.PartitionGet(e.ctx, "other"); err != nil || p.ID != "other" {
+			t.Fatalf("the first query's partition: %+v %v", p, err)
 		}
 		// A client id bound to another actor is refused.
 		if _, err := e.svc.Query(e.ctx, caller("p", "v", engine.Allowed{"project_id": {"a"}}), Request{Kind: "query", ClientID: "cli-u", OperationID: "typed", Params: []any{"a"}}); errCode(err) != "sync.invalid_client_id" {

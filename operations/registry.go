@@ -308,7 +308,7 @@ func checkQuery(ctx context.Context, sc *schema.Schema, q Query, bad func(field,
 	default:
 		bad("mode", "%q is neither scoped nor privileged", q.Mode)
 	}
-	rq.spec = storage.QuerySpec{SQL: q.SQL, Tables: slices.Clone(shape.Tables), Columns: rq.columns}
+	rq.spec = storage.QuerySpec{SQL: q.SQL, Tables: slices.Clone(shape.Tables), Columns: rq.columns, Limit: q.MaxRows + 1}
 	return rq, nil
 }
 

@@ -42,8 +42,11 @@ type Config struct {
 	Registry *Registry
 	// Conn and Names reach the NATS command handlers (nats.go); without
 	// Conn a NATS command fails with operation.execution_failed.
-	Conn   *nats.Conn
-	Names  bus.Names
+	Conn  *nats.Conn
+	Names bus.Names
+	// Remote, when set, runs the commands of partitions homed on another
+	// node at their home (remote.go).
+	Remote RemoteHome
 	Logger *slog.Logger
 }
 
@@ -229,10 +232,10 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	if err != nil {
 		return QueryResult{}, err
 	}
-	if err := s.cfg.Engine.AdmitCaller(ctx, id, req.ClientID); err != nil {
+	if err := engine.CheckCaller(id, req.ClientID); err != nil {
 		return QueryResult{}, err
 	}
-	p := storage.QueryParams{QuerySpec: q.spec, Partition: id.Partition, Args: args, Limit: q.MaxRows + 1}
+	p := storage.QueryParams{QuerySpec: q.spec, Partition: id.Partition, Args: args, ClientID: req.ClientID}
 	if q.Mode == Scoped {
 		if p.Scopes, err = s.cover(ctx, id, q, args); err != nil {
 			return QueryResult{}, err
@@ -240,16 +243,27 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	} else if err := authorizeQuery(ctx, id, q, args); err != nil {
 		return QueryResult{}, err
 	}
+	// The caller's partition row and client record come from the query's
+	// own snapshot: the caller is admitted on them before any row leaves.
 	res, err := qs.Query(ctx, p)
 	if err != nil {
+		// A caller who may not be served hears that, not the failure.
+		if aerr := s.cfg.Engine.AdmitCaller(ctx, id, req.ClientID); aerr != nil {
+			return QueryResult{}, aerr
+		}
+		return QueryResult{}, err
+	}
+	if err := s.cfg.Engine.AdmitRead(ctx, id, req.ClientID, res.Start, res.HasPartition); err != nil {
 		return QueryResult{}, err
 	}
 	if len(res.Rows) > q.MaxRows {
 		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
 	}
 	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
+	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
 	for i, row := range res.Rows {
-		o := make(Object, len(q.columns))
+		o := Object(fields[:len(q.columns):len(q.columns)])
+		fields = fields[len(q.columns):]
 		for j, c := range q.columns {
 			o[j] = Field{c.Name, row[j]}
 		}
@@ -397,6 +411,9 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 	}
 	if !allowedActor {
 		return CommandResult{}, errorf(CodeForbidden, "the caller may not run command %q", c.ID)
+	}
+	if s.cfg.Remote != nil && s.cfg.Remote.Remote(id.Partition) {
+		return s.forwardCommand(ctx, id, req)
 	}
 	cid, ccid := CommandKey(id.ActorID, req.ClientID, req.OperationID, req.RequestID)
 	res, err := s.cfg.Engine.PushCommand(ctx, engine.Command{

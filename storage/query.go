@@ -36,6 +36,10 @@ type QuerySpec struct {
 	Tables []string
 	// Columns are the declared result columns, in result order.
 	Columns []QueryColumn
+	// Limit is the most rows a run reads: maxRows + 1, so the caller
+	// detects an oversize result. The store puts it in the statement
+	// (LIMIT), so an oversize result costs no more than Limit rows.
+	Limit int
 }
 
 // QueryColumn is a declared result column.
@@ -58,9 +62,11 @@ type QueryParams struct {
 	// A table of Tables missing from Scopes, or a variable of it with no
 	// values, matches no row. nil means privileged: the partition only.
 	Scopes map[string]map[string][]string
-	// Limit is the most rows read (maxRows + 1 for the caller to detect
-	// an oversize result).
-	Limit int
+	// ClientID is the caller's client id: the query also reads, in its
+	// snapshot, the partition row and this client's record
+	// (QueryResult.Start), so admitting the caller needs no read of its
+	// own (engine.AdmitRead).
+	ClientID string
 }
 
 // QueryResult is the outcome of one query.
@@ -68,8 +74,15 @@ type QueryResult struct {
 	// Rows hold one value per declared column: nil, string, int64,
 	// float64, bool, or []byte (bytes and crdt columns; json and blob_ref
 	// columns are strings).
-	Rows         [][]any
+	Rows [][]any
+	// MaxCommitSeq is the partition's max commitSeq (0 without a
+	// partition row).
 	MaxCommitSeq int64
+	// Start is the partition row and the record of QueryParams.ClientID
+	// as the snapshot holds them, untouched (Start.Pushes is nil);
+	// HasPartition is false when the partition has no row.
+	Start        RequestStart
+	HasPartition bool
 }
 
 // QueryError is a registered query's execution failure
@@ -92,7 +105,8 @@ func (e *QueryError) Unwrap() error { return e.Err }
 // declared column (QueryResult.Rows). SQLite stores booleans as integers
 // and may return a float column's whole value as an integer; PostgreSQL
 // returns its own types. Anything else that is not the declared type is a
-// *QueryError.
+// *QueryError. A value already of its declared form is returned as the
+// same interface value, so normalizing a row allocates nothing.
 func NormalizeQueryValue(c QueryColumn, v any) (any, error) {
 	bad := func(why string) (any, error) {
 		return nil, &QueryError{Column: c.Name, Err: errors.New(why)}
@@ -107,7 +121,7 @@ func NormalizeQueryValue(c QueryColumn, v any) (any, error) {
 	case ssp2.TypeString, ssp2.TypeJSON, ssp2.TypeBlobRef:
 		switch x := v.(type) {
 		case string:
-			return x, nil
+			return v, nil
 		case []byte:
 			if c.Type == ssp2.TypeString {
 				return bad("bytes for a string column")
@@ -117,7 +131,7 @@ func NormalizeQueryValue(c QueryColumn, v any) (any, error) {
 	case ssp2.TypeInteger:
 		switch x := v.(type) {
 		case int64:
-			return x, nil
+			return v, nil
 		case int32:
 			return int64(x), nil
 		case int16:
@@ -130,7 +144,7 @@ func NormalizeQueryValue(c QueryColumn, v any) (any, error) {
 	case ssp2.TypeFloat:
 		switch x := v.(type) {
 		case float64:
-			return x, nil
+			return v, nil
 		case float32:
 			return float64(x), nil
 		case int64:
@@ -139,15 +153,15 @@ func NormalizeQueryValue(c QueryColumn, v any) (any, error) {
 	case ssp2.TypeBoolean:
 		switch x := v.(type) {
 		case bool:
-			return x, nil
+			return v, nil
 		case int64:
 			if x == 0 || x == 1 {
 				return x == 1, nil
 			}
 		}
 	case ssp2.TypeBytes, ssp2.TypeCrdt:
-		if x, ok := v.([]byte); ok {
-			return x, nil
+		if _, ok := v.([]byte); ok {
+			return v, nil
 		}
 	}
 	return bad(fmt.Sprintf("a %T value is not of the declared type %s", v, c.Type))

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/auth"
+	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
@@ -29,7 +31,7 @@ const blobE2ESchema = `{"version":1,"tables":[{"name":"files","columns":[
 	"primaryKey":"id","scopes":["project:{project_id}"]}]}`
 
 // blobNode is a `syncnode serve` serving blobE2ESchema with a small blob
-// cap and a short orphan grace period.
+// cap and the given orphan grace period, plus extraConf (whole tables).
 type blobNode struct {
 	t      *testing.T
 	base   string // the protocol routes' base URL
@@ -42,14 +44,14 @@ type blobNode struct {
 	n          int
 }
 
-func startBlobNode(t *testing.T, postgres bool) *blobNode {
+func startBlobNode(t *testing.T, postgres bool, grace, extraConf string) *blobNode {
 	t.Helper()
 	dir := t.TempDir()
 	schemaPath := filepath.Join(dir, "schema.json")
 	if err := os.WriteFile(schemaPath, []byte(blobE2ESchema), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("schema = %q\n[blobs]\nmax_bytes = 2097152\norphan_grace = \"3s\"\nsweep_interval = \"1s\"\n", schemaPath)
+	conf := fmt.Sprintf("schema = %q\n[blobs]\nmax_bytes = 2097152\norphan_grace = %q\nsweep_interval = \"1s\"\n", schemaPath, grace) + extraConf
 	if postgres {
 		url, sch := pgtest.Schema(t)
 		conf += fmt.Sprintf("[storage]\npostgres_url = %q\npostgres_schema = %q\n", url, sch)
@@ -81,10 +83,15 @@ func (b *blobNode) token(actor string, projects ...string) string {
 	return tok
 }
 
-// do sends one HTTP request and returns the response with its body read.
+// do sends one HTTP request to a path of the node (or an absolute URL)
+// and returns the response with its body read.
 func (b *blobNode) do(method, path, tok string, body io.Reader, hdr ...string) (*http.Response, []byte) {
 	b.t.Helper()
-	req, err := http.NewRequest(method, b.base+path, body)
+	target := path
+	if strings.HasPrefix(path, "/") {
+		target = b.base + path
+	}
+	req, err := http.NewRequest(method, target, body)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -189,7 +196,7 @@ func TestBlobsEndToEnd(t *testing.T) {
 }
 
 func testBlobsEndToEnd(t *testing.T, postgres bool) {
-	b := startBlobNode(t, postgres)
+	b := startBlobNode(t, postgres, "3s", "")
 	alice, bob := b.token("alice", "p1"), b.token("bob", "p2")
 	photo := bytes.Repeat([]byte("photo bytes "), 100_000) // 1.2 MB
 	orphan := []byte("never referenced")
@@ -283,6 +290,83 @@ func testBlobsEndToEnd(t *testing.T, postgres bool) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// Presigned blobs end to end through serve over HTTP, on both stores
+// (SPEC.md §5.9.3, §5.9.5, tokens of §5.4), configured as an operator
+// does: a [signed_urls] key, blobs.presign left at its default. The
+// upload grant is a PUT that needs no token; the push referencing the
+// upload applies (and one referencing a blob never uploaded is refused);
+// an authorized download answers a url that serves the bytes without a
+// token, another scope gets no url, and tampered or expired urls are
+// refused with blob.forbidden.
+func TestBlobsPresignedEndToEnd(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		name := map[bool]string{false: "sqlite", true: "postgres"}[pg]
+		t.Run(name, func(t *testing.T) { testBlobsPresignedEndToEnd(t, pg) })
+	}
+}
+
+func testBlobsPresignedEndToEnd(t *testing.T, postgres bool) {
+	key := strings.Repeat("presigned-e2e-", 3)
+	// A grace period no slow machine reaches between upload and push.
+	b := startBlobNode(t, postgres, "1h", fmt.Sprintf("[signed_urls]\nkey = %q\nttl = \"5m\"\n", key))
+	alice, bob := b.token("alice", "p1"), b.token("bob", "p2")
+	photo := bytes.Repeat([]byte("presigned serve photo "), 60_000) // 1.3 MB, two chunks
+	id := blobIDOf(photo)
+	var g struct {
+		URL            string `json:"url"`
+		URLExpiresAtMs int64  `json:"urlExpiresAtMs"`
+	}
+	grant := fmt.Sprintf(`{"byteLength":%d,"mediaType":"image/png"}`, len(photo))
+	resp, body := b.do(http.MethodPost, "/blobs/"+id+"/upload-grant", alice, strings.NewReader(grant))
+	if resp.StatusCode != 200 || json.Unmarshal(body, &g) != nil || !strings.HasPrefix(g.URL, b.base+"/blobs/"+id+"?st=") ||
+		g.URLExpiresAtMs <= time.Now().UnixMilli() || g.URLExpiresAtMs > time.Now().Add(6*time.Minute).UnixMilli() {
+		t.Fatalf("grant: %d %s", resp.StatusCode, body)
+	}
+	// The grant binds the size and the bytes.
+	resp, body = b.do(http.MethodPut, g.URL, "", bytes.NewReader(append(bytes.Clone(photo), '!')))
+	wantError(t, "presigned PUT over the granted size", resp, body, http.StatusRequestEntityTooLarge, ssp2.CodeBlobTooLarge)
+	resp, body = b.do(http.MethodPut, nodetest.TamperURL(t, g.URL), "", bytes.NewReader(photo))
+	wantError(t, "tampered grant", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	if resp, body = b.do(http.MethodPut, g.URL, "", bytes.NewReader(photo), "Content-Type", "image/png"); resp.StatusCode != 200 || len(body) != 0 {
+		t.Fatalf("presigned PUT without a token: %d %s", resp.StatusCode, body)
+	}
+
+	if r := b.push(alice, "f0", []byte("never uploaded")); r.Status != ssp2.PushRejected || r.Results[0].Code != string(ssp2.CodeBlobNotFound) {
+		t.Fatalf("push referencing a missing blob = %+v", r)
+	}
+	if r := b.push(alice, "f1", photo); r.Status != ssp2.PushApplied {
+		t.Fatalf("push referencing the presigned upload = %+v", r)
+	}
+
+	var d struct {
+		URL            string `json:"url"`
+		URLExpiresAtMs int64  `json:"urlExpiresAtMs"`
+	}
+	resp, body = b.do(http.MethodGet, "/blobs/"+id, alice, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &d) != nil || !strings.HasPrefix(d.URL, b.base+"/blobs/"+id+"?st=") ||
+		resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("authorized download: %d %s", resp.StatusCode, body)
+	}
+	resp, body = b.do(http.MethodGet, d.URL, "", nil)
+	if resp.StatusCode != 200 || !bytes.Equal(body, photo) || resp.Header.Get("Content-Type") != "image/png" || resp.Header.Get("ETag") != `"`+id+`"` {
+		t.Fatalf("presigned GET without a token: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	resp, body = b.do(http.MethodGet, "/blobs/"+id, bob, nil)
+	wantError(t, "another scope", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	resp, body = b.do(http.MethodGet, nodetest.TamperURL(t, d.URL), "", nil)
+	wantError(t, "tampered download url", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	signer, err := signedurl.New(signedurl.Config{Key: []byte(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := signer.Sign(signedurl.Blob, "acme", id, "", time.Now().Add(-time.Hour))
+	resp, body = b.do(http.MethodGet, "/blobs/"+id+"?st="+old, "", nil)
+	wantError(t, "expired download url", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	stale, _ := signer.SignUpload("acme", id, int64(len(photo)), time.Now().Add(-time.Hour))
+	resp, body = b.do(http.MethodPut, "/blobs/"+id+"?st="+stale, "", bytes.NewReader(photo))
+	wantError(t, "expired upload url", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
 }
 
 // A test-control instance serves blobs under its mount, authorized by the

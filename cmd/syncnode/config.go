@@ -221,13 +221,16 @@ type limitsConfig struct {
 
 // blobsConfig is the blob store (SPEC.md §5.9): the size cap of one blob,
 // and how long a blob no row references is kept before the sweep
-// deletes it ("0s": at the next sweep). presign (default true) serves
+// deletes it ("0s": at the next sweep). upload_timeout bounds one upload
+// (the sweep collects a dead upload's chunks that long plus 10 minutes
+// after it began). presign (default true) serves
 // blobs by signed URL when [signed_urls] has a key: upload grants carry a
 // presigned PUT, downloads answer a presigned GET.
 type blobsConfig struct {
 	MaxBytes      int64    `toml:"max_bytes"`
 	OrphanGrace   duration `toml:"orphan_grace"`
 	SweepInterval duration `toml:"sweep_interval"`
+	UploadTimeout duration `toml:"upload_timeout"`
 	Presign       bool     `toml:"presign"`
 }
 
@@ -323,6 +326,7 @@ func defaultConfig() config {
 			Presign:       true,
 			OrphanGrace:   duration{blobs.DefaultOrphanGrace},
 			SweepInterval: duration{blobs.DefaultSweepInterval},
+			UploadTimeout: duration{blobs.DefaultUploadTimeout},
 		},
 		Realtime: realtimeConfig{
 			Enabled:                 true,
@@ -416,6 +420,9 @@ func (c *config) validate() error {
 	}
 	if c.Blobs.SweepInterval.Duration < time.Second {
 		bad("blobs.sweep_interval", "%s is below one second", c.Blobs.SweepInterval)
+	}
+	if c.Blobs.UploadTimeout.Duration < time.Second {
+		bad("blobs.upload_timeout", "%s is below one second", c.Blobs.UploadTimeout)
 	}
 	if c.SignedURLs.Key != "" && c.SignedURLs.KeyFile != "" {
 		bad("signed_urls.key_file", "set either key or key_file, not both")
@@ -748,7 +755,7 @@ func (c config) node() (node.Config, error) {
 		},
 		Segments: segments.Config{TTL: c.Limits.SegmentTTL.Duration},
 		Blobs: blobs.Config{MaxBytes: c.Blobs.MaxBytes, OrphanGrace: new(c.Blobs.OrphanGrace.Duration),
-			SweepInterval: c.Blobs.SweepInterval.Duration},
+			SweepInterval: c.Blobs.SweepInterval.Duration, UploadTimeout: c.Blobs.UploadTimeout.Duration},
 		Realtime:   node.RealtimeConfig{Disabled: !c.Realtime.Enabled, Hub: c.Realtime.hubConfig()},
 		Hooks:      c.Hooks.hooks(),
 		Admin:      node.AdminConfig{Disabled: !c.Admin.Enabled, Version: buildVersion()},

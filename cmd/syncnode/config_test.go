@@ -214,6 +214,7 @@ heartbeat = "2s"
 max_bytes = 1000
 orphan_grace = "0s"
 sweep_interval = "30s"
+upload_timeout = "20m"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ sweep_interval = "30s"
 		h.IdleTimeout != 5*time.Second || h.MaxConnections != 77 || nc.API.MaxInflightBodyBytes != 64<<20 {
 		t.Errorf("HTTP = %+v, inflight %d", h, nc.API.MaxInflightBodyBytes)
 	}
-	if b := nc.Blobs; b.MaxBytes != 1000 || b.OrphanGrace == nil || *b.OrphanGrace != 0 || b.SweepInterval != 30*time.Second {
+	if b := nc.Blobs; b.MaxBytes != 1000 || b.OrphanGrace == nil || *b.OrphanGrace != 0 || b.SweepInterval != 30*time.Second || b.UploadTimeout != 20*time.Minute {
 		t.Errorf("Blobs = %+v (grace %v)", b, b.OrphanGrace)
 	}
 	if nc.Engine.MaxSubscriptions != 9 || nc.NATS.User != "u" || nc.NATS.Password != "p" {
@@ -281,6 +282,7 @@ func TestConfigFileRefusals(t *testing.T) {
 		{"blobs.max_bytes", "[blobs]\nmax_bytes = 0"},
 		{"blobs.orphan_grace", "[blobs]\norphan_grace = \"-1s\""},
 		{"blobs.sweep_interval", "[blobs]\nsweep_interval = \"0s\""},
+		{"blobs.upload_timeout", "[blobs]\nupload_timeout = \"0s\""},
 		{"nats.namespace", "[nats]\nnamespace = \"sync\""},
 		// The admin API (on by default) answers on production subjects.
 		{"nats.namespace", "[nats]\nnamespace = \"blue\""},

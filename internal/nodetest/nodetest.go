@@ -7,6 +7,7 @@ package nodetest
 import (
 	"context"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
@@ -107,4 +108,28 @@ func Client(t testing.TB, n *node.Node, token string) *client.Client {
 // Todo is a row of todos.
 func Todo(id, project, title string) map[string]any {
 	return map[string]any{"id": id, "project_id": project, "title": title, "done": false}
+}
+
+// TamperURL changes one character of a signed URL's st= token, in its
+// MAC: the URL a node must refuse as tampered.
+func TamperURL(t testing.TB, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	tok := []byte(q.Get("st"))
+	if len(tok) < 5 {
+		t.Fatalf("TamperURL: %q has no signed-URL token", raw)
+	}
+	i := len(tok) - 5
+	if tok[i] == 'A' {
+		tok[i] = 'B'
+	} else {
+		tok[i] = 'A'
+	}
+	q.Set("st", string(tok))
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -2,191 +2,110 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/querysql"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
 
-// Registered queries (REMOTE.md §2) on PostgreSQL run over views in a
-// schema of their own, <schema>__ops, one per application table and named
-// like it, selecting the table's application columns where the partition
-// (and, for scoped queries, each scope column) matches transaction-local
-// settings. A query's transaction sets those settings with bound
-// set_config calls and sets search_path to the views' schema alone, so the
-// registered statement's unqualified names resolve to the views and the
-// internal tables resolve to nothing. The statement itself was checked by
-// SQLite's parser at registration (sqlitestore.CheckQuery); its ?
-// placeholders become $n.
+// Registered queries (REMOTE.md §2) on PostgreSQL run like SQLite's
+// (sqlitestore/query.go): the statement behind a WITH clause whose common
+// table expressions, named like the application tables it reads, select
+// each table's application columns where the partition and the covered
+// scope values match bound values (schemaplan.QueryRelations). An
+// unqualified name resolves to a common table expression before any
+// table, so the statement reads only those relations; as a second fence
+// the query's transaction sets search_path to pg_catalog alone, so no
+// other unqualified name reaches a table or function of the store's
+// schema. The statement itself was checked by SQLite's parser at
+// registration (sqlitestore.CheckQuery); its ? placeholders become $n
+// after the relations' own.
 
-const (
-	settingPartition  = "syncnode.op_partition"
-	settingPrivileged = "syncnode.op_privileged"
-	settingScopes     = "syncnode.op_scopes"
-)
-
-// opsViews tracks which schema the views were built for.
-type opsViews struct {
-	mu    sync.Mutex
-	built *installed
+// qQueryStart is the first statement of a query's transaction: the fence
+// on search_path, the partition row (its max commitSeq as partitionCols
+// reads it) and the caller's client record, always one row (the
+// partition columns are defaults when it has no row).
+func (s *Store) qQueryStart() string {
+	sch := quote(s.cfg.Schema)
+	return `SELECT set_config('search_path', 'pg_catalog', true), p.id IS NOT NULL,
+	coalesce(p.id, ''), coalesce(p.log_epoch, ''), coalesce(p.epoch_required, false), coalesce(p.created_at_ms, 0), coalesce(p.last_seen_ms, 0),
+	coalesce((SELECT m.seq FROM ` + sch + `.sync_commits m WHERE m.partition = p.id ORDER BY m.seq DESC LIMIT 1), p.horizon_seq, 0),
+	coalesce(p.horizon_seq, 0),
+	c.client_id IS NOT NULL, coalesce(c.actor_id, ''), coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
+	FROM (VALUES (1)) AS one
+	LEFT JOIN ` + sch + `.sync_partitions p ON p.id = $1
+	LEFT JOIN ` + sch + `.sync_clients c ON c.partition = p.id AND c.client_id = $2`
 }
 
-func (s *Store) opsSchema() string { return s.cfg.Schema + "__ops" }
-
-// ensureViews (re)builds the views for the installed schema once per
-// store, serialized across nodes by the schema advisory lock.
-func (s *Store) ensureViews(ctx context.Context) (*installed, error) {
+// opStatement is the statement a registered query runs as, reading at
+// most p.Limit rows, and its arguments: the partition, the relations'
+// scope values, then the request's values.
+func (s *Store) opStatement(p *storage.QueryParams) (string, []any, error) {
 	in := s.schema.Load()
 	if in == nil {
-		return nil, errors.New("query: no schema installed")
+		return "", nil, errors.New("query: no schema installed")
 	}
-	s.ops.mu.Lock()
-	defer s.ops.mu.Unlock()
-	if s.ops.built == in {
-		return in, nil
+	if p.Limit < 1 {
+		return "", nil, fmt.Errorf("query limit %d: a registered query reads at least one row", p.Limit)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))", lockKeySchema); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(s.opsSchema())); err != nil {
-			return err
-		}
-		for _, q := range opsViewsSQL(in.schema, s.cfg.Schema, s.opsSchema()) {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-		return nil
-	})
+	sh, err := querysql.Lex(p.SQL)
 	if err != nil {
-		return nil, fmt.Errorf("build query views: %w", err)
+		return "", nil, &storage.QueryError{Err: err}
 	}
-	s.ops.built = in
-	return in, nil
-}
-
-func opsViewsSQL(sc *schema.Schema, base, ops string) []string {
-	var stmts []string
-	for _, t := range sc.Tables {
-		cols := make([]string, len(t.Columns))
-		for i, c := range t.Columns {
-			cols[i] = quote(c.Name)
-		}
-		where := fmt.Sprintf("%s = current_setting('%s')", quote(schemaplan.ColPartition), settingPartition)
-		if len(t.Scopes) > 0 {
-			var conds []string
-			for _, sv := range t.Scopes {
-				conds = append(conds, fmt.Sprintf("%s::text IN (SELECT jsonb_array_elements_text(current_setting('%s')::jsonb -> %s -> %s))",
-					quote(sv.Column), settingScopes, literal(t.Name), literal(sv.Variable)))
-			}
-			where += fmt.Sprintf(" AND (current_setting('%s') = 'on' OR (%s))", settingPrivileged, strings.Join(conds, " AND "))
-		}
-		view := quote(ops) + "." + quote(t.Name)
-		stmts = append(stmts, "DROP VIEW IF EXISTS "+view,
-			fmt.Sprintf("CREATE VIEW %s AS SELECT %s FROM %s.%s WHERE %s", view, strings.Join(cols, ", "), quote(base), quote(t.Name), where))
-	}
-	return stmts
-}
-
-// literal quotes a schema name (never a request value) as an SQL string.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func numbered(sqlText string) (string, error) {
-	sh, err := querysql.Lex(sqlText)
+	sch := quote(s.cfg.Schema)
+	defs, scopeArgs, err := schemaplan.QueryRelations(in.schema, p,
+		func(t string) string { return sch + "." + quote(t) },
+		func(n int) string { return "$" + strconv.Itoa(n) })
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return querysql.Numbered(sh, func(n int) string { return "$" + strconv.Itoa(n) }), nil
-}
-
-// querySettings is the statement that sets a query's search_path and
-// settings for the transaction and reads the partition's max commitSeq,
-// and its arguments.
-func (s *Store) querySettings(p *storage.QueryParams) (string, []any, error) {
-	scopes := "{}"
-	if p.Scopes != nil {
-		b, err := json.Marshal(p.Scopes)
-		if err != nil {
-			return "", nil, err
-		}
-		scopes = string(b)
-	}
-	privileged := "off"
-	if p.Scopes == nil {
-		privileged = "on"
-	}
-	q := fmt.Sprintf(`SELECT (SELECT coalesce(max(seq), 0) FROM %s.sync_commits WHERE partition = $1),
-		set_config('search_path', $2, true), set_config('%s', $1, true), set_config('%s', $3, true), set_config('%s', $4, true)`,
-		quote(s.cfg.Schema), settingPartition, settingPrivileged, settingScopes)
-	return q, []any{p.Partition, quote(s.opsSchema()), privileged, scopes}, nil
-}
-
-// beginQuery opens a read-only snapshot with the query settings in place
-// and returns the partition's max commitSeq read in it.
-func (s *Store) beginQuery(ctx context.Context, c *pgx.Conn, p *storage.QueryParams) (pgx.Tx, int64, error) {
-	q, args, err := s.querySettings(p)
-	if err != nil {
-		return nil, 0, err
-	}
-	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, 0, err
-	}
-	var seq int64
-	if err := tx.QueryRow(ctx, q, args...).Scan(&seq, nil, nil, nil, nil); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, 0, err
-	}
-	return tx, seq, nil
+	first := 1 + len(scopeArgs)
+	// Numbering changes the text only after the first placeholder, past
+	// the keyword offsets Limited reads.
+	sh.Body = querysql.Numbered(sh, func(n int) string { return "$" + strconv.Itoa(first+n) })
+	args := make([]any, 0, first+len(p.Args))
+	args = append(args, p.Partition)
+	args = append(args, scopeArgs...)
+	args = append(args, p.Args...)
+	return querysql.Limited(sh, defs, p.Limit), args, nil
 }
 
 // PrepareQuery implements storage.Querier: PostgreSQL parses and plans
-// the statement over the views.
+// the statement, privileged and scoped, under the query's search_path.
 func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
-	if _, err := s.ensureViews(ctx); err != nil {
-		return err
-	}
-	sqlText, err := numbered(q.SQL)
-	if err != nil {
-		return err
-	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Release()
-	tx, _, err := s.beginQuery(ctx, c.Conn(), &storage.QueryParams{QuerySpec: q})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Prepare(ctx, "", sqlText)
-	return err
+	return pgx.BeginTxFunc(ctx, c, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('search_path', 'pg_catalog', true)"); err != nil {
+			return err
+		}
+		for _, scopes := range []map[string]map[string][]string{nil, {}} {
+			text, _, err := s.opStatement(&storage.QueryParams{QuerySpec: q, Scopes: scopes})
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Prepare(ctx, "", text); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Query implements storage.Querier: BEGIN (repeatable read, read only),
-// the settings and max commitSeq, the statement and COMMIT go to the
-// server as one pipelined batch, one round trip.
+// the start read, the statement and COMMIT go to the server as one
+// pipelined batch, one round trip.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
-	if _, err := s.ensureViews(ctx); err != nil {
-		return storage.QueryResult{}, err
-	}
-	sqlText, err := numbered(p.SQL)
-	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
-	}
-	settings, sargs, err := s.querySettings(&p)
+	text, args, err := s.opStatement(&p)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
@@ -197,8 +116,8 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	defer c.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue(settings, sargs...)
-	b.Queue(sqlText, p.Args...)
+	b.Queue(s.qQueryStart(), p.Partition, p.ClientID)
+	b.Queue(text, args...)
 	b.Queue("COMMIT")
 	br := c.SendBatch(ctx, b)
 	out, err := readQueryBatch(br, &p)
@@ -218,17 +137,40 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryResult, error) {
 	var out storage.QueryResult
 	if _, err := br.Exec(); err != nil {
-		return out, fmt.Errorf("query context: %w", err)
+		return out, fmt.Errorf("query start: %w", err)
 	}
-	if err := br.QueryRow().Scan(&out.MaxCommitSeq, nil, nil, nil, nil); err != nil {
-		return out, fmt.Errorf("query context: %w", err)
+	var (
+		st   = &out.Start
+		pt   = &st.Partition
+		cl   = &st.Client
+		wire int32
+		subs *string
+	)
+	if err := br.QueryRow().Scan(nil, &out.HasPartition,
+		&pt.ID, &pt.LogEpoch, &pt.EpochRequired, &pt.CreatedAtMs, &pt.LastSeenMs, &pt.MaxCommitSeq, &pt.HorizonSeq,
+		&st.HasClient, &cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs); err != nil {
+		return out, fmt.Errorf("query start: %w", err)
 	}
+	if st.HasClient {
+		cl.Partition, cl.ClientID, cl.WireVersion = pt.ID, p.ClientID, uint16(wire)
+		if subs != nil {
+			cl.Subscriptions = []byte(*subs)
+		}
+	} else {
+		*cl = storage.Client{}
+	}
+	out.MaxCommitSeq = pt.MaxCommitSeq
 	rows, err := br.Query()
 	if err != nil {
 		return out, &storage.QueryError{Err: err}
 	}
 	defer rows.Close()
-	var idx []int
+	var (
+		idx  []int
+		n    = len(p.Columns)
+		slab []any // the rows' values, a block of rows at a time
+	)
+	out.Rows = make([][]any, 0, min(p.Limit, 256))
 	for rows.Next() {
 		if idx == nil {
 			fds := rows.FieldDescriptions()
@@ -247,7 +189,11 @@ func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryR
 		if err != nil {
 			return out, &storage.QueryError{Err: err}
 		}
-		row := make([]any, len(p.Columns))
+		if len(slab) < n {
+			slab = make([]any, n*min(p.Limit-len(out.Rows), 64))
+		}
+		row := slab[:n:n]
+		slab = slab[n:]
 		for i, col := range p.Columns {
 			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
 				return out, err

@@ -29,7 +29,6 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
-	ops        opsViews    // registered queries' views (query.go)
 	groups     writeGroups // the open write group of each partition (group.go)
 	advances   advances    // pending cursor advances (advance.go)
 	hints      idemHints   // keys whose optimistic lookup missed (hints.go)

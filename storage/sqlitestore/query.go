@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"modernc.org/sqlite"
@@ -30,14 +31,15 @@ import (
 // PRAGMA and every write are actions it denies.
 //
 // Running: a query runs as its own statement behind a WITH clause
-// (opRelations) that defines, for every application table it reads, a
+// (schemaplan.QueryRelations, shared with PostgreSQL) that defines, for every application table it reads, a
 // common table expression of that name selecting the table's application
 // columns from main where the partition and, for a scoped query, each
 // scope column match bound values. An unqualified name resolves to a
 // common table expression before any table, so the statement reads only
 // those relations; its own text is unchanged and its values stay bound.
-// The statement and the partition's max commitSeq are read from one
-// snapshot (Query), on a query connection that keeps each statement text
+// The statement reads at most maxRows + 1 rows (querysql.Limited); it
+// and the partition row with the caller's client record are read from
+// one snapshot (Query), on a query connection that keeps each statement text
 // prepared: a query writes nothing and costs one read.
 
 // QueryShape is what CheckQuery found: the statement's result column
@@ -173,90 +175,6 @@ func CheckQuery(ctx context.Context, sc *schema.Schema, sqlText string) (QuerySh
 	return shape, nil
 }
 
-// opRelations returns the WITH items that replace the application tables
-// a registered query reads, and the values they bind after the partition
-// (?1): for a scoped query, each scope column's covered values, one
-// parameter each (their number is bounded by the query's coverage, so a
-// query has few statement texts). Each item selects the table's
-// application columns from main where the partition and, for a scoped
-// query, every scope column match; NOT MATERIALIZED keeps a table read
-// twice an inlined relation (like a view), never a copy of the partition.
-func opRelations(sc *schema.Schema, p *storage.QueryParams) (string, []any, error) {
-	var (
-		b    strings.Builder
-		args []any
-	)
-	for i, name := range p.Tables {
-		t, ok := sc.Table(name)
-		if !ok {
-			return "", nil, fmt.Errorf("unknown table %q", name)
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(quote(t.Name) + " AS NOT MATERIALIZED (SELECT ")
-		for j, c := range t.Columns {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(quote(c.Name))
-		}
-		b.WriteString(" FROM main." + quote(t.Name) + " WHERE " + quote(schemaplan.ColPartition) + " = ?1")
-		if p.Scopes == nil {
-			b.WriteString(")")
-			continue
-		}
-		for _, s := range t.Scopes {
-			vals, err := scopeValues(t, s.Variable, p.Scopes[name][s.Variable])
-			if err != nil {
-				return "", nil, err
-			}
-			switch len(vals) {
-			case 0:
-				b.WriteString(" AND 0") // no usable value: the relation is empty
-			case 1:
-				fmt.Fprintf(&b, " AND %s = ?%d", quote(s.Column), len(args)+2)
-			default:
-				fmt.Fprintf(&b, " AND %s IN (", quote(s.Column))
-				for k := range vals {
-					if k > 0 {
-						b.WriteString(", ")
-					}
-					fmt.Fprintf(&b, "?%d", len(args)+2+k)
-				}
-				b.WriteString(")")
-			}
-			args = append(args, vals...)
-		}
-		b.WriteString(")")
-	}
-	return b.String(), args, nil
-}
-
-// scopeValues converts a scope variable's covered values (rendered as
-// stored scopes are) to the values its column stores; a value the column
-// cannot hold is dropped.
-func scopeValues(t *schema.Table, variable string, values []string) ([]any, error) {
-	if len(values) == 0 {
-		return nil, nil
-	}
-	f, none, err := schemaplan.ScanFilters(t, &storage.ScanParams{Table: t.Name, Scopes: map[string][]string{variable: values}, Limit: 1})
-	if err != nil || none {
-		return nil, err
-	}
-	vals := make([]any, 0, f[0].Len())
-	for _, v := range f[0].Strings {
-		vals = append(vals, v)
-	}
-	for _, v := range f[0].Ints {
-		vals = append(vals, v)
-	}
-	for _, v := range f[0].Bools {
-		vals = append(vals, bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: v}))
-	}
-	return vals, nil
-}
-
 // queryPool is the store's pool of query connections (read-only, like
 // the readers, but apart from them so a long registered query never
 // holds a connection the sync path waits for), opened on first use.
@@ -312,28 +230,32 @@ func (s *Store) closeQueries() error {
 }
 
 // opStatement is the statement a registered query runs as, and its
-// arguments: the partition, the scope arrays, then the request's values
-// (the registered statement's plain ? placeholders number after the
-// relations' ?1…?n).
+// arguments: the partition, the relations' scope values, then the
+// request's values (the registered statement's plain ? placeholders
+// number after the relations' ?1…?n). It reads at most p.Limit rows.
 func opStatement(sc *schema.Schema, p *storage.QueryParams) (string, []any, error) {
+	if p.Limit < 1 {
+		return "", nil, fmt.Errorf("query limit %d: a registered query reads at least one row", p.Limit)
+	}
 	sh, err := querysql.Lex(p.SQL)
 	if err != nil {
 		return "", nil, &storage.QueryError{Err: err}
 	}
-	defs, scopeArgs, err := opRelations(sc, p)
+	defs, scopeArgs, err := schemaplan.QueryRelations(sc, p,
+		func(t string) string { return "main." + quote(t) },
+		func(n int) string { return "?" + strconv.Itoa(n) })
 	if err != nil {
 		return "", nil, err
 	}
 	args := make([]any, 0, 1+len(scopeArgs)+len(p.Args))
 	args = append(args, p.Partition)
-	args = append(args, scopeArgs...)
-	for _, a := range p.Args {
+	for _, a := range slices.Concat(scopeArgs, p.Args) {
 		if b, ok := a.(bool); ok {
 			a = bindValue(ssp2.TypeBoolean, ssp2.Value{Bool: b})
 		}
 		args = append(args, a)
 	}
-	return querysql.WithRelations(sh, defs), args, nil
+	return querysql.Limited(sh, defs, p.Limit), args, nil
 }
 
 // PrepareQuery implements storage.Querier: SQLite prepares the statement
@@ -361,11 +283,12 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	return nil
 }
 
-// Query implements storage.Querier: the partition's max commitSeq and the
-// statement from one snapshot. The max-seq statement is stepped to its row
-// and left unreset while the statement runs: a connection's implicit read
-// transaction lasts until its last active statement is reset, so the two
-// read one snapshot without a BEGIN and COMMIT of their own.
+// Query implements storage.Querier: the partition row with the caller's
+// client record, and the statement, from one snapshot. The first
+// statement is stepped to its row and left unreset while the statement
+// runs: a connection's implicit read transaction lasts until its last
+// active statement is reset, so the two read one snapshot without a
+// BEGIN and COMMIT of their own.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	in := s.schema.Load()
 	if in == nil {
@@ -382,16 +305,18 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	defer func() { s.queries.conns <- qc }()
 	c := qc.c
 	var out storage.QueryResult
-	seq, err := c.query(ctx, `SELECT coalesce(max(seq), 0) FROM sync_commits WHERE partition = ?`, p.Partition)
+	start, err := c.query(ctx, qPartitionClient, p.ClientID, p.Partition)
 	if err != nil {
-		return out, fmt.Errorf("query max seq: %w", err)
+		return out, fmt.Errorf("query partition: %w", err)
 	}
-	defer func() { _ = seq.Close() }()
-	if !seq.Next() {
-		return out, fmt.Errorf("query max seq: no row (%v)", seq.Err())
-	}
-	if err := seq.Scan(&out.MaxCommitSeq); err != nil {
-		return out, fmt.Errorf("query max seq: %w", err)
+	defer func() { _ = start.Close() }()
+	if out.HasPartition = start.Next(); out.HasPartition {
+		if err := scanStart(start, &out.Start, p.ClientID); err != nil {
+			return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
+		}
+		out.MaxCommitSeq = out.Start.Partition.MaxCommitSeq
+	} else if err := start.Err(); err != nil {
+		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
 	}
 	rs, err := c.query(ctx, text, args...)
 	if err != nil {
@@ -402,11 +327,18 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
+	n := len(p.Columns)
+	var slab []any // the rows' values, a block of rows at a time
+	out.Rows = make([][]any, 0, min(p.Limit, 256))
 	for rs.Next() {
 		if len(out.Rows) == p.Limit {
 			break
 		}
-		row := make([]any, len(p.Columns))
+		if len(slab) < n {
+			slab = make([]any, n*min(p.Limit-len(out.Rows), 64))
+		}
+		row := slab[:n:n]
+		slab = slab[n:]
 		for i, col := range p.Columns {
 			v := rs.vals[idx[i]]
 			if b, ok := v.([]byte); ok {
@@ -424,10 +356,30 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if err := rs.Close(); err != nil {
 		return storage.QueryResult{}, &storage.QueryError{Err: err}
 	}
-	if err := seq.Close(); err != nil {
-		return storage.QueryResult{}, fmt.Errorf("query max seq: %w", err)
+	if err := start.Close(); err != nil {
+		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
 	}
 	return out, nil
+}
+
+// scanStart reads a qPartitionClient row into st (the client zero when
+// it has no record).
+func scanStart(r *rows, st *storage.RequestStart, clientID string) error {
+	p, cl := &st.Partition, &st.Client
+	var subs []byte
+	if err := r.Scan(&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
+		&st.HasClient, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs); err != nil {
+		return err
+	}
+	if !st.HasClient {
+		*cl = storage.Client{}
+		return nil
+	}
+	cl.Partition, cl.ClientID = p.ID, clientID
+	if subs != nil {
+		cl.Subscriptions = subs
+	}
+	return nil
 }
 
 // resultIndex maps each declared column to its position in the result.

@@ -7,6 +7,7 @@ package querysql
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -26,6 +27,9 @@ type Shape struct {
 	// RECURSIVE (0 otherwise).
 	KeywordEnd   int
 	RecursiveEnd int
+	// TopLimit is set when the statement has a LIMIT of its own outside
+	// parentheses (its outermost SELECT's).
+	TopLimit bool
 }
 
 // Lex scans sql. It refuses numbered or named placeholders (?1, :x, @x,
@@ -34,7 +38,8 @@ type Shape struct {
 // comments.
 func Lex(sql string) (Shape, error) {
 	var sh Shape
-	end := -1 // offset of the terminating semicolon
+	end := -1  // offset of the terminating semicolon
+	depth := 0 // parentheses open
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
@@ -86,6 +91,13 @@ func Lex(sql string) (Shape, error) {
 			case c == ';':
 				end = i
 				i++
+			case c == '(' || c == ')':
+				if c == '(' {
+					depth++
+				} else {
+					depth--
+				}
+				i++
 			case c == '?':
 				if i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
 					return Shape{}, fmt.Errorf("numbered placeholder at offset %d: use plain ?", i)
@@ -108,6 +120,8 @@ func Lex(sql string) (Shape, error) {
 					sh.KeywordEnd = j
 				case len(sh.Identifiers) == 1 && sh.Keyword == "WITH" && strings.EqualFold(sql[i:j], "RECURSIVE"):
 					sh.RecursiveEnd = j
+				case depth == 0 && strings.EqualFold(sql[i:j], "LIMIT"):
+					sh.TopLimit = true
 				}
 				sh.Identifiers = append(sh.Identifiers, sql[i:j])
 				i = j
@@ -159,4 +173,18 @@ func WithRelations(sh Shape, defs string) string {
 		return "WITH RECURSIVE " + defs + "," + sh.Body[sh.RecursiveEnd:]
 	}
 	return "WITH " + defs + "," + sh.Body[sh.KeywordEnd:]
+}
+
+// Limited returns WithRelations(sh, defs) reading at most limit rows: a
+// LIMIT clause appended on a line of its own (after any trailing line
+// comment), or, when the statement has its own outermost LIMIT, the
+// statement as a subquery under one (an ORDER BY with a LIMIT keeps its
+// rows and their order as a subquery on both stores). limit is a
+// registration constant, never a request value.
+func Limited(sh Shape, defs string, limit int) string {
+	lim := "\nLIMIT " + strconv.Itoa(limit)
+	if !sh.TopLimit {
+		return WithRelations(sh, defs) + lim
+	}
+	return "WITH " + defs + "\nSELECT * FROM (\n" + sh.Body + "\n) AS _syncnode_result" + lim
 }

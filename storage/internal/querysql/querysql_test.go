@@ -22,3 +22,26 @@ func TestWithRelations(t *testing.T) {
 		}
 	}
 }
+
+// TestLimited: a statement without a LIMIT of its own gets one on its
+// own line (a trailing comment cannot swallow it); one with an outermost
+// LIMIT runs as a subquery under the limit; a LIMIT inside parentheses or
+// quotes is not the statement's.
+func TestLimited(t *testing.T) {
+	const defs = `"t" AS (SELECT 1)`
+	for _, c := range []struct{ sql, want string }{
+		{"SELECT a FROM t ORDER BY a -- last", "WITH " + defs + "\nSELECT a FROM t ORDER BY a -- last\nLIMIT 11"},
+		{"SELECT a FROM t WHERE a IN (SELECT a FROM t LIMIT 2)", "WITH " + defs + "\nSELECT a FROM t WHERE a IN (SELECT a FROM t LIMIT 2)\nLIMIT 11"},
+		{`SELECT "limit" FROM t`, "WITH " + defs + "\nSELECT \"limit\" FROM t\nLIMIT 11"},
+		{"SELECT a FROM t ORDER BY a LIMIT 3", "WITH " + defs + "\nSELECT * FROM (\nSELECT a FROM t ORDER BY a LIMIT 3\n) AS _syncnode_result\nLIMIT 11"},
+		{"WITH x AS (SELECT a FROM t) SELECT a FROM x limit ?", "WITH " + defs + "\nSELECT * FROM (\nWITH x AS (SELECT a FROM t) SELECT a FROM x limit ?\n) AS _syncnode_result\nLIMIT 11"},
+	} {
+		sh, err := Lex(c.sql)
+		if err != nil {
+			t.Fatalf("%q: %v", c.sql, err)
+		}
+		if got := Limited(sh, defs, 11); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.sql, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package edge_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/syncnode/syncnode/backfill"
+	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// TestHubGateFollowsHome: a backfill of an edge partition runs at the
+// edge; from its declaration until its activation the hub refuses the
+// replica (retryable sync.schema_not_ready, reason
+// home_checkpoint_pending) — while the batch already committed is in the
+// replica — and serves it again, backfill included, once the edge
+// activated the checkpoint.
+func TestHubGateFollowsHome(t *testing.T) {
+	tp := startTopology(t)
+	ctx := context.Background()
+	pushTodos(t, clientOf(t, tp.edg, edgePart, &client.MemoryStore{}, "edge-writer"), "seed", 2)
+	tp.waitReplica(edgePart)
+	reader := clientOf(t, tp.hub, edgePart, &client.MemoryStore{Rows: true}, "hub-reader")
+	syncOK(t, reader)
+
+	todos, _ := nodetest.Schema(t).Table("todos")
+	row := func(id string) ssp2.Operation {
+		b, err := todos.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte(project)}, {Bytes: []byte("backfilled")}, {Bool: false}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ssp2.Operation{Table: "todos", RowID: id, Op: ssp2.OpUpsert, Payload: b}
+	}
+	runner, err := tp.edg.Backfiller(backfill.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	// A failure while the batch waits must not leave it holding the
+	// edge's partition lock through the cleanup.
+	t.Cleanup(unblock)
+	second := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, backfill.Job{Partition: edgePart, Name: "todo_titles", Sources: []string{"todos"},
+			Batch: func(_ context.Context, _ storage.Tx, cursor string) ([]ssp2.Operation, string, bool, error) {
+				if cursor == "" {
+					return []ssp2.Operation{row("bf-1")}, "1", false, nil
+				}
+				close(second)
+				<-release
+				return []ssp2.Operation{row("bf-2")}, "2", true, nil
+			}})
+		done <- err
+	}()
+	<-second
+	// The first batch is committed at the edge (seq 3) and replicated;
+	// the hub refuses the partition meanwhile.
+	tp.waitReplica(edgePart)
+	poll.Until(t, waitLong, "the hub refuses the migrating partition", func() bool {
+		_, err := reader.SyncUntilIdle(ctx)
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			return false
+		}
+		if ce.Code != ssp2.CodeSchemaNotReady || !ce.Retryable || !strings.Contains(string(ce.Details), `"home_checkpoint_pending"`) {
+			t.Fatalf("refusal %v, want the retryable sync.schema_not_ready", err)
+		}
+		return true
+	})
+	if hp, _ := tp.hub.Store.PartitionGet(ctx, edgePart); hp.MaxCommitSeq != 3 {
+		t.Fatalf("replica at seq %d, want 3 (the first batch)", hp.MaxCommitSeq)
+	}
+	if reader.Count("todos") != 2 {
+		t.Fatalf("the hub served %d rows mid-migration, want the 2 from before it", reader.Count("todos"))
+	}
+
+	unblock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitLong, "the hub serves the partition again", func() bool {
+		_, err := reader.SyncUntilIdle(ctx)
+		return err == nil
+	})
+	if reader.Count("todos") != 4 {
+		t.Fatalf("hub reader holds %d rows after the migration, want 4", reader.Count("todos"))
+	}
+	sameRows(t, rows(t, tp.edg.Store, edgePart), rows(t, tp.hub.Store, edgePart))
+}

@@ -1,0 +1,86 @@
+package pgstore
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/syncnode/syncnode/schema"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// TestQueryStatementLimit: a registered query's statement reads at most
+// Limit (maxRows + 1) rows in SQL — the server stops there, it does not
+// send the rest for the client to drop — LIMIT appended or, under the
+// query's own outermost LIMIT, wrapped; it prepares and runs either way
+// (an unknown partition: no rows, no partition row), and a limit below
+// one is refused.
+func TestQueryStatementLimit(t *testing.T) {
+	ctx := context.Background()
+	s := openTB(t, 2)
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	cols := []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}
+	for _, c := range []struct{ sql, tail string }{
+		{"SELECT id FROM tasks WHERE project_id = ? ORDER BY id", "ORDER BY id\nLIMIT 6"},
+		{"SELECT id FROM tasks WHERE project_id = ? ORDER BY id LIMIT 3", "LIMIT 3\n) AS _syncnode_result\nLIMIT 6"},
+	} {
+		p := storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: c.sql, Tables: []string{"tasks"}, Columns: cols, Limit: 6},
+			Partition: "p", Args: []any{"a"}, Scopes: map[string]map[string][]string{"tasks": {"project_id": {"a"}}}}
+		text, _, err := s.opStatement(&p)
+		if err != nil || !strings.HasSuffix(text, c.tail) {
+			t.Fatalf("%s: statement %q (%v), want it to end %q", c.sql, text, err, c.tail)
+		}
+		if err := s.PrepareQuery(ctx, p.QuerySpec); err != nil {
+			t.Fatalf("%s: prepare: %v", c.sql, err)
+		}
+		if res, err := s.Query(ctx, p); err != nil || len(res.Rows) != 0 || res.HasPartition {
+			t.Fatalf("%s: %+v, %v", c.sql, res, err)
+		}
+		p.Limit = 0
+		if _, err := s.Query(ctx, p); err == nil {
+			t.Fatalf("%s: limit 0 ran", c.sql)
+		}
+	}
+}
+
+// TestQuerySearchPathFence: the second fence behind registration (which
+// refuses such SQL with SQLite's parser): a statement runs with
+// search_path holding pg_catalog alone, so an unqualified internal table
+// is no table at all, while the application tables it names are its
+// relations.
+func TestQuerySearchPathFence(t *testing.T) {
+	ctx := context.Background()
+	s := openTB(t, 2)
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	run := func(sql string) (storage.QueryResult, error) {
+		return s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"},
+			Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}, Limit: 2}, Partition: "p", ClientID: "c"})
+	}
+	res, err := run("SELECT current_setting('search_path') AS id")
+	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != "pg_catalog" {
+		t.Fatalf("search_path in the query: %v, %v", res.Rows, err)
+	}
+	for _, sql := range []string{"SELECT id FROM sync_partitions", "SELECT partition AS id FROM sync_commits"} {
+		if _, err := run(sql); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if res, err := run("SELECT id FROM tasks"); err != nil || len(res.Rows) != 0 {
+		t.Fatalf("the relation: %v, %v", res.Rows, err)
+	}
+}
