@@ -81,12 +81,6 @@ func benchStore(b *testing.B, name string) (func(testing.TB) storage.Store, func
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = st.Close() })
-				b.Cleanup(func() {
-					if c, err := pgx.Connect(context.Background(), url); err == nil {
-						_, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{sch + "__ops"}.Sanitize()+" CASCADE")
-						_ = c.Close(context.Background())
-					}
-				})
 				return st
 			}, func() directQuery {
 				pool, err := pgxpool.New(ctx, url)

@@ -23,9 +23,6 @@ import (
 // rows of the values its coverage names in params, granted or not, and a
 // privileged query's Authorize is not called.
 //
-// r must be prepared on the push's store (Registry.Prepare, which builds
-// PostgreSQL's query views): the node's own, n.Operations.Registry(), is.
-//
 // A refusal (an unknown id, params that do not fit, a result over
 // maxRows) is an *Error with its operation code; a failure of the
 // statement or of a result value is a *storage.QueryError, after which
@@ -47,7 +44,7 @@ func (r *Registry) QueryCandidate(ctx context.Context, rd engine.CandidateReader
 	if err != nil {
 		return QueryResult{}, err
 	}
-	p := storage.QueryParams{QuerySpec: q.spec, Args: args, Limit: q.MaxRows + 1}
+	p := storage.QueryParams{QuerySpec: q.spec, Args: args}
 	if q.Mode == Scoped {
 		if p.Scopes, err = covered(q, args); err != nil {
 			return QueryResult{}, err
@@ -90,8 +87,10 @@ func (q *query) result(res storage.QueryResult) (QueryResult, error) {
 		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
 	}
 	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
+	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
 	for i, row := range res.Rows {
-		o := make(Object, len(q.columns))
+		o := Object(fields[:len(q.columns):len(q.columns)])
+		fields = fields[len(q.columns):]
 		for j, c := range q.columns {
 			o[j] = Field{c.Name, row[j]}
 		}

@@ -256,20 +256,7 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	if err := s.cfg.Engine.AdmitRead(ctx, id, req.ClientID, res.Start, res.HasPartition); err != nil {
 		return QueryResult{}, err
 	}
-	if len(res.Rows) > q.MaxRows {
-		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
-	}
-	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
-	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
-	for i, row := range res.Rows {
-		o := Object(fields[:len(q.columns):len(q.columns)])
-		fields = fields[len(q.columns):]
-		for j, c := range q.columns {
-			o[j] = Field{c.Name, row[j]}
-		}
-		out.Rows[i] = o
-	}
-	return out, nil
+	return q.result(res)
 }
 
 // queryArgs checks a query's params: an array of n scalar values.

@@ -64,9 +64,6 @@ func openDial(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.D
 		if _, err := c.Exec(ctx, "DROP SCHEMA "+quote(name)+" CASCADE"); err != nil {
 			tb.Errorf("drop schema %s: %v", name, err)
 		}
-		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+quote(s.opsSchema())+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", s.opsSchema(), err)
-		}
 	})
 	return s
 }

@@ -12,29 +12,29 @@ import (
 
 var _ storage.TxQuerier = (*tx)(nil)
 
-// errViewsNotBuilt is returned by TxQuery before the query views of the
-// transaction's schema exist. Building them takes the schema lock on
-// another connection, which could wait on this very transaction, so a
-// write transaction never builds them: PrepareQuery (Registry.Prepare at
-// start) does.
-var errViewsNotBuilt = errors.New("registered query in a transaction: the query views are not built for the installed schema (PrepareQuery builds them)")
-
 // txQuerySavepoint brackets a registered query inside a write
-// transaction. Rolling back to it (never releasing it) undoes the
-// transaction-local settings of the query — search_path and the
-// partition and scope values — and, after a failed statement, the
-// aborted state, so the push's own statements see the transaction as it
-// was.
+// transaction. Rolling back to it (never releasing it alone) undoes the
+// query's transaction-local search_path and, after a failed statement,
+// the aborted state, so the push's own statements see the transaction as
+// it was.
 const txQuerySavepoint = "op_query"
 
-// TxQuery implements storage.TxQuerier: SAVEPOINT, the query's settings,
-// its statement over the <schema>__ops views, ROLLBACK TO and RELEASE, in
-// one pipeline with whatever the transaction had queued. The views read
-// the base tables in this transaction's snapshot, so they see its writes.
+// qQueryFence is the query's search_path fence (as qQueryStart sets it
+// for Query): pg_catalog alone while the statement runs.
+const qQueryFence = "SELECT set_config('search_path', 'pg_catalog', true)"
+
+// TxQuery implements storage.TxQuerier: SAVEPOINT, the search_path fence,
+// the statement Query runs (opStatement: the registered query behind its
+// partition-bound relations), ROLLBACK TO and RELEASE, in one pipeline
+// with whatever the transaction had queued. The relations read the base
+// tables in this transaction's snapshot, so they see its writes.
+//
 // The savepoint's end is in the same pipeline, not queued for later: pgx
 // parses a pipeline's new statements before running any, so a push
-// statement parsed while the query's search_path is in effect would not
-// find its table.
+// statement parsed while the fence is in effect would not find its table.
+// The statement itself is parsed before the fence runs too, under the
+// push's search_path; PostgreSQL analyses a cached statement again when it
+// runs under another search_path, so the fence holds as it does in Query.
 func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	if err := t.check(); err != nil {
 		return storage.QueryResult{}, err
@@ -42,17 +42,7 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	if t.snapshot || p.Partition != t.locked.ID {
 		return storage.QueryResult{}, storage.ErrTxQueryPartition
 	}
-	t.s.ops.mu.Lock()
-	built := t.s.ops.built == t.inst
-	t.s.ops.mu.Unlock()
-	if !built {
-		return storage.QueryResult{}, errViewsNotBuilt
-	}
-	sqlText, err := numbered(p.SQL)
-	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
-	}
-	settings, sargs, err := t.s.querySettings(&p)
+	text, args, err := t.s.opStatement(&p)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
@@ -61,10 +51,10 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	// ready: everything before the statement ran, so a failure after it
 	// is the statement's own.
 	ready := false
-	t.queue(settings, sargs...)
+	t.queue(qQueryFence)
 	t.pending.QueuedQueries[t.pending.Len()-1].Exec(func(pgconn.CommandTag) error { ready = true; return nil })
 	var out storage.QueryResult
-	t.queueQuery(func(rows pgx.Rows) error { return readQueryRows(rows, &p, &out) }, sqlText, p.Args...)
+	t.queueQuery(func(rows pgx.Rows) (err error) { out.Rows, err = readQueryRows(rows, &p); return err }, text, args...)
 	t.queue(rollback)
 	t.queue(release)
 	err = t.send(ctx, nil)
@@ -73,8 +63,8 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 		return out, nil
 	}
 	if !ready {
-		// The transaction's queued statements, the savepoint or the
-		// settings failed: PostgreSQL has aborted the transaction.
+		// The transaction's queued statements, the savepoint or the fence
+		// failed: PostgreSQL has aborted the transaction.
 		return storage.QueryResult{}, t.fail("registered query", "", err)
 	}
 	if t.c.Conn().PgConn().TxStatus() == 'E' {
@@ -91,41 +81,4 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 		err = &storage.QueryError{Err: err}
 	}
 	return storage.QueryResult{}, err
-}
-
-// readQueryRows reads a registered query's rows into out: at most
-// p.Limit, each normalized to the declared columns.
-func readQueryRows(rows pgx.Rows, p *storage.QueryParams, out *storage.QueryResult) error {
-	var (
-		idx []int
-		err error
-	)
-	for len(out.Rows) < p.Limit && rows.Next() {
-		if idx == nil {
-			fds := rows.FieldDescriptions()
-			names := make([]string, len(fds))
-			for i, f := range fds {
-				names[i] = f.Name
-			}
-			if idx, err = resultIndex(names, p.Columns); err != nil {
-				return err
-			}
-		}
-		vals, err := rows.Values()
-		if err != nil {
-			return &storage.QueryError{Err: err}
-		}
-		row := make([]any, len(p.Columns))
-		for i, col := range p.Columns {
-			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
-				return err
-			}
-		}
-		out.Rows = append(out.Rows, row)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return &storage.QueryError{Err: err}
-	}
-	return nil
 }

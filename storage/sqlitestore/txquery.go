@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -31,36 +30,11 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
-	rs, err := t.c.query(ctx, text, args...)
-	if err != nil {
-		return storage.QueryResult{}, t.queryFailed(err)
-	}
-	defer func() { _ = rs.Close() }()
-	out := storage.QueryResult{MaxCommitSeq: t.maxSeq}
-	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
+	rows, err := t.c.queryRows(ctx, text, args, &p, t.queryFailed)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
-	for len(out.Rows) < p.Limit && rs.Next() {
-		row := make([]any, len(p.Columns))
-		for i, col := range p.Columns {
-			v := rs.vals[idx[i]]
-			if b, ok := v.([]byte); ok {
-				v = slices.Clone(b)
-			}
-			if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
-				return storage.QueryResult{}, err
-			}
-		}
-		out.Rows = append(out.Rows, row)
-	}
-	if err := rs.Err(); err != nil {
-		return storage.QueryResult{}, t.queryFailed(err)
-	}
-	if err := rs.Close(); err != nil {
-		return storage.QueryResult{}, t.queryFailed(err)
-	}
-	return out, nil
+	return storage.QueryResult{Rows: rows, MaxCommitSeq: t.maxSeq}, nil
 }
 
 // queryFailed classifies a registered query's failure inside a write

@@ -27,10 +27,10 @@ func testTxQueryCandidate(t *testing.T, e *env) {
 	}
 	ctx := t.Context()
 	spec := storage.QuerySpec{SQL: "SELECT id, owner_id FROM tasks WHERE done = ? ORDER BY id", Tables: []string{"tasks"},
-		Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}, {Name: "owner_id", Type: ssp2.TypeInteger}}}
+		Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}, {Name: "owner_id", Type: ssp2.TypeInteger}}, Limit: 10}
 	// owner_id 0 makes the least int64, whose abs fails on both dialects.
 	failing := storage.QuerySpec{SQL: "SELECT id, abs(owner_id - 9223372036854775807 - 1) AS owner_id FROM tasks WHERE done = ?", Tables: []string{"tasks"},
-		Columns: spec.Columns}
+		Columns: spec.Columns, Limit: 10}
 	for _, q := range []storage.QuerySpec{spec, failing} {
 		if err := qs.PrepareQuery(ctx, q); err != nil {
 			t.Fatalf("PrepareQuery(%s): %v", q.SQL, err)
@@ -64,7 +64,7 @@ func testTxQueryCandidate(t *testing.T, e *env) {
 				return err
 			}
 		}
-		all := storage.QueryParams{QuerySpec: spec, Partition: p.ID, Args: []any{false}, Limit: 10}
+		all := storage.QueryParams{QuerySpec: spec, Partition: p.ID, Args: []any{false}}
 		res, err := tq.TxQuery(ctx, all)
 		if err != nil || !slices.Equal(ids(res), []string{"a", "b", "c"}) || res.MaxCommitSeq != 1 {
 			t.Fatalf("privileged TxQuery = %v (max seq %d), %v; want [a b c] at 1", ids(res), res.MaxCommitSeq, err)
@@ -83,10 +83,10 @@ func testTxQueryCandidate(t *testing.T, e *env) {
 			return err
 		}
 		var qe *storage.QueryError
-		if _, err := tq.TxQuery(ctx, storage.QueryParams{QuerySpec: failing, Partition: p.ID, Args: []any{false}, Limit: 10}); !errors.As(err, &qe) {
+		if _, err := tq.TxQuery(ctx, storage.QueryParams{QuerySpec: failing, Partition: p.ID, Args: []any{false}}); !errors.As(err, &qe) {
 			t.Fatalf("a failing statement: %v, want a *storage.QueryError", err)
 		}
-		if _, err := tq.TxQuery(ctx, storage.QueryParams{QuerySpec: spec, Partition: other.ID, Args: []any{false}, Limit: 10}); !errors.Is(err, storage.ErrTxQueryPartition) {
+		if _, err := tq.TxQuery(ctx, storage.QueryParams{QuerySpec: spec, Partition: other.ID, Args: []any{false}}); !errors.Is(err, storage.ErrTxQueryPartition) {
 			t.Fatalf("another partition: %v, want ErrTxQueryPartition", err)
 		}
 		// The transaction goes on: it reads, writes and commits.
@@ -96,7 +96,7 @@ func testTxQueryCandidate(t *testing.T, e *env) {
 		_, err = tx.RowUpsert(ctx, "tasks", row("d", "p1", 4))
 		return err
 	})
-	res, err := qs.Query(ctx, storage.QueryParams{QuerySpec: spec, Partition: p.ID, Args: []any{false}, Limit: 10})
+	res, err := qs.Query(ctx, storage.QueryParams{QuerySpec: spec, Partition: p.ID, Args: []any{false}})
 	if err != nil || !slices.Equal(ids(res), []string{"a", "b", "c", "d", "z"}) {
 		t.Fatalf("committed rows %v, %v; want [a b c d z]", ids(res), err)
 	}

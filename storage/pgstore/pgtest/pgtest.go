@@ -34,8 +34,8 @@ func URL(tb testing.TB) string {
 }
 
 // Schema returns the test server URL and the name of a fresh schema that
-// is dropped (with everything in it, and its __ops sibling) when tb
-// ends. The schema itself is created by whoever opens a store in it.
+// is dropped (with everything in it) when tb ends. The schema itself is
+// created by whoever opens a store in it.
 func Schema(tb testing.TB) (url, schema string) {
 	tb.Helper()
 	url = URL(tb)
@@ -51,11 +51,8 @@ func Schema(tb testing.TB) (url, schema string) {
 			return
 		}
 		defer c.Close(ctx)
-		// <schema>__ops holds a store's registered-query views.
-		for _, s := range []string{schema, schema + "__ops"} {
-			if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
-				tb.Errorf("drop schema %s: %v", s, err)
-			}
+		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
 	return url, schema
