@@ -11,6 +11,21 @@ import (
 	"github.com/syncnode/syncnode/storage"
 )
 
+// tasksStore is a store with one application table, tasks (id,
+// project_id, scoped by project).
+func tasksStore(t *testing.T) *Store {
+	s := openTB(t, 2)
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestQueryStatementLimit: a registered query's statement reads at most
 // Limit (maxRows + 1) rows in SQL — the server stops there, it does not
 // send the rest for the client to drop — LIMIT appended or, under the
@@ -19,15 +34,7 @@ import (
 // one is refused.
 func TestQueryStatementLimit(t *testing.T) {
 	ctx := context.Background()
-	s := openTB(t, 2)
-	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
- {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	s := tasksStore(t)
 	cols := []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}
 	for _, c := range []struct{ sql, tail string }{
 		{"SELECT id FROM tasks WHERE project_id = ? ORDER BY id", "ORDER BY id\nLIMIT 6"},
@@ -59,15 +66,7 @@ func TestQueryStatementLimit(t *testing.T) {
 // relations.
 func TestQuerySearchPathFence(t *testing.T) {
 	ctx := context.Background()
-	s := openTB(t, 2)
-	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
- {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	s := tasksStore(t)
 	run := func(sql string) (storage.QueryResult, error) {
 		return s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"},
 			Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}, Limit: 2}, Partition: "p", ClientID: "c"})
@@ -93,19 +92,11 @@ func TestQuerySearchPathFence(t *testing.T) {
 // failed.
 func TestTxQuerySearchPathFence(t *testing.T) {
 	ctx := context.Background()
-	s := openTB(t, 2)
-	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
- {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	s := tasksStore(t)
 	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
 		t.Fatal(err)
 	}
-	err = s.WriteTx(ctx, "p", func(stx storage.Tx) error {
+	err := s.WriteTx(ctx, "p", func(stx storage.Tx) error {
 		tx := stx.(*tx)
 		searchPath := func() string {
 			var sp string
