@@ -230,7 +230,7 @@ func testScopeRevocation(t *testing.T) {
 	}
 	// A row outside every subscription survives the purge: revocation
 	// deletes only what the revoked grant delivered.
-	c.rep.tables["tasks"].rows["local"] = replicaRows(writer)["c0"]
+	c.rep.tables["tasks"].put("local", replicaRows(writer)["c0"])
 
 	// Two queued writes into p2: the first is pushed in the revoking round
 	// and refused by the server, the second is still queued when the

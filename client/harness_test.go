@@ -188,10 +188,9 @@ func (s *server) serverRows(projects ...string) map[string]rowEntry {
 func replicaRows(c *Client) map[string]rowEntry {
 	c.rep.mu.RLock()
 	defer c.rep.mu.RUnlock()
-	out := make(map[string]rowEntry, len(c.rep.tables["tasks"].rows))
-	for id, e := range c.rep.tables["tasks"].rows {
-		out[id] = e
-	}
+	tr := c.rep.tables["tasks"]
+	out := make(map[string]rowEntry, tr.len())
+	tr.each(func(id string, e rowEntry) { out[id] = e })
 	return out
 }
 

@@ -3,8 +3,11 @@ package client
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync"
 
+	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/sqliteimage"
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -43,57 +46,120 @@ func (r *roundState) image(data []byte, f *ssp2.SegmentRef) error {
 			return &Error{Op: "apply image", Code: ssp2.CodeScopeRevoked, Message: "effective scopes name a variable without a scope column in " + t.Name}
 		}
 	}
-	pk, pkType := t.PKIndex, t.Columns[t.PKIndex].Type
 	tr := r.c.rep.tables[t.Name]
 	r.c.rep.mu.Lock()
-	if len(tr.rows) == 0 && f.RowCount > 0 && f.RowCount <= 1<<24 {
-		// A fresh replica: size the table once instead of growing it
-		// through every doubling.
-		tr.rows = make(map[string]rowEntry, f.RowCount)
-	}
+	tr.reserve(f.RowCount)
 	r.c.rep.mu.Unlock()
-	// Rows of a chunk are encoded into one buffer, then copied into an
-	// arena of exactly their size with their ids in one string: two
-	// allocations per chunk rather than two per row. Reading and applying
-	// overlap: this goroutine reads and encodes the next chunk while an
-	// applier goroutine puts the previous one into the replica, in order,
-	// one chunk per replica update.
-	type pending struct {
-		version        int64
-		start, end     int
-		idStart, idEnd int
+	workers := 1
+	if f.RowCount >= 4*imageChunk {
+		workers = min(runtime.GOMAXPROCS(0), maxImageWorkers)
 	}
-	type chunk struct {
-		rows  []pending
-		arena []byte
-		ids   string
+	parts, err := im.Split(workers)
+	if err != nil {
+		return err
 	}
-	free := make(chan []pending, 3)
-	for range cap(free) {
-		free <- make([]pending, 0, imageChunk)
+	// Each part of the image is read and encoded by its own goroutine into
+	// chunks; this goroutine puts the chunks into the replica in key order,
+	// one chunk per replica update: the first part's as they come, then
+	// the next part's, which waited buffered meanwhile. A failure stops
+	// the application after the chunks before it (SPEC.md §5.3: the
+	// committed prefix stays for a safe retry).
+	outs := make([]chan imageRows, len(parts))
+	counts := make([]int64, len(parts))
+	errs := make([]error, len(parts))
+	quit := make(chan struct{})
+	free := make(chan []pendingImageRow, 2*len(parts)+2)
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		buffered := 2
+		if i > 0 {
+			buffered = int(min(f.RowCount/imageChunk/int64(len(parts))+2, 1<<14))
+		}
+		outs[i] = make(chan imageRows, buffered)
+		wg.Go(func() {
+			defer close(outs[i])
+			counts[i], errs[i] = readImagePart(p, t, outs[i], free, quit)
+		})
 	}
-	work := make(chan chunk, 1)
-	var applied int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for c := range work {
+	var n, applied int64
+	for i := range parts {
+		for c := range outs[i] {
 			r.c.rep.mu.Lock()
 			for _, p := range c.rows {
-				tr.rows[c.ids[p.idStart:p.idEnd]] = rowEntry{version: p.version, data: c.arena[p.start:p.end:p.end]}
+				tr.putOrdered(c.ids[p.idStart:p.idEnd], rowEntry{version: p.version, data: c.arena[p.start:p.end:p.end]})
 			}
 			r.c.rep.mu.Unlock()
 			applied += int64(len(c.rows))
-			free <- c.rows[:0]
+			select {
+			case free <- c.rows[:0]:
+			default:
+			}
 		}
-	}()
-	rows := <-free
-	var buf, ids []byte
-	flush := func() {
-		work <- chunk{rows: rows, arena: append([]byte(nil), buf...), ids: string(ids)}
-		rows, buf, ids = <-free, buf[:0], ids[:0]
+		n += counts[i]
+		if err = errs[i]; err != nil {
+			break
+		}
 	}
-	n, err := im.Rows(l, func(version int64, vals []ssp2.Value) error {
+	close(quit)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if n != f.RowCount || applied != f.RowCount {
+		return ssp2.Errorf(ssp2.CodeInvalidRequest, "sqlite image: applied %d rows, the descriptor says %d", applied, f.RowCount)
+	}
+	r.res.SegmentRows += applied
+	r.res.Segments++
+	r.res.Images++
+	return nil
+}
+
+// maxImageWorkers bounds the goroutines that read one image.
+const maxImageWorkers = 4
+
+// imageRows is one chunk of an image's rows, encoded: the rows' codec
+// bytes in one arena and their ids in one string, two allocations per
+// chunk rather than two per row. The replica's rows alias the arena.
+type imageRows struct {
+	rows  []pendingImageRow
+	arena []byte
+	ids   string
+}
+
+type pendingImageRow struct {
+	version        int64
+	start, end     int
+	idStart, idEnd int
+}
+
+// readImagePart reads one part of an image into chunks of at most
+// imageChunk rows sent on out, until the part ends, a row fails or quit
+// is closed; it returns the rows the part held up to then.
+func readImagePart(p sqliteimage.Part, t *schema.Table, out chan<- imageRows, free chan []pendingImageRow, quit <-chan struct{}) (int64, error) {
+	l := sqliteimage.Layout{Table: t.Name, Columns: t.WireColumns(), PK: t.PKIndex}
+	pk, pkType := t.PKIndex, t.Columns[t.PKIndex].Type
+	take := func() []pendingImageRow {
+		select {
+		case rows := <-free:
+			return rows
+		default:
+			return make([]pendingImageRow, 0, imageChunk)
+		}
+	}
+	rows := take()
+	// Rows are encoded straight into the arena the chunk hands over; the
+	// next arena is sized from the last one, so it rarely grows.
+	var buf, ids []byte
+	flush := func() error {
+		select {
+		case out <- imageRows{rows: rows, arena: buf, ids: string(ids)}:
+		case <-quit:
+			return errImageStopped
+		}
+		rows, buf, ids = take(), make([]byte, 0, len(buf)+len(buf)/8), ids[:0]
+		return nil
+	}
+	n, err := p.Rows(l, func(version int64, vals []ssp2.Value) error {
 		v := vals[pk]
 		if v.Null {
 			return ssp2.Errorf(ssp2.CodeInvalidRequest, "sqlite image: a row without a primary key")
@@ -107,30 +173,21 @@ func (r *roundState) image(data []byte, f *ssp2.SegmentRef) error {
 		if ids, err = appendRowID(ids, pkType, v); err != nil {
 			return err
 		}
-		rows = append(rows, pending{version: version, start: start, end: len(buf), idStart: idStart, idEnd: len(ids)})
+		rows = append(rows, pendingImageRow{version: version, start: start, end: len(buf), idStart: idStart, idEnd: len(ids)})
 		if len(rows) == imageChunk {
-			flush()
+			return flush()
 		}
 		return nil
 	})
 	if err == nil && len(rows) > 0 {
-		flush()
+		err = flush()
 	}
-	// A failure leaves the chunks before it applied (SPEC.md §5.3: the
-	// committed prefix stays for a safe retry).
-	close(work)
-	<-done
-	if err != nil {
-		return err
-	}
-	if n != f.RowCount || applied != f.RowCount {
-		return ssp2.Errorf(ssp2.CodeInvalidRequest, "sqlite image: applied %d rows, the descriptor says %d", applied, f.RowCount)
-	}
-	r.res.SegmentRows += applied
-	r.res.Segments++
-	r.res.Images++
-	return nil
+	return n, err
 }
+
+// errImageStopped ends a part's read once an earlier part failed; it is
+// never returned from image.
+var errImageStopped = errors.New("image application stopped")
 
 // appendRowID appends the wire rowId of a primary-key value.
 func appendRowID(dst []byte, t ssp2.ColumnType, v ssp2.Value) ([]byte, error) {

@@ -229,3 +229,69 @@ func TestNodeSignedURLs(t *testing.T) {
 		sameRows(t, "late", replicaRows(late), srv.serverRows("p1"))
 	})
 }
+
+// TestNodeImageRowsTakeLaterWrites: rows an image bootstrapped (held in
+// the replica's ordered run) take every later write as rows delivered
+// any other way do: the client's own optimistic upserts checked against
+// the image's versions, patches that need the held row, deletes, new
+// rows between and after the image's ids; another client's edits and
+// deletes arriving as commits; and a second bootstrap of the same table,
+// whose purge and image land over what the first left.
+func TestNodeImageRowsTakeLaterWrites(t *testing.T) {
+	bothStores(t, func(t *testing.T) {
+		srv, _ := startNode(t, 1024)
+		seed(t, srv, 5000, "p1")
+		pull := PullOptions{LimitSnapshotRows: 1000, Accept: imageAccept}
+		img := srv.client("alice", []string{"p1"}, func(cfg *Config) { cfg.Pull = pull })
+		if res := mustSync(t, img); res.Images != 1 || img.Count("tasks") != 5000 {
+			t.Fatalf("image bootstrap: %d images, %d rows", res.Images, img.Count("tasks"))
+		}
+		v := img.Version("tasks", "p1-0000010")
+		if v < 1 {
+			t.Fatalf("image row version %d", v)
+		}
+		edited := task("p1-0000010", "p1", "edited at the image's version")
+		mustCommit(t, img,
+			Upsert("tasks", edited).IfUnchanged(),
+			Patch("tasks", map[string]any{"id": "p1-0000012", "title": "patched"}).IfUnchanged(),
+			Delete("tasks", "p1-0000011"),
+			Upsert("tasks", task("p1-0000010a", "p1", "between two image rows")),
+			Upsert("tasks", task("p1-9999999", "p1", "after the last image row")))
+		if res := mustSync(t, img); len(res.Rejected) != 0 {
+			t.Fatalf("writes on image rows rejected: %+v", res.Rejected[0])
+		}
+		stale := task("p1-0000013", "p1", "at a stale version")
+		mustCommit(t, img, Upsert("tasks", stale).WithBaseVersion(img.Version("tasks", "p1-0000013")+1))
+		if res := mustSync(t, img); len(res.Rejected) != 1 {
+			t.Fatalf("a stale base version against an image row: %d rejections, want 1", len(res.Rejected))
+		}
+
+		other := srv.client("bob", []string{"p1"}, nil)
+		mustSync(t, other)
+		mustCommit(t, other, Upsert("tasks", task("p1-0000020", "p1", "bob's edit")), Delete("tasks", "p1-0000021"))
+		mustSync(t, other)
+		mustSync(t, img)
+		sameRows(t, "after later writes", replicaRows(img), srv.serverRows("p1"))
+		if r, ok := img.Row("tasks", "p1-0000020"); !ok || r.Values["title"] != "bob's edit" {
+			t.Fatalf("bob's edit on an image row: %+v %v", r, ok)
+		}
+		for _, id := range []string{"p1-0000011", "p1-0000021"} {
+			if _, ok := img.Row("tasks", id); ok {
+				t.Fatalf("deleted image row %s still held", id)
+			}
+		}
+		if got := img.Count("tasks"); got != 5000 {
+			t.Fatalf("%d rows, want 5000 (two deleted, two added)", got)
+		}
+
+		// A second subscription to the same rows bootstraps again: its
+		// fresh clear purges the first image's rows and the new image lands.
+		if err := img.Subscribe("again", "tasks", map[string][]string{"project_id": {"p1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if res := mustSync(t, img); res.Images != 1 {
+			t.Fatalf("second bootstrap: %d images", res.Images)
+		}
+		sameRows(t, "after a second image", replicaRows(img), srv.serverRows("p1"))
+	})
+}

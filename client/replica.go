@@ -20,8 +20,8 @@ type Row struct {
 }
 
 // replica is the local copy of server rows: per table, rowId → the row's
-// serverVersion and codec bytes. Rows are kept encoded and decoded on
-// read, which keeps apply at a map insert and a copy per row. Readers take
+// serverVersion and codec bytes (tableRows). Rows are kept encoded and
+// decoded on read, which keeps apply at an insert and a copy per row. Readers take
 // the read lock; one COMMIT frame or one segment block is applied under
 // one write lock, so readers see whole frames and blocks (SPEC.md §1.4
 // rule 4).
@@ -30,20 +30,10 @@ type replica struct {
 	tables map[string]*tableRows
 }
 
-type tableRows struct {
-	t    *schema.Table
-	rows map[string]rowEntry
-}
-
-type rowEntry struct {
-	version int64
-	data    []byte // row codec bytes, owned
-}
-
 func newReplica(s *schema.Schema) *replica {
 	r := &replica{tables: make(map[string]*tableRows, len(s.Tables))}
 	for _, t := range s.Tables {
-		r.tables[t.Name] = &tableRows{t: t, rows: make(map[string]rowEntry)}
+		r.tables[t.Name] = newTableRows(t)
 	}
 	return r
 }
@@ -53,7 +43,7 @@ func (r *replica) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tr := range r.tables {
-		tr.rows = make(map[string]rowEntry)
+		tr.reset()
 	}
 }
 
@@ -72,16 +62,13 @@ func (r *replica) purge(table string, eff map[string][]string) (n int, ok bool) 
 		return 0, false
 	}
 	var vals []ssp2.Value
-	for id, e := range tr.rows {
+	n = tr.deleteIf(func(_ string, e rowEntry) bool {
 		var err error
 		if vals, err = tr.t.Codec.DecodeRow(e.data, vals); err != nil {
-			continue // cannot happen: rows are validated before they are stored
+			return false // cannot happen: rows are validated before they are stored
 		}
-		if m.match(vals) {
-			delete(tr.rows, id)
-			n++
-		}
-	}
+		return m.match(vals)
+	})
 	return n, true
 }
 
@@ -90,7 +77,8 @@ func (r *replica) version(table, id string) int64 {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if tr := r.tables[table]; tr != nil {
-		return tr.rows[id].version
+		e, _ := tr.get(id)
+		return e.version
 	}
 	return 0
 }
@@ -101,7 +89,7 @@ func (r *replica) row(table, id string) (Row, bool) {
 	var e rowEntry
 	ok := false
 	if tr != nil {
-		e, ok = tr.rows[id]
+		e, ok = tr.get(id)
 	}
 	r.mu.RUnlock()
 	if !ok {
@@ -126,10 +114,8 @@ func (r *replica) rows(table string) []Row {
 		r.mu.RUnlock()
 		return nil
 	}
-	snap := make([]raw, 0, len(tr.rows))
-	for id, e := range tr.rows {
-		snap = append(snap, raw{id, e})
-	}
+	snap := make([]raw, 0, tr.len())
+	tr.each(func(id string, e rowEntry) { snap = append(snap, raw{id, e}) })
 	r.mu.RUnlock()
 	slices.SortFunc(snap, func(a, b raw) int { return strings.Compare(a.id, b.id) })
 	out := make([]Row, 0, len(snap))
@@ -147,7 +133,7 @@ func (r *replica) count(table string) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if tr := r.tables[table]; tr != nil {
-		return len(tr.rows)
+		return tr.len()
 	}
 	return 0
 }
@@ -158,10 +144,8 @@ func (r *replica) snapshot() map[string][]StoredRow {
 	defer r.mu.RUnlock()
 	out := make(map[string][]StoredRow, len(r.tables))
 	for name, tr := range r.tables {
-		rows := make([]StoredRow, 0, len(tr.rows))
-		for id, e := range tr.rows {
-			rows = append(rows, StoredRow{ID: id, Version: e.version, Row: e.data})
-		}
+		rows := make([]StoredRow, 0, tr.len())
+		tr.each(func(id string, e rowEntry) { rows = append(rows, StoredRow{ID: id, Version: e.version, Row: e.data}) })
 		slices.SortFunc(rows, func(a, b StoredRow) int { return strings.Compare(a.ID, b.ID) })
 		out[name] = rows
 	}
@@ -186,7 +170,7 @@ func (r *replica) load(stored map[string][]StoredRow) (ok bool) {
 				ok = false
 				continue
 			}
-			tr.rows[s.ID] = rowEntry{version: s.Version, data: s.Row}
+			tr.putOrdered(s.ID, rowEntry{version: s.Version, data: s.Row})
 		}
 	}
 	return ok

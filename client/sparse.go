@@ -99,7 +99,7 @@ func sameValue(a, b ssp2.Value) bool {
 // row is expected. c.mu is held.
 func (c *Client) expected(t *schema.Table, rowID string, earlier []PendingOperation) (vals []ssp2.Value, held bool) {
 	c.rep.mu.RLock()
-	e, held := c.rep.tables[t.Name].rows[rowID]
+	e, held := c.rep.tables[t.Name].get(rowID)
 	c.rep.mu.RUnlock()
 	if held {
 		var err error

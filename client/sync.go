@@ -664,9 +664,9 @@ func (r *roundState) commit(f *ssp2.Commit) error {
 	for i := range batch {
 		tr := tables[f.Changes[i].TableIndex]
 		if batch[i].delete {
-			delete(tr.rows, batch[i].id)
+			tr.del(batch[i].id)
 		} else {
-			tr.rows[batch[i].id] = batch[i].e
+			tr.put(batch[i].id, batch[i].e)
 		}
 	}
 	rep.mu.Unlock()
@@ -763,7 +763,7 @@ func (r *roundState) segment(data []byte, first bool) error {
 		for i := range rows {
 			a := len(arena)
 			arena = append(arena, rows[i].row...)
-			tr.rows[idStr[rows[i].idStart:rows[i].idEnd]] = rowEntry{version: rows[i].version, data: arena[a:len(arena):len(arena)]}
+			tr.putOrdered(idStr[rows[i].idStart:rows[i].idEnd], rowEntry{version: rows[i].version, data: arena[a:len(arena):len(arena)]})
 		}
 		r.c.rep.mu.Unlock()
 		r.res.SegmentRows += int64(len(rows))

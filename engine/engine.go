@@ -83,6 +83,12 @@ type Config struct {
 	// OnCommit is called after a push commit is durable, outside any
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
+	// OnAppend, when set, is handed every commit a push appended, with
+	// the log epoch it was appended under, once it is durable; it then
+	// replaces OnCommit for pushes (other commits still call OnCommit).
+	// The relay publishes c without reading it back from SQL. It must not
+	// block or modify c.
+	OnAppend func(partition, logEpoch string, c storage.Commit)
 	// Gate is the serve gate (gate.go; GateOf adapts a *gate.Gate); nil
 	// serves every partition.
 	Gate   ServeGate
@@ -650,14 +656,14 @@ func (e *Engine) stream(ctx context.Context, r *request) error {
 			applied, err := e.push(ctx, r, c)
 			if err != nil {
 				if committed {
-					e.notify(r.id.Partition)
+					e.notifyPushed(r.id.Partition)
 				}
 				return err
 			}
 			committed = committed || applied
 		}
 		if committed {
-			e.notify(r.id.Partition)
+			e.notifyPushed(r.id.Partition)
 		}
 	}
 	if r.req.Pull != nil {
@@ -670,6 +676,14 @@ func (e *Engine) stream(ctx context.Context, r *request) error {
 		}
 	}
 	return r.enc.End()
+}
+
+// notifyPushed is notify for the commits of a push, which OnAppend, when
+// set, has taken already.
+func (e *Engine) notifyPushed(partition string) {
+	if e.cfg.OnAppend == nil {
+		e.notify(partition)
+	}
 }
 
 func (e *Engine) notify(partition string) {

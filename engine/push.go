@@ -54,7 +54,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		out      applied
 		replayed bool
 	)
-	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
+	err = e.writeTx(ctx, r.id.Partition, pushRows(pc), func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
 		}
@@ -85,11 +85,34 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	}
 	if out.appended {
 		e.metrics.Commits.Add(1)
+		if e.cfg.OnAppend != nil {
+			e.cfg.OnAppend(r.id.Partition, r.part.LogEpoch, out.commit)
+		}
 	}
 	if err := e.answer(r, out.rec); err != nil {
 		return false, err
 	}
 	return out.appended, nil
+}
+
+// writeTx is Store.WriteTx, naming the rows fn will read to a store that
+// reads them ahead (storage.RowPrefetcher).
+func (e *Engine) writeTx(ctx context.Context, partition string, rows []storage.RowRef, fn func(tx storage.Tx) error) error {
+	if rp, ok := e.cfg.Store.(storage.RowPrefetcher); ok && len(rows) > 0 {
+		return rp.WriteTxRows(ctx, partition, rows, fn)
+	}
+	return e.cfg.Store.WriteTx(ctx, partition, fn)
+}
+
+// pushRows names the rows a commit's operations read first.
+func pushRows(pc *ssp2.PushCommit) []storage.RowRef {
+	rows := make([]storage.RowRef, 0, len(pc.Operations))
+	for _, op := range pc.Operations {
+		if op.Table != "" && op.RowID != "" {
+			rows = append(rows, storage.RowRef{Table: op.Table, RowID: op.RowID})
+		}
+	}
+	return rows
 }
 
 // answer writes the result of a commit just processed, as stored.
@@ -234,6 +257,7 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 type applied struct {
 	rec      storage.PushRecord
 	appended bool
+	commit   storage.Commit // the appended commit, when appended
 	enqueued *storage.ReactionEnqueueParams
 }
 
@@ -320,6 +344,9 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 			return applied{}, internal("append commit", err)
 		}
 		out.appended = true
+		out.commit = storage.Commit{CommitSeq: seq, CreatedAtMs: r.now, ActorID: r.id.ActorID,
+			ClientID: r.req.Header.ClientID, ClientCommitID: pc.ClientCommitID,
+			SchemaVersion: e.cfg.Schema.Version, Changes: changes}
 	}
 	if len(planned) > 0 {
 		out.enqueued = &storage.ReactionEnqueueParams{

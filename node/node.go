@@ -208,6 +208,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 
 	ec.Store, ec.Segments, ec.Gate, ec.OnCommit = n.Store, n.Segments, engine.GateOf(n.Gate), n.Relay.Notify
+	ec.OnAppend = n.Relay.Committed
 	if !cfg.Images.Disabled {
 		dir := cfg.Images.TempDir
 		if dir == "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -155,6 +156,9 @@ type Stats struct {
 	Batches   int64 // publish round trips (atomic batches or single events)
 	Conflicts int64 // compare-and-set rejections that led to a resync
 	Failures  int64 // failed partition runs (retried with backoff, except bad partition ids)
+	// Held counts commits published as Committed handed them over,
+	// without reading them back from the log.
+	Held int64
 }
 
 // Relay publishes the commit log to SYNC_COMMITS. The log is the outbox:
@@ -175,8 +179,14 @@ type Relay struct {
 	clock     clock.Clock
 	apiPrefix string
 
-	mu         sync.Mutex
-	notified   map[string]struct{}
+	mu       sync.Mutex
+	notified map[string]struct{}
+	held     map[string]*heldLog // Committed's commits, by partition
+	nHeld    int                 // commits in held
+	// unheard are partitions notified by Notify or the sweep since their
+	// last run began: commits nobody handed over may be in the log, so
+	// the run reads it.
+	unheard    map[string]struct{}
 	sweeping   bool
 	idle       chan struct{} // closed while nothing is pending
 	idleClosed bool
@@ -186,7 +196,7 @@ type Relay struct {
 	single     atomic.Bool // atomic batches unavailable on this stream
 	maxPayload int
 
-	events, batches, conflicts, failures atomic.Int64
+	events, batches, conflicts, failures, heldUsed atomic.Int64
 
 	state    int // 0 new, 1 started, 2 stopped
 	stopCh   chan struct{}
@@ -229,6 +239,8 @@ func New(js jetstream.JetStream, log LogReader, cfg Config) (*Relay, error) {
 		clock:      cfg.Clock,
 		apiPrefix:  prefix,
 		notified:   make(map[string]struct{}),
+		held:       make(map[string]*heldLog),
+		unheard:    make(map[string]struct{}),
 		idle:       idle,
 		idleClosed: true,
 		wake:       make(chan struct{}, 1),
@@ -306,12 +318,122 @@ func (r *Relay) Notify(partition string) {
 		return
 	}
 	r.notified[partition] = struct{}{}
+	r.unheard[partition] = struct{}{}
 	r.markBusyLocked()
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+// heldLog is what Committed handed over for one partition and no run has
+// taken yet: commits of one log epoch in ascending commitSeq.
+type heldLog struct {
+	epoch   string
+	commits []storage.Commit
+}
+
+// maxHeld bounds the commits held across all partitions: past it a
+// partition's held commits are dropped and its run reads them from SQL.
+const maxHeld = 4096
+
+// Committed hands the relay a commit this process appended and made
+// durable, with the log epoch it was appended under, and wakes the
+// relay like Notify: a run at the stream's tail publishes it without
+// reading it back from the log. The log stays the source of truth: a run
+// uses held commits only when they continue the stream's tail exactly
+// (same epoch, the next commitSeq, no gap) and reads the log otherwise,
+// and a partition also notified by Notify or the sweep is read. Committed
+// never blocks. c must not be modified afterwards.
+func (r *Relay) Committed(partition, logEpoch string, c storage.Commit) {
+	r.mu.Lock()
+	if r.state == 2 {
+		r.mu.Unlock()
+		return
+	}
+	r.holdLocked(partition, logEpoch, c)
+	r.notified[partition] = struct{}{}
+	r.markBusyLocked()
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *Relay) holdLocked(partition, logEpoch string, c storage.Commit) {
+	h := r.held[partition]
+	if h == nil || h.epoch != logEpoch {
+		if h != nil {
+			r.nHeld -= len(h.commits)
+		}
+		h = &heldLog{epoch: logEpoch}
+		r.held[partition] = h
+	}
+	if r.nHeld >= maxHeld {
+		// Full: this partition's run reads the log instead, and so does
+		// any other's whose commits do not fit.
+		r.nHeld -= len(h.commits)
+		h.commits = h.commits[:0]
+		if r.nHeld >= maxHeld {
+			delete(r.held, partition)
+			return
+		}
+	}
+	// Concurrent pushes may hand their commits over out of order.
+	i := len(h.commits)
+	for i > 0 && h.commits[i-1].CommitSeq >= c.CommitSeq {
+		i--
+	}
+	if i < len(h.commits) && h.commits[i].CommitSeq == c.CommitSeq {
+		h.commits[i] = c
+		return
+	}
+	h.commits = slices.Insert(h.commits, i, c)
+	r.nHeld++
+}
+
+// takeUnheard reports whether partition was notified by Notify or the
+// sweep since its last run began, and clears that.
+func (r *Relay) takeUnheard(partition string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.unheard[partition]
+	delete(r.unheard, partition)
+	return ok
+}
+
+// takeHeld removes and returns the held commits of partition that follow
+// after without a gap, at most limit, when they are of the log epoch
+// whose escaped form is epoch; held commits at or before after are
+// dropped (published already). none reports that nothing is held past
+// after at all.
+func (r *Relay) takeHeld(partition string, after int64, epoch string, limit int) (commits []storage.Commit, logEpoch string, none bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.held[partition]
+	if h == nil {
+		return nil, "", true
+	}
+	if bus.EscapeEpoch(h.epoch) != epoch {
+		r.nHeld -= len(h.commits)
+		delete(r.held, partition)
+		return nil, "", false
+	}
+	drop := 0
+	for drop < len(h.commits) && h.commits[drop].CommitSeq <= after {
+		drop++
+	}
+	n := 0
+	for n < len(h.commits)-drop && n < limit && h.commits[drop+n].CommitSeq == after+1+int64(n) {
+		n++
+	}
+	none = drop == len(h.commits)
+	commits = slices.Clone(h.commits[drop : drop+n])
+	h.commits = slices.Delete(h.commits, 0, drop+n)
+	r.nHeld -= drop + n
+	if len(h.commits) == 0 {
+		delete(r.held, partition)
+	}
+	return commits, h.epoch, none
 }
 
 // Flush waits until every notified partition has been published (and the
@@ -345,6 +467,7 @@ func (r *Relay) Stats() Stats {
 		Batches:   r.batches.Load(),
 		Conflicts: r.conflicts.Load(),
 		Failures:  r.failures.Load(),
+		Held:      r.heldUsed.Load(),
 	}
 }
 
@@ -393,6 +516,7 @@ func (r *Relay) sweep(ctx context.Context) error {
 	r.mu.Lock()
 	for _, p := range parts {
 		r.notified[p.ID] = struct{}{}
+		r.unheard[p.ID] = struct{}{}
 	}
 	if len(parts) > 0 {
 		r.markBusyLocked()
@@ -693,11 +817,40 @@ func (r *Relay) readChunk(ctx context.Context, p bus.Partition, after int64, par
 // confirm the tail (another epoch, a log pruned past it or behind it) or
 // that fails returns neither: the caller takes the general path, which
 // reads the partition first and reports errors.
-func (r *Relay) readTail(ctx context.Context, p bus.Partition, pos position, cursor int64, enc *bus.Encoder, events []bus.CommitMsg) (ch chunk, done bool) {
+func (r *Relay) readTail(ctx context.Context, p bus.Partition, pos position, cursor int64, mustRead *bool, enc *bus.Encoder, events []bus.CommitMsg) (ch chunk, done bool) {
 	if !pos.synced || pos.lastStreamSeq == 0 || !pos.complete || (cursor >= 0 && cursor != pos.commitSeq) {
 		return chunk{}, false
 	}
+	var (
+		commits []storage.Commit
+		epoch   string
+		none    bool
+	)
+	if !*mustRead {
+		commits, epoch, none = r.takeHeld(p.ID(), pos.commitSeq, pos.epoch, r.cfg.CommitsPerRead)
+	}
+	if none {
+		// Only Committed woke this run, and what it handed over is
+		// published: the log holds nothing more of ours.
+		return chunk{}, true
+	}
+	if len(commits) > 0 {
+		// The commits this process appended right after the tail: the
+		// log would return exactly these. MaxCommitSeq is the last of
+		// them, so the run reads no further ahead; later commits come
+		// with their own notification.
+		part := storage.Partition{ID: p.ID(), LogEpoch: epoch, MaxCommitSeq: commits[len(commits)-1].CommitSeq}
+		ch = chunk{after: pos.commitSeq, part: part, again: part, commits: commits, events: events[:0]}
+		for _, c := range commits {
+			ch.events = enc.AppendCommit(ch.events, p, epoch, c)
+		}
+		r.heldUsed.Add(int64(len(commits)))
+		return ch, false
+	}
 	part, commits, err := r.log.PartitionCommitRange(ctx, p.ID(), pos.commitSeq, r.cfg.CommitsPerRead)
+	if err == nil {
+		*mustRead = false
+	}
 	if err != nil || bus.EscapeEpoch(part.LogEpoch) != pos.epoch ||
 		pos.commitSeq < part.HorizonSeq || pos.commitSeq > part.MaxCommitSeq {
 		return chunk{}, false
@@ -717,13 +870,25 @@ func (r *Relay) readTail(ctx context.Context, p bus.Partition, pos position, cur
 // relayPartition publishes every commit of one partition that the stream
 // does not hold yet. With a backlog it reads and encodes the next chunk of
 // the log while the current one is being published.
-func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos position) (position, error) {
+func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos position) (_ position, runErr error) {
+	defer func() {
+		if runErr != nil {
+			// The retry reads the log: what this run took from held or
+			// was told to read may not be published.
+			r.mu.Lock()
+			r.unheard[id] = struct{}{}
+			r.mu.Unlock()
+		}
+	}()
 	p, err := bus.NewPartition(id)
 	if err != nil {
 		return pos, fmt.Errorf("%w: %w", errPermanent, err)
 	}
 	filter := r.cfg.Names.PartitionCommits(p)
 	conflicts := 0
+	// mustRead: this run reads the log at least once, because something
+	// other than Committed notified the partition.
+	mustRead := r.takeUnheard(id)
 	// cursor is the last commit this run has fully published (or read
 	// and found without events); -1 until then.
 	cursor := int64(-1)
@@ -759,7 +924,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 		}
 		if ch.commits == nil {
 			var done bool
-			if ch, done = r.readTail(ctx, p, pos, cursor, w.encs[slot], w.bufs[slot]); done {
+			if ch, done = r.readTail(ctx, p, pos, cursor, &mustRead, w.encs[slot], w.bufs[slot]); done {
 				return pos, nil
 			}
 			if ch.commits != nil {
@@ -804,6 +969,7 @@ func (r *Relay) relayPartition(ctx context.Context, w *worker, id string, pos po
 			if ch.err != nil {
 				return pos, fmt.Errorf("relay %s: %w", p.Token(), ch.err)
 			}
+			mustRead = false
 			if len(ch.commits) == 0 {
 				return pos, nil // pruned meanwhile; the next run starts at the horizon
 			}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"iter"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,6 +80,19 @@ func build(t testing.TB, l sqliteimage.Layout, n int, row func(int) sqliteimage.
 	return buf.Bytes(), m
 }
 
+// opened opens an image and checks it against l and m.
+func opened(t *testing.T, data []byte, l sqliteimage.Layout, m sqliteimage.Meta) *sqliteimage.Image {
+	t.Helper()
+	im, err := sqliteimage.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Check(l, m); err != nil {
+		t.Fatal(err)
+	}
+	return im
+}
+
 func same(a, b ssp2.Value) bool {
 	return a.Null == b.Null && a.Int == b.Int && a.Float == b.Float && a.Bool == b.Bool && bytes.Equal(a.Bytes, b.Bytes)
 }
@@ -85,13 +100,7 @@ func same(a, b ssp2.Value) bool {
 func TestRoundTrip(t *testing.T) {
 	const n = 3000 // interior pages, overflow chains
 	data, m := build(t, textPK, n, textRow)
-	im, err := sqliteimage.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Check(textPK, m); err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, data, textPK, m)
 	seen := 0
 	count, err := im.Rows(textPK, func(version int64, vals []ssp2.Value) error {
 		i := seen
@@ -131,18 +140,93 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSplit: the parts of a Split, read one after another (and read
+// concurrently), deliver exactly Rows' rows in Rows' order.
+func TestSplit(t *testing.T) {
+	data, m := build(t, textPK, 3000, textRow)
+	im := opened(t, data, textPK, m)
+	for _, n := range []int{1, 2, 3, 7, 1000} {
+		parts, err := im.Split(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(parts) < 1 || len(parts) > n {
+			t.Fatalf("Split(%d) made %d parts", n, len(parts))
+		}
+		got := make([][]int64, len(parts)) // each part's versions, in order
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, p := range parts {
+			wg.Go(func() {
+				_, errs[i] = p.Rows(textPK, func(version int64, vals []ssp2.Value) error {
+					got[i] = append(got[i], version)
+					return nil
+				})
+			})
+		}
+		wg.Wait()
+		var all []int64
+		for i := range parts {
+			if errs[i] != nil {
+				t.Fatalf("Split(%d) part %d: %v", n, i, errs[i])
+			}
+			all = append(all, got[i]...)
+		}
+		if len(all) != 3000 {
+			t.Fatalf("Split(%d): %d rows", n, len(all))
+		}
+		for i, v := range all {
+			if v != textRow(i).Version {
+				t.Fatalf("Split(%d): row %d has version %d, want %d", n, i, v, textRow(i).Version)
+			}
+		}
+	}
+
+	// A child page the root names twice is refused across parts too.
+	path := filepath.Join(t.TempDir(), "image.sqlite")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root, pageSize int
+	err = db.QueryRow(`SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_schema WHERE name = 'tasks'`).Scan(&root, &pageSize)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(data)
+	p := bad[(root-1)*pageSize : root*pageSize]
+	if p[0] != 0x05 || binary.BigEndian.Uint16(p[3:]) < 2 {
+		t.Fatalf("root page %d is not an interior page of two or more cells", root)
+	}
+	c0, c1 := binary.BigEndian.Uint16(p[12:]), binary.BigEndian.Uint16(p[14:])
+	copy(p[c1:c1+4], p[c0:c0+4])
+	im, err = sqliteimage.Open(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := im.Split(2)
+	if err == nil {
+		for _, part := range parts {
+			if _, err = part.Rows(textPK, func(int64, []ssp2.Value) error { return nil }); err != nil {
+				break
+			}
+		}
+	}
+	if ssp2.CodeOf(err) != ssp2.CodeInvalidRequest || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a page named twice: %v", err)
+	}
+}
+
 func TestIntegerPrimaryKeyIsTheRowid(t *testing.T) {
 	row := func(i int) sqliteimage.Row {
 		return sqliteimage.Row{Version: 1, Values: []ssp2.Value{{Bytes: []byte("t")}, {Int: int64(i*7 - 100)}}}
 	}
 	data, m := build(t, intPK, 500, row)
-	im, err := sqliteimage.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Check(intPK, m); err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, data, intPK, m)
 	want := int64(-100)
 	if _, err := im.Rows(intPK, func(_ int64, vals []ssp2.Value) error {
 		if vals[1].Null || vals[1].Int != want {
@@ -241,6 +325,18 @@ func FuzzOpen(f *testing.F) {
 		}
 		if _, err := im.Rows(textPK, func(int64, []ssp2.Value) error { return nil }); err != nil && ssp2.CodeOf(err) != ssp2.CodeInvalidRequest {
 			t.Fatalf("untyped row refusal: %v", err)
+		}
+		parts, err := im.Split(3)
+		if err != nil {
+			if ssp2.CodeOf(err) != ssp2.CodeInvalidRequest {
+				t.Fatalf("untyped split refusal: %v", err)
+			}
+			return
+		}
+		for _, p := range parts {
+			if _, err := p.Rows(textPK, func(int64, []ssp2.Value) error { return nil }); err != nil && ssp2.CodeOf(err) != ssp2.CodeInvalidRequest {
+				t.Fatalf("untyped part refusal: %v", err)
+			}
 		}
 	})
 }

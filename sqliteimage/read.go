@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/syncnode/syncnode/ssp2"
 )
@@ -99,11 +100,65 @@ func (im *Image) Check(l Layout, want Meta) error {
 // storage class, a version below 1 or a malformed page is
 // sync.invalid_request; an error of fn stops the walk and is returned.
 func (im *Image) Rows(l Layout, fn func(version int64, vals []ssp2.Value) error) (int64, error) {
+	return Part{im: im, seen: im.newSeen(), trees: []subtree{{page: im.root}}}.Rows(l, fn)
+}
+
+// Part is a key range of an image's data rows (Split): every row of one
+// part precedes every row of the next.
+type Part struct {
+	im    *Image
+	seen  []atomic.Bool // shared by the parts of one Split
+	trees []subtree     // in key order
+}
+
+type subtree struct{ page, depth int }
+
+// Split divides the data table into at most n key-ordered parts of about
+// the same number of pages, whose Rows may run concurrently: it expands
+// the b-tree from the root until there are several subtrees per part and
+// deals them out in order. Pages stay visited at most once across all the
+// parts, so a page two parts reach is an error, as in Rows.
+func (im *Image) Split(n int) ([]Part, error) {
+	seen := im.newSeen()
+	trees := []subtree{{page: im.root}}
+	for len(trees) < 4*n {
+		next := make([]subtree, 0, len(trees))
+		expanded := false
+		for _, st := range trees {
+			kids, err := im.children(st, seen)
+			if err != nil {
+				return nil, err
+			}
+			if kids == nil { // a leaf
+				next = append(next, st)
+				continue
+			}
+			expanded = true
+			for _, k := range kids {
+				next = append(next, subtree{page: k, depth: st.depth + 1})
+			}
+		}
+		trees = next
+		if !expanded {
+			break
+		}
+	}
+	n = max(1, min(n, len(trees)))
+	parts := make([]Part, n)
+	for i := range parts {
+		parts[i] = Part{im: im, seen: seen, trees: trees[i*len(trees)/n : (i+1)*len(trees)/n]}
+	}
+	return parts, nil
+}
+
+// Rows is Image.Rows over the part's rows.
+func (p Part) Rows(l Layout, fn func(version int64, vals []ssp2.Value) error) (int64, error) {
+	im := p.im
 	n := len(l.Columns)
 	vals := make([]ssp2.Value, n)
 	cells := make([]cell, 0, n+1)
 	var count int64
-	err := im.walk(im.root, func(rowid int64, rec []byte) error {
+	w := walker{im: im, seen: p.seen, fn: func(rowid int64, rec []byte) error {
 		var err error
 		if cells, err = parseRecord(rec, cells[:0]); err != nil {
 			return err
@@ -128,8 +183,13 @@ func (im *Image) Rows(l Layout, fn func(version int64, vals []ssp2.Value) error)
 		}
 		count++
 		return fn(cells[n].i, vals)
-	})
-	return count, err
+	}}
+	for _, st := range p.trees {
+		if err := w.visit(st.page, st.depth); err != nil {
+			return count, err
+		}
+	}
+	return count, nil
 }
 
 func convert(v *ssp2.Value, c cell, col ssp2.Column) error {
@@ -278,83 +338,132 @@ func (im *Image) page(n int) ([]byte, int, error) {
 	return p, 0, nil
 }
 
+func (im *Image) newSeen() []atomic.Bool { return make([]atomic.Bool, im.pages+1) }
+
 // walk visits a table b-tree's rows in key order, each row's record
-// reassembled from its overflow pages. A page is visited at most once,
-// so a cyclic or shared page is an error, not a loop.
+// reassembled from its overflow pages.
 func (im *Image) walk(root int, fn func(rowid int64, rec []byte) error) error {
-	seen := make([]bool, im.pages+1)
-	var scratch []byte
-	var visit func(n, depth int) error
-	visit = func(n, depth int) error {
-		if depth > 40 {
-			return invalid("b-tree deeper than 40 levels")
+	w := walker{im: im, seen: im.newSeen(), fn: fn}
+	return w.visit(root, 0)
+}
+
+// A walker visits b-tree pages, each at most once (seen), so a cyclic or
+// shared page is an error, not a loop.
+type walker struct {
+	im      *Image
+	seen    []atomic.Bool
+	scratch []byte
+	fn      func(rowid int64, rec []byte) error
+}
+
+// treePage checks page n of a table b-tree at depth and marks it seen.
+func (im *Image) treePage(n, depth int, seen []atomic.Bool) (p []byte, h, kind, ncells, ptrs int, err error) {
+	if depth > 40 {
+		return nil, 0, 0, 0, 0, invalid("b-tree deeper than 40 levels")
+	}
+	if p, h, err = im.page(n); err != nil {
+		return nil, 0, 0, 0, 0, err
+	}
+	if seen[n].Swap(true) {
+		return nil, 0, 0, 0, 0, invalid("page %d is reached twice", n)
+	}
+	if len(p) < h+8 {
+		return nil, 0, 0, 0, 0, invalid("page %d too short", n)
+	}
+	kind = int(p[h])
+	ncells = int(binary.BigEndian.Uint16(p[h+3:]))
+	hdr := 8
+	if kind == 0x05 {
+		hdr = 12
+	} else if kind != 0x0d {
+		return nil, 0, 0, 0, 0, invalid("page %d has type 0x%02x, not a table b-tree page", n, kind)
+	}
+	ptrs = h + hdr
+	if ptrs+2*ncells > im.usable {
+		return nil, 0, 0, 0, 0, invalid("page %d: %d cells do not fit", n, ncells)
+	}
+	return p, h, kind, ncells, ptrs, nil
+}
+
+// cell returns cell i of a page whose pointer array starts at ptrs.
+func (im *Image) cell(p []byte, n, i, ptrs, ncells int) ([]byte, error) {
+	off := int(binary.BigEndian.Uint16(p[ptrs+2*i:]))
+	if off < ptrs+2*ncells || off >= im.usable {
+		return nil, invalid("page %d cell %d at offset %d", n, i, off)
+	}
+	return p[off:im.usable], nil
+}
+
+// children returns an interior page's child pages in key order (marking
+// it seen), nil for a leaf (left unseen, for its walker to visit).
+func (im *Image) children(st subtree, seen []atomic.Bool) ([]int, error) {
+	if p, h, err := im.page(st.page); err == nil && len(p) > h && p[h] == 0x0d {
+		return nil, nil
+	}
+	p, h, _, ncells, ptrs, err := im.treePage(st.page, st.depth, seen)
+	if err != nil {
+		return nil, err
+	}
+	kids := make([]int, 0, ncells+1)
+	for i := range ncells {
+		c, err := im.cell(p, st.page, i, ptrs, ncells)
+		if err != nil {
+			return nil, err
 		}
-		p, h, err := im.page(n)
+		if len(c) < 5 {
+			return nil, invalid("page %d cell %d truncated", st.page, i)
+		}
+		kids = append(kids, int(binary.BigEndian.Uint32(c)))
+	}
+	return append(kids, int(binary.BigEndian.Uint32(p[h+8:]))), nil
+}
+
+func (w *walker) visit(n, depth int) error {
+	im := w.im
+	p, h, kind, ncells, ptrs, err := im.treePage(n, depth, w.seen)
+	if err != nil {
+		return err
+	}
+	for i := range ncells {
+		c, err := im.cell(p, n, i, ptrs, ncells)
 		if err != nil {
 			return err
 		}
-		if seen[n] {
-			return invalid("page %d is reached twice", n)
-		}
-		seen[n] = true
-		if len(p) < h+8 {
-			return invalid("page %d too short", n)
-		}
-		kind := p[h]
-		ncells := int(binary.BigEndian.Uint16(p[h+3:]))
-		hdr := 8
 		if kind == 0x05 {
-			hdr = 12
-		} else if kind != 0x0d {
-			return invalid("page %d has type 0x%02x, not a table b-tree page", n, kind)
-		}
-		ptrs := h + hdr
-		if ptrs+2*ncells > im.usable {
-			return invalid("page %d: %d cells do not fit", n, ncells)
-		}
-		for i := range ncells {
-			off := int(binary.BigEndian.Uint16(p[ptrs+2*i:]))
-			if off < ptrs+2*ncells || off >= im.usable {
-				return invalid("page %d cell %d at offset %d", n, i, off)
+			if len(c) < 5 {
+				return invalid("page %d cell %d truncated", n, i)
 			}
-			c := p[off:im.usable]
-			if kind == 0x05 {
-				if len(c) < 5 {
-					return invalid("page %d cell %d truncated", n, i)
-				}
-				if err := visit(int(binary.BigEndian.Uint32(c)), depth+1); err != nil {
-					return err
-				}
-				continue
-			}
-			size, k := varint(c)
-			if k == 0 || size < 0 || size > int64(len(im.data)) {
-				return invalid("page %d cell %d: payload size", n, i)
-			}
-			rowid, k2 := varint(c[k:])
-			if k2 == 0 {
-				return invalid("page %d cell %d: rowid", n, i)
-			}
-			c = c[k+k2:]
-			rec, err := im.payload(c, int(size), &scratch, seen)
-			if err != nil {
-				return invalid("page %d cell %d: %v", n, i, err)
-			}
-			if err := fn(rowid, rec); err != nil {
+			if err := w.visit(int(binary.BigEndian.Uint32(c)), depth+1); err != nil {
 				return err
 			}
+			continue
 		}
-		if kind == 0x05 {
-			return visit(int(binary.BigEndian.Uint32(p[h+8:])), depth+1)
+		size, k := varint(c)
+		if k == 0 || size < 0 || size > int64(len(im.data)) {
+			return invalid("page %d cell %d: payload size", n, i)
 		}
-		return nil
+		rowid, k2 := varint(c[k:])
+		if k2 == 0 {
+			return invalid("page %d cell %d: rowid", n, i)
+		}
+		c = c[k+k2:]
+		rec, err := im.payload(c, int(size), &w.scratch, w.seen)
+		if err != nil {
+			return invalid("page %d cell %d: %v", n, i, err)
+		}
+		if err := w.fn(rowid, rec); err != nil {
+			return err
+		}
 	}
-	return visit(root, 0)
+	if kind == 0x05 {
+		return w.visit(int(binary.BigEndian.Uint32(p[h+8:])), depth+1)
+	}
+	return nil
 }
 
 // payload returns a cell's record: in place when it fits the page, else
 // gathered from its overflow chain into scratch.
-func (im *Image) payload(c []byte, size int, scratch *[]byte, seen []bool) ([]byte, error) {
+func (im *Image) payload(c []byte, size int, scratch *[]byte, seen []atomic.Bool) ([]byte, error) {
 	u := im.usable
 	x := u - 35
 	local := size
@@ -377,10 +486,9 @@ func (im *Image) payload(c []byte, size int, scratch *[]byte, seen []bool) ([]by
 	buf := append((*scratch)[:0], c[:local]...)
 	next := int(binary.BigEndian.Uint32(c[local:]))
 	for len(buf) < size {
-		if next < 1 || next > im.pages || seen[next] {
+		if next < 1 || next > im.pages || seen[next].Swap(true) {
 			return nil, fmt.Errorf("overflow chain broken at page %d", next)
 		}
-		seen[next] = true
 		p, _, err := im.page(next)
 		if err != nil {
 			return nil, err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncnode/syncnode/auth"
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/signedurl"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
@@ -58,18 +59,21 @@ func (s *segmentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// signingKey is the [signed_urls] key the end-to-end node is given.
+var signingKey = strings.Repeat("s", 32)
+
 // TestImageAndSignedURLsEndToEnd runs `syncnode serve` with signed URLs
 // on, on SQLite and PostgreSQL, and bootstraps over HTTP through the Go
 // client: the image lane's replica equals the rows lane's row for row; an
 // image corrupted in transit is detected and the next round recovers; a
 // signed URL is fetched without credentials, by any HTTP client, and a
-// tampered one is refused.
+// tampered or expired one is refused.
 func TestImageAndSignedURLsEndToEnd(t *testing.T) {
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			dataDir := t.TempDir()
 			conf := filepath.Join(dataDir, "syncnode.toml")
-			body := "[signed_urls]\nkey = \"" + strings.Repeat("s", 32) + "\"\nttl = \"5m\"\n"
+			body := "[signed_urls]\nkey = \"" + signingKey + "\"\nttl = \"5m\"\n"
 			if store == "postgres" {
 				url, schema := pgtest.Schema(t)
 				body += fmt.Sprintf("[storage]\npostgres_url = %q\npostgres_schema = %q\n", url, schema)
@@ -168,6 +172,30 @@ func TestImageAndSignedURLsEndToEnd(t *testing.T) {
 			tampered := strings.Replace(req.URL.String(), "st=", "st=x", 1)
 			if status, b := get(tampered); status != http.StatusForbidden || !strings.Contains(string(b), string(ssp2.CodeForbidden)) {
 				t.Fatalf("tampered url: %d %s", status, b)
+			}
+
+			// Expired: a token the node's own key signed, minted long
+			// enough ago that its exp plus the 60 s skew has passed, is
+			// refused with sync.segment_expired; the same token minted now
+			// is served, so only its age differs.
+			signer, err := signedurl.New(signedurl.Config{Key: []byte(signingKey), TTL: 5 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			segID := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
+			digest := ssp2.ScopeDigest(map[string][]string{"project_id": {"p1"}})
+			at := func(now time.Time) string {
+				tok, _ := signer.Sign(signedurl.Segment, "acme", segID, digest, now)
+				u := *req.URL
+				u.RawQuery = signedurl.Param + "=" + tok
+				return u.String()
+			}
+			if status, b := get(at(time.Now())); status != http.StatusOK {
+				t.Fatalf("a token minted now: %d %s", status, b)
+			}
+			expired := at(time.Now().Add(-5*time.Minute - signedurl.Skew - time.Minute))
+			if status, b := get(expired); status != http.StatusNotFound || !strings.Contains(string(b), string(ssp2.CodeSegmentExpired)) {
+				t.Fatalf("expired url: %d %s", status, b)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/advances"
 	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
@@ -39,8 +40,8 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
-	queries    queryPool // registered queries' connections (query.go)
-	advances   advances  // cursor advances waiting for a write (advance.go)
+	queries    queryPool      // registered queries' connections (query.go)
+	advances   advances.Queue // cursor advances waiting for a write (advance.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -68,7 +69,19 @@ func dsn(cfg Config, reader bool) string {
 	q.Add("_pragma", "synchronous("+string(cfg.Synchronous)+")")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", "temp_store(MEMORY)")
-	q.Add("_pragma", "cache_size(-32000)")
+	// The page cache is the process's biggest non-Go memory: each
+	// connection grows its own up to cache_size, and the writer's is
+	// never reset. A reader drops its cache whenever another connection
+	// committed, so under writes it only ever holds one transaction's
+	// pages; the writer touches the tails of the log's b-trees and the
+	// rows it upserts. A miss is a pread from the OS page cache. At 32 MB
+	// per connection a 20-client push + pull node held ~35 MB more
+	// resident than at 4 MB, for no measurable CPU.
+	if reader {
+		q.Add("_pragma", "cache_size(-4096)")
+	} else {
+		q.Add("_pragma", "cache_size(-8192)")
+	}
 	// No memory map: SQLite unmaps and remaps the file in every read
 	// transaction that begins after another connection committed, so
 	// under a steady write load the mapping costs munmap/mmap and TLB
@@ -108,6 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		migrations: migrations,
 		queries:    newQueryPool(cfg.Readers),
 	}
+	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	s.blobIndex = blobcore.New(blobSQL, runner{s})

@@ -101,6 +101,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 	}{
 		{"Schema", schemaTests},
 		{"Partition", partitionTests},
+		{"Replica", replicaTests},
 		{"Tx", txTests},
 		{"Row", rowTests},
 		{"Commit", commitTests},
