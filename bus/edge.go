@@ -13,6 +13,8 @@ import (
 //	edge service     syncnode.edge.<edge>.status    (the edge answers; its hub asks over the leaf link)
 //	                 syncnode.edge.<edge>.commits
 //	                 syncnode.edge.<edge>.push
+//	                 syncnode.edge.<edge>.rows
+//	                 syncnode.edge.<edge>.blob
 //	                 syncnode.edge.<edge>.command
 //	source stream    EDGE_<edge>_COMMITS            (on the hub; no subjects: it sources the
 //	                                                 edge's SYNC_COMMITS from domain <edge>)
@@ -63,6 +65,16 @@ func EdgeCommitsSubject(edge string) string { return edgeServicePrefix + edge + 
 // EdgePushSubject is syncnode.edge.<edge>.push: a sync request the hub
 // forwards for the edge to apply.
 func EdgePushSubject(edge string) string { return edgeServicePrefix + edge + ".push" }
+
+// EdgeRowsSubject is syncnode.edge.<edge>.rows: a page of one table's
+// rows of a partition, the snapshot a replica is rebuilt from when the
+// edge pruned commits the replica never applied.
+func EdgeRowsSubject(edge string) string { return edgeServicePrefix + edge + ".rows" }
+
+// EdgeBlobSubject is syncnode.edge.<edge>.blob: the edge's row of a
+// blob a partition holds (its object in the edge's sync_blobs), which
+// the hub reads across the domain before a replicated row references it.
+func EdgeBlobSubject(edge string) string { return edgeServicePrefix + edge + ".blob" }
 
 // EdgeCommandSubject is syncnode.edge.<edge>.command: a remote command
 // (package operations) the hub forwards for the edge to run.

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +70,15 @@ type Config struct {
 	// OnApply is called after the replica applied commits of a partition
 	// (hub side): the relay's wake-up, which publishes them on the hub.
 	OnApply func(partition string)
+	// Blobs stores the blobs the replica's rows reference, read from the
+	// edge's Object Store (hub side; nil: a replicated row referencing a
+	// blob fails, and the replica stops).
+	Blobs BlobPutter
+	// OnReset is called after the replica of a partition was dropped and
+	// registered under the edge's new log epoch (hub side): the serve
+	// gate's change hook, which answers the hub's realtime sessions of the
+	// partition with reset-required.
+	OnReset func(ctx context.Context, partition string)
 	// Replicas of the hub's source streams.
 	Replicas int
 	Logger   *slog.Logger

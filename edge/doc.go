@@ -51,6 +51,19 @@
 // authoritative commits and backfills are refused at the hub
 // (engine.CheckWritable) and run at the edge.
 //
+// At an edge, Guard is the engine's Router: a partition homed elsewhere
+// is refused with sync.forbidden, details {"reason":"not_home",...}.
+//
+// # Rebuilds (rebuild.go, snapshot.go, blobs.go)
+//
+// A replica whose edge changed its log epoch (a restore) is dropped and
+// registered afresh under the new epoch; one whose edge pruned commits
+// it never applied is rebuilt from a paged snapshot of the edge's rows
+// plus the commits made while the snapshot was read, then rebased to
+// continue the edge's log. Blobs a replicated row references are read
+// from the edge's Object Store, across the domain, before the row is
+// applied.
+//
 // # A hub cluster
 //
 // Hub nodes sharing one database (storage.Locker) replicate an edge one

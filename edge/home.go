@@ -90,6 +90,8 @@ func (h *Home) Start(ctx context.Context) error {
 			{bus.EdgeStatusSubject(h.cfg.Name), h.status},
 			{bus.EdgeCommitsSubject(h.cfg.Name), h.commits},
 			{bus.EdgePushSubject(h.cfg.Name), h.push},
+			{bus.EdgeRowsSubject(h.cfg.Name), h.rows},
+			{bus.EdgeBlobSubject(h.cfg.Name), h.blob},
 			{bus.EdgeCommandSubject(h.cfg.Name), h.command},
 		} {
 			sub, err := h.cfg.Conn.QueueSubscribe(s.subject, queueGroup, h.handler(s.fn))
@@ -178,7 +180,7 @@ func (h *Home) commits(ctx context.Context, body []byte) any {
 
 // fits reports whether r's JSON fits the server's max_payload, with room
 // for headers.
-func (h *Home) fits(r commitsReply) bool {
+func (h *Home) fits(r any) bool {
 	max := h.cfg.Conn.MaxPayload()
 	if max <= 0 {
 		return true

@@ -23,15 +23,15 @@ import (
 // Errors of the replica. They stop one partition's replication (logged,
 // reported by Status) and leave what was applied in place.
 var (
-	// ErrEpochChanged: the edge's log epoch is not the replica's (the
-	// edge restored a backup, or its log was wiped). Rebuilding the
-	// replica under the new epoch is an operator's job.
+	// ErrEpochChanged: the edge's log epoch changed under a page being
+	// applied (the edge restored a backup, or its log was wiped). The
+	// next poll rebuilds the replica under the new epoch (rebuild.go).
 	ErrEpochChanged = errors.New("edge log epoch changed under the replica")
 	// ErrDiverged: the edge's log does not continue the replica's (a gap,
 	// a row version that differs): the replica is not the edge's prefix.
 	ErrDiverged = errors.New("replica diverged from the edge's log")
-	// ErrPruned: the edge pruned commits the replica never applied; the
-	// replica would need a snapshot it cannot get.
+	// ErrPruned: the edge pruned commits a snapshot rebuild still needed
+	// (snapshot.go) while it was read; the next poll starts over.
 	ErrPruned = errors.New("edge pruned commits the replica has not applied")
 )
 
@@ -88,6 +88,10 @@ type replicaState struct {
 	err      error
 	buf      []ssp2.Value
 	lastSync time.Time
+	// rebuilding is set while the replica is dropped and re-paged under
+	// a new epoch of the edge's (rebuild.go): it is not served meanwhile.
+	rebuilding bool
+	rebuildTo  int64 // the edge's max seq when the rebuild started
 	// homePending are the checkpoints the edge last reported migrating
 	// the partition (homegate.go): the replica is refused meanwhile.
 	homePending []string
@@ -357,7 +361,9 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 	s.edgeMax = max(s.edgeMax, p.MaxCommitSeq)
 	l.mu.Unlock()
 	if s.epoch != "" && s.epoch != p.LogEpoch {
-		return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, p.LogEpoch))
+		if err := h.rebuild(l, s, p); err != nil {
+			return err
+		}
 	}
 	h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, s.applied)
 	for s.applied < p.MaxCommitSeq {
@@ -383,12 +389,17 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 		}
 		l.page = min(l.page*2, h.cfg.PageCommits)
 		if page.LogEpoch != p.LogEpoch || s.epoch != "" && s.epoch != page.LogEpoch {
-			return l.fail(s, fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch))
+			// Rotated since the status: the next poll rebuilds.
+			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, s.epoch, page.LogEpoch)
+		}
+		if page.HorizonSeq > s.applied {
+			// The edge pruned commits the replica never applied.
+			if err := h.snapshot(l, s, p); err != nil {
+				return err
+			}
+			continue
 		}
 		if len(page.Commits) == 0 {
-			if page.HorizonSeq > s.applied {
-				return l.fail(s, fmt.Errorf("%w: horizon %d, replica at %d", ErrPruned, page.HorizonSeq, s.applied))
-			}
 			break
 		}
 		// A migration the page reports refuses the replica before its
@@ -436,8 +447,15 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 		s.epoch, s.applied = p.LogEpoch, p.MaxCommitSeq
 		l.mu.Unlock()
 	}
+	ids, err := h.commitBlobs(s, page.Commits)
+	if err == nil {
+		err = h.fetchBlobs(l, partition, ids)
+	}
+	if err != nil {
+		return err
+	}
 	var applied, count int64
-	err := h.cfg.Store.WriteTx(ctx, partition, func(tx storage.Tx) error {
+	err = h.cfg.Store.WriteTx(ctx, partition, func(tx storage.Tx) error {
 		locked := tx.Locked()
 		if locked.LogEpoch != page.LogEpoch {
 			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, locked.LogEpoch, page.LogEpoch)
@@ -479,6 +497,9 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 	h.metrics.Applied.Add(count)
 	l.mu.Lock()
 	s.applied, s.err, s.lastSync = applied, nil, time.Now()
+	if s.applied >= s.rebuildTo {
+		s.rebuilding = false
+	}
 	close(l.progress)
 	l.progress = make(chan struct{})
 	l.mu.Unlock()
@@ -537,18 +558,25 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 	s := l.parts[partition]
 	var epoch string
 	var err error
+	var rebuilding bool
 	if s != nil {
-		epoch, err = s.epoch, s.err
+		epoch, err, rebuilding = s.epoch, s.err, s.rebuilding
 	}
 	l.mu.Unlock()
 	if err != nil {
 		return notReady(l.edge, "replica_failed", "the hub's replica of this partition stopped: "+err.Error())
 	}
+	if rebuilding {
+		return notReady(l.edge, "replica_rebuilding", "the hub is rebuilding its replica of this partition under the edge's new log epoch; retry")
+	}
 	if epoch != "" {
 		return nil
 	}
 	// Not seen by the loop yet (a restart): the replica may exist in SQL.
-	if _, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil {
+	if p, err := h.cfg.Store.PartitionGet(ctx, partition); err == nil {
+		if isPlaceholder(p.LogEpoch) {
+			return notReady(l.edge, "replica_rebuilding", "the hub is rebuilding its replica of this partition from the edge's rows; retry")
+		}
 		return nil
 	}
 	return notReady(l.edge, "replica_not_ready", "the hub holds no replica of this partition yet; retry")
@@ -646,6 +674,9 @@ type ReplicaStatus struct {
 	LogEpoch   string `json:"logEpoch"`
 	AppliedSeq int64  `json:"appliedSeq"`
 	EdgeSeq    int64  `json:"edgeSeq"`
+	// Rebuilding is set while the replica is rebuilt (a new edge epoch,
+	// or a snapshot of the edge's rows) and not served.
+	Rebuilding bool   `json:"rebuilding,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
 
@@ -659,7 +690,7 @@ func (h *Hub) Status() []LinkStatus {
 			ls.Error = l.lastErr.Error()
 		}
 		for id, s := range l.parts {
-			rs := ReplicaStatus{Partition: id, LogEpoch: s.epoch, AppliedSeq: s.applied, EdgeSeq: s.edgeMax}
+			rs := ReplicaStatus{Partition: id, LogEpoch: s.epoch, AppliedSeq: s.applied, EdgeSeq: s.edgeMax, Rebuilding: s.rebuilding}
 			if s.err != nil {
 				rs.Error = s.err.Error()
 			}

@@ -130,6 +130,50 @@ func (w *wireError) err() error {
 	return &ssp2.Error{Code: w.Code, Op: "edge", Message: w.Message, Details: w.Details}
 }
 
+// rowsRequest asks syncnode.edge.<edge>.rows for a page of one table's
+// rows of a partition after AfterRowID.
+type rowsRequest struct {
+	Partition  string `json:"partition"`
+	Table      string `json:"table"`
+	AfterRowID string `json:"afterRowId"`
+	Limit      int    `json:"limit"`
+}
+
+// rowsReply is the page, with the partition row read before it: every
+// row is at least as new as MaxCommitSeq.
+type rowsReply struct {
+	LogEpoch     string     `json:"logEpoch"`
+	MaxCommitSeq int64      `json:"maxCommitSeq"`
+	HorizonSeq   int64      `json:"horizonSeq"`
+	Rows         []wireRow  `json:"rows"`
+	Error        *wireError `json:"error,omitempty"`
+}
+
+type wireRow struct {
+	RowID          string            `json:"rowId"`
+	Version        int64             `json:"version"`
+	Scopes         map[string]string `json:"scopes"`
+	Row            []byte            `json:"row"`
+	ColumnVersions []byte            `json:"columnVersions,omitempty"`
+}
+
+// blobRequest asks syncnode.edge.<edge>.blob for a partition's row of
+// a blob.
+type blobRequest struct {
+	Partition string `json:"partition"`
+	BlobID    string `json:"blobId"`
+}
+
+// blobReply is the edge's row: Object names the object in the edge's
+// blob bucket. Found is false when the partition does not hold the blob.
+type blobReply struct {
+	Found      bool       `json:"found"`
+	ByteLength int64      `json:"byteLength"`
+	MediaType  string     `json:"mediaType,omitempty"`
+	Object     string     `json:"object"`
+	Error      *wireError `json:"error,omitempty"`
+}
+
 // commandRequest asks syncnode.edge.<edge>.command to run a remote
 // command (package operations) the hub forwards: Call is the encoded
 // command request, run for the caller the hub authenticated, with the

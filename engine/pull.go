@@ -93,7 +93,17 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 	var win storage.Window
 	var pin int64
 	mode := modeIncremental
+	wp := storage.WindowParams{
+		Partition: r.id.Partition, Table: t.Name, Scopes: eff,
+		AfterSeq: sub.Cursor, Limit: lim.commits,
+	}
+	// fn may run twice (storage.WindowPlanner): it only assigns.
 	err = e.cfg.Store.ReadTx(ctx, func(tx storage.ReadTx) error {
+		if p, ok := tx.(storage.WindowPlanner); ok && sub.BootstrapState == nil && sub.Cursor >= 0 {
+			// A cursor most likely reads the log: the window may come
+			// with the partition row.
+			p.PlanWindow(wp)
+		}
 		var err error
 		if part, err = tx.Partition(ctx, r.id.Partition); err != nil {
 			return err
@@ -115,10 +125,7 @@ func (e *Engine) section(ctx context.Context, r *request, sub *ssp2.Subscription
 		// The horizon and the window come from one snapshot, so a prune
 		// that overtakes the cursor is seen as a reset, never as an active
 		// section with commits missing (SPEC.md §4.5 "newest" rule).
-		win, err = tx.CommitWindow(ctx, storage.WindowParams{
-			Partition: r.id.Partition, Table: t.Name, Scopes: eff,
-			AfterSeq: sub.Cursor, Limit: lim.commits,
-		})
+		win, err = tx.CommitWindow(ctx, wp)
 		if err == nil && sub.Cursor < win.HorizonSeq {
 			mode = modeReset
 		}

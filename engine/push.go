@@ -54,7 +54,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		out      applied
 		replayed bool
 	)
-	err = e.cfg.Store.WriteTx(ctx, r.id.Partition, func(tx storage.Tx) error {
+	err = e.writeTx(ctx, r.id.Partition, pushRows(pc), func(tx storage.Tx) error {
 		if err := r.ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
 		}
@@ -93,6 +93,26 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 		return false, err
 	}
 	return out.appended, nil
+}
+
+// writeTx is Store.WriteTx, naming the rows fn will read to a store that
+// reads them ahead (storage.RowPrefetcher).
+func (e *Engine) writeTx(ctx context.Context, partition string, rows []storage.RowRef, fn func(tx storage.Tx) error) error {
+	if rp, ok := e.cfg.Store.(storage.RowPrefetcher); ok && len(rows) > 0 {
+		return rp.WriteTxRows(ctx, partition, rows, fn)
+	}
+	return e.cfg.Store.WriteTx(ctx, partition, fn)
+}
+
+// pushRows names the rows a commit's operations read first.
+func pushRows(pc *ssp2.PushCommit) []storage.RowRef {
+	rows := make([]storage.RowRef, 0, len(pc.Operations))
+	for _, op := range pc.Operations {
+		if op.Table != "" && op.RowID != "" {
+			rows = append(rows, storage.RowRef{Table: op.Table, RowID: op.RowID})
+		}
+	}
+	return rows
 }
 
 // answer writes the result of a commit just processed, as stored.
@@ -260,6 +280,9 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	if err != nil {
 		return applied{}, err
 	}
+	if st.cand != nil && st.cand.err != nil { // the server failed, not the validator
+		return applied{}, internal("candidate read", st.cand.err)
+	}
 	if rej == nil && vs.commit != nil {
 		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
@@ -358,6 +381,8 @@ type stager struct {
 	vals    []ssp2.Value
 	stored  []ssp2.Value
 	payload []byte
+	// cand is the row validators' candidate reader, made on first use.
+	cand *candidate
 	// Wire version 3 and reference enforcement (v3push.go,
 	// references.go): rows this commit deleted, the staged changes of
 	// reference tables, and scratch.
@@ -464,7 +489,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		if !st.r.scopes.authorizes(t, stored.Scopes) {
 			return nil, ev, opError(i, ssp2.CodeForbidden, "forbidden"), nil
 		}
-		if rej := st.e.validateRow(ctx, st.r, i, t, op, nil, ev.Stored, validator); rej != nil {
+		if rej := st.validateRow(ctx, i, t, op, nil, ev.Stored, validator); rej != nil {
 			return nil, ev, rej, nil
 		}
 		if _, err := st.tx.RowDelete(ctx, t.Name, op.RowID); err != nil {
@@ -535,7 +560,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if want {
 		ev.Row = rowMap(t, vals)
 	}
-	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
+	if rej := st.validateRow(ctx, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
 		return nil, ev, rej, nil
 	}
 	if rej, err := st.checkBlobs(ctx, i, t, vals); err != nil || rej != nil {

@@ -48,19 +48,41 @@ func (n *Node) edgeConfig() edge.Config {
 }
 
 // newEdgeHub builds the hub side when the homes name edges and this node
-// is none of them: it becomes the engine's Router.
+// is none of them: it becomes the engine's Router. On an edge the Router
+// is edge.Guard, which refuses the partitions homed elsewhere.
 func (n *Node) newEdgeHub(ec *engine.Config) error {
-	if n.cfg.Edge.Name != "" || len(n.cfg.Edge.Homes) == 0 {
+	if n.cfg.Edge.Name != "" {
+		g, err := edge.NewGuard(n.cfg.Edge)
+		if err != nil {
+			return err
+		}
+		ec.Router = g
+		return nil
+	}
+	if len(n.cfg.Edge.Homes) == 0 {
 		return nil
 	}
 	c := n.edgeConfig()
 	c.OnApply = n.Relay.Notify
+	c.OnReset = n.replicaReset
+	c.Blobs = n.Blobs
 	h, err := edge.NewHub(c)
 	if err != nil {
 		return err
 	}
 	n.EdgeHub, ec.Router = h, h
 	return nil
+}
+
+// replicaReset follows a replica rebuilt under an edge's new epoch as
+// an epoch rotation here: the partition's token is rewritten (the hub's
+// other nodes re-read it) and this node's realtime sessions of it are
+// answered with reset-required.
+func (n *Node) replicaReset(ctx context.Context, partition string) {
+	if err := n.Gate.Publish(ctx, partition); err != nil {
+		n.log.Warn("edge: serve-gate token not rewritten after a replica rebuild; the next resync repairs it", "partition", partition, "err", err)
+	}
+	n.gateChanged(partition)
 }
 
 // startEdge starts the edge side (with the engine it runs forwarded

@@ -66,6 +66,18 @@ type Store interface {
 	// KiB, U+0000) is refused with CodeInvalidRequest.
 	PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (Partition, error)
 
+	// PartitionRebase sets a registered partition's log epoch to logEpoch
+	// and raises its max commit seq and horizon to seq, under the
+	// partition write lock: a read replica rebuilt from a snapshot of its
+	// home's rows continues the home's log after the snapshot's seq,
+	// under the home's epoch. seq below the max commit seq, or above it
+	// while the partition retains commits, is refused
+	// (CodeStorageInvalidPruneCursor), as is an epoch the stores cannot
+	// hold (CodeInvalidRequest) and an unregistered partition
+	// (CodeStoragePartitionUnregistered). Client records and rows are
+	// left alone.
+	PartitionRebase(ctx context.Context, partition, logEpoch string, seq int64) (Partition, error)
+
 	// WriteTx runs fn in a transaction holding the partition write lock.
 	// fn's error rolls the transaction back and is returned unchanged; a nil
 	// return commits. The partition must be registered
@@ -358,6 +370,11 @@ type RowWrite struct {
 	// AppendColumnVersions); nil stores NULL: every column at the row's
 	// new server version.
 	ColumnVersions []byte
+	// Version, when above 0, is stored as the row's server version in
+	// place of the computed one (and RowUpsert returns it): a read replica
+	// rebuilt from its home's rows keeps the home's versions. The push
+	// path leaves it 0.
+	Version int64
 }
 
 // ColumnScanParams selects a keyset page of the rows of one table whose

@@ -4,34 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/advances"
 )
 
-// Cursor advances (ClientAdvance) wait in memory and are written together:
-// one statement for every advance of the last ClientAdvanceDelay, in a
-// transaction that commits with synchronous_commit off (it waits for no
-// WAL flush; a crash may lose it, which the contract allows). A steady
-// push + pull round then spends no round trip on its cursor. A ClientPut
-// writes the pending ones after its own record, and Close what is left.
-
-// maxPendingAdvances bounds the queue; past it an advance is written at
-// once.
-const maxPendingAdvances = 16384
-
-type advanceKey struct{ partition, clientID string }
-
-type advances struct {
-	mu      sync.Mutex
-	pending map[advanceKey]storage.ClientAckParams
-	timer   *time.Timer // armed while pending is not empty
-	closed  bool
+// Cursor advances (ClientAdvance) wait in memory (advances.Queue) and are
+// written together: one statement for every advance of the last
+// ClientAdvanceDelay, in a transaction that commits with
+// synchronous_commit off (it waits for no WAL flush; a crash may lose it,
+// which the contract allows). A steady push + pull round then spends no
+// round trip on its cursor. A ClientPut writes the pending ones after its
+// own record, and Close what is left.
+type pendingAdvances struct {
+	advances.Queue
 	// writing is held while a flush writes, so that a ClientPut, which
 	// supersedes a pending advance, cannot be overtaken by one taken
 	// before it.
@@ -43,42 +33,22 @@ var errClosed = errors.New("pgstore: store closed")
 
 // ClientAdvance implements storage.Store.
 func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) error {
-	a := &s.advances
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
+	switch err := s.advances.Add(p); {
+	case errors.Is(err, advances.ErrClosed):
 		return fmt.Errorf("advance client: %w", errClosed)
-	}
-	if a.pending == nil {
-		a.pending = map[advanceKey]storage.ClientAckParams{}
-	}
-	k := advanceKey{p.Partition, p.ClientID}
-	if prev, ok := a.pending[k]; ok {
-		// The same client again before a flush: keep the furthest
-		// cursor (an epoch rotation in between fails both).
-		p.Cursor, p.NowMs = max(p.Cursor, prev.Cursor), max(p.NowMs, prev.NowMs)
-	} else if len(a.pending) >= maxPendingAdvances {
-		a.mu.Unlock()
+	case errors.Is(err, advances.ErrFull):
 		if err := s.writeAdvances(ctx, []storage.ClientAckParams{p}); err != nil {
 			return fmt.Errorf("advance client: %w", err)
 		}
-		return nil
 	}
-	a.pending[k] = p
-	if a.timer == nil {
-		a.timer = time.AfterFunc(storage.ClientAdvanceDelay, s.flushAdvances)
-	}
-	a.mu.Unlock()
 	return nil
 }
 
 // supersede drops a pending advance of a client whose record is being
-// replaced: written later it could raise the new record's cursor.
-func (a *advances) supersede(partition, clientID string) {
+// replaced, after any flush that has taken it.
+func (a *pendingAdvances) supersede(partition, clientID string) {
 	a.writing.Lock()
-	a.mu.Lock()
-	delete(a.pending, advanceKey{partition, clientID})
-	a.mu.Unlock()
+	a.Supersede(partition, clientID)
 	a.writing.Unlock()
 }
 
@@ -88,20 +58,9 @@ func (s *Store) flushAdvances() {
 	a := &s.advances
 	a.writing.Lock()
 	defer a.writing.Unlock()
-	a.mu.Lock()
-	pending := a.pending
-	a.pending = nil
-	if a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
-	}
-	a.mu.Unlock()
-	if len(pending) == 0 {
+	ps := a.Take()
+	if len(ps) == 0 {
 		return
-	}
-	ps := make([]storage.ClientAckParams, 0, len(pending))
-	for _, p := range pending {
-		ps = append(ps, p)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -110,9 +69,7 @@ func (s *Store) flushAdvances() {
 
 // closeAdvances refuses further advances and writes the pending ones.
 func (s *Store) closeAdvances() {
-	s.advances.mu.Lock()
-	s.advances.closed = true
-	s.advances.mu.Unlock()
+	s.advances.Close()
 	s.flushAdvances()
 }
 
@@ -123,16 +80,10 @@ const qClientAdvance = `UPDATE sync_clients c SET cursor = greatest(c.cursor, a.
 	AND EXISTS (SELECT 1 FROM sync_partitions p WHERE p.id = a.partition AND p.log_epoch = a.log_epoch)`
 
 // writeAdvances applies advances as ClientAck would, in one round trip.
-// The arrays are in key order, so the record locks are taken in the same
-// order by every flush; flushes are serialized anyway (writing) but for
-// the rare direct write of a full queue.
+// They come in key order (advances.Queue.Take), so the record locks are
+// taken in the same order by every flush; flushes are serialized anyway
+// (writing) but for the rare direct write past a full queue.
 func (s *Store) writeAdvances(ctx context.Context, ps []storage.ClientAckParams) error {
-	slices.SortFunc(ps, func(x, y storage.ClientAckParams) int {
-		if c := strings.Compare(x.Partition, y.Partition); c != 0 {
-			return c
-		}
-		return strings.Compare(x.ClientID, y.ClientID)
-	})
 	n := len(ps)
 	part, client, actor, epoch := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	cursor, now := make([]int64, n), make([]int64, n)
@@ -144,8 +95,5 @@ func (s *Store) writeAdvances(ctx context.Context, ps []storage.ClientAckParams)
 	b.Queue("SET LOCAL synchronous_commit TO OFF")
 	b.Queue(qClientAdvance, part, client, actor, epoch, cursor, now)
 	b.Queue("COMMIT")
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	return nil
+	return s.pool.SendBatch(ctx, b).Close()
 }

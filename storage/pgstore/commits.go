@@ -188,18 +188,30 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 			return storage.Window{}, unregistered("commit window", p.Partition)
 		}
 	}
-	w := commitlog.NewWindow(&p)
 	vars, empty := commitlog.Variables(p.Scopes)
 	if empty || p.AfterSeq >= part.MaxCommitSeq {
+		w := commitlog.NewWindow(&p)
 		w.Exhausted()
 		return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 	}
+	if t.spent {
+		// The first read ended the transaction: only the planned window
+		// can be answered, and only when its first statement held it all.
+		pw, ok := t.planned(&p)
+		if !ok || pw.first.more() {
+			return storage.Window{}, t.miss()
+		}
+		pw.w.Exhausted()
+		return pw.w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
+	}
 	// The first candidates come with their changes and headers in one
 	// statement: a steady pull's whole window.
-	cursor, more, err := t.offerFirst(ctx, w, &p, vars, part.MaxCommitSeq)
+	w := commitlog.NewWindow(&p)
+	f, err := t.offerFirst(ctx, w, &p, vars, part.MaxCommitSeq)
 	if err != nil {
 		return storage.Window{}, err
 	}
+	cursor, more := f.last, f.more()
 	if !more {
 		w.Exhausted()
 	}
@@ -246,11 +258,33 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 // offerCandidates).
 const firstCandidates = 16
 
-// offerFirst offers the first candidate commits to w, read with their
-// changes of the table and their headers in one statement. It returns the
-// last candidate's seq and whether reading must go on after it: w is
+// firstRead is what the first statement of a window offered: the last
+// candidate's seq, whether w is still open, and how many candidates came.
+type firstRead struct {
+	last       int64
+	open       bool
+	candidates int
+}
+
+// more reports whether reading must go on after the first statement: w is
 // still open and there may be more candidates.
-func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.WindowParams, vars []string, maxSeq int64) (last int64, more bool, err error) {
+func (f *firstRead) more() bool { return f.open && f.candidates == firstCandidates }
+
+// offerFirst offers the first candidate commits to w, read with their
+// changes of the table and their headers in one statement.
+func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.WindowParams, vars []string, maxSeq int64) (firstRead, error) {
+	var f firstRead
+	q, args, read := t.firstQuery(w, p, vars, maxSeq, &f)
+	if err := t.query(ctx, q, args, read); err != nil {
+		return firstRead{}, t.fail("commit window", "", err)
+	}
+	return f, nil
+}
+
+// firstQuery is the first statement of a window, the first candidates
+// with their changes of the table and their headers, and the reader of
+// its rows, which offers them to w and records the outcome in f.
+func (t *tx) firstQuery(w *commitlog.Window, p *storage.WindowParams, vars []string, maxSeq int64, f *firstRead) (string, []any, func(pgx.Rows) error) {
 	candQ, args, cursorArg := candidatesSQL(p, vars, maxSeq, firstCandidates)
 	args[cursorArg] = p.AfterSeq
 	q := `WITH k AS (` + candQ + `)
@@ -259,8 +293,8 @@ func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.Win
 		FROM k JOIN sync_commits c ON c.partition = $1 AND c.seq = k.seq
 		LEFT JOIN sync_changes ch ON ch.partition = $1 AND ch.seq = k.seq AND ch.tbl = $2
 		ORDER BY k.seq, ch.idx`
-	last, open, candidates := p.AfterSeq, true, 0
-	err = t.query(ctx, q, args, func(rows pgx.Rows) error {
+	*f = firstRead{last: p.AfterSeq, open: true}
+	read := func(rows pgx.Rows) error {
 		var cur storage.Commit
 		for rows.Next() {
 			var (
@@ -277,13 +311,13 @@ func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.Win
 				return err
 			}
 			if seq != cur.CommitSeq {
-				if cur.CommitSeq != 0 && open {
-					open = w.Offer(cur)
+				if cur.CommitSeq != 0 && f.open {
+					f.open = w.Offer(cur)
 				}
 				h.CommitSeq = seq
 				cur = h
-				candidates++
-				last = seq
+				f.candidates++
+				f.last = seq
 			}
 			if rowID == nil || op == nil || scopes == nil {
 				continue // a candidate without changes of the table
@@ -298,15 +332,12 @@ func (t *tx) offerFirst(ctx context.Context, w *commitlog.Window, p *storage.Win
 			}
 			cur.Changes = append(cur.Changes, ch)
 		}
-		if cur.CommitSeq != 0 && open {
-			open = w.Offer(cur)
+		if cur.CommitSeq != 0 && f.open {
+			f.open = w.Offer(cur)
 		}
 		return nil
-	})
-	if err != nil {
-		return 0, false, t.fail("commit window", "", err)
 	}
-	return last, open && candidates == firstCandidates, nil
+	return q, args, read
 }
 
 // offerCandidates offers the candidate commits to w in chunks sized from

@@ -50,6 +50,8 @@ type writeGroup struct {
 type groupMember struct {
 	ctx context.Context
 	fn  func(t *tx) error
+	// rows are read ahead, before the member's turn (ahead.go).
+	rows []storage.RowRef
 	// turn hands the member the group's transaction; nil means the
 	// group broke up before it ran, and it starts over.
 	turn chan *tx
@@ -68,7 +70,7 @@ type writeGroups struct {
 
 // groupWrite runs fn as a member of the partition's open write group, or
 // leads a new one.
-func (s *Store) groupWrite(ctx context.Context, partition string, fn func(t *tx) error) error {
+func (s *Store) groupWrite(ctx context.Context, partition string, rows []storage.RowRef, fn func(t *tx) error) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("write transaction: %w", err)
@@ -76,7 +78,7 @@ func (s *Store) groupWrite(ctx context.Context, partition string, fn func(t *tx)
 		gs := &s.groups
 		gs.mu.Lock()
 		if g := gs.m[partition]; g != nil && !g.closed && g.size < maxGroupSize {
-			m := &groupMember{ctx: ctx, fn: fn, turn: make(chan *tx, 1), ran: make(chan error, 1), done: make(chan error, 1)}
+			m := &groupMember{ctx: ctx, fn: fn, rows: rows, turn: make(chan *tx, 1), ran: make(chan error, 1), done: make(chan error, 1)}
 			g.waiting = append(g.waiting, m)
 			g.size++
 			gs.mu.Unlock()
@@ -95,7 +97,7 @@ func (s *Store) groupWrite(ctx context.Context, partition string, fn func(t *tx)
 		// successor.
 		gs.m[partition] = g
 		gs.mu.Unlock()
-		return s.lead(ctx, partition, g, fn)
+		return s.lead(ctx, partition, g, rows, fn)
 	}
 }
 
@@ -135,7 +137,7 @@ func (s *Store) disband(partition string, g *writeGroup) {
 
 // lead begins the group's transaction, runs fn, then the waiting members
 // one by one, and commits.
-func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, fn func(t *tx) error) error {
+func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows []storage.RowRef, fn func(t *tx) error) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		s.disband(partition, g)
@@ -151,11 +153,12 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, fn fu
 	}()
 	// The lock wait honours ctx; once it is held, nothing a member's
 	// cancellation does may break the shared connection.
-	if err := t.lock(ctx, partition); err != nil {
+	if err := t.lock(ctx, partition, rows); err != nil {
 		s.disband(partition, g)
 		return err
 	}
 	t.detach = true
+	t.nextRows = func() []storage.RowRef { return s.nextRows(g) }
 	var kept []*groupMember
 	fail := func(err error) error {
 		s.disband(partition, g)
@@ -182,8 +185,10 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, fn fu
 		if first {
 			// The leader's queued writes go now, so that an error of
 			// theirs is the leader's, not the next member's; with them
-			// the results of the keys hinted since the lock.
+			// the results of the keys hinted since the lock, and the
+			// member's rows.
 			t.queuePrefetch(partition)
+			t.queueRows(partition, m.rows)
 			if err := t.send(ctx, nil); err != nil {
 				m.turn <- nil
 				settled = true
@@ -274,6 +279,7 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 	base := t.maxSeq
 	t.locked.MaxCommitSeq = base
 	t.queue("SAVEPOINT " + groupSavepoint)
+	t.fresh = true
 	ok := false
 	defer func() {
 		if !ok {
@@ -288,6 +294,13 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 	}
 	t.savepoints = nil
 	t.queue("RELEASE SAVEPOINT " + groupSavepoint)
+	// With the release go the reads of what the members after this one
+	// will look up: the results of the keys hinted meanwhile, and the
+	// next member's rows.
+	t.queuePrefetch(t.locked.ID)
+	if t.nextRows != nil {
+		t.queueRows(t.locked.ID, t.nextRows())
+	}
 	if err := t.send(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", translate(err, ""))
 	}
@@ -309,5 +322,5 @@ func (t *tx) undoMember(ctx context.Context, base int64) {
 	t.maxSeq = base
 	t.locked.MaxCommitSeq = base
 	t.savepoints = nil
-	t.absent, t.put = nil, nil
+	t.absent, t.put, t.ahead = nil, nil, nil
 }

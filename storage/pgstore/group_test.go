@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/syncnode/syncnode/internal/poll"
-	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -20,18 +19,8 @@ import (
 // once; every other member's row and commit are durable when its WriteTx
 // returns, with dense commit seqs.
 func TestWriteGroup(t *testing.T) {
-	s := openTB(t, 4)
+	s, sc := roundTripStore(t, 4, nil, false)
 	ctx := t.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		t.Fatal(err)
-	}
 	const members = 9
 	var (
 		mu   sync.Mutex
@@ -99,12 +88,7 @@ func TestWriteGroup(t *testing.T) {
 			errs[i] = s.WriteTx(ctx, "p", push(i))
 		}()
 	}
-	poll.Until(t, 10*time.Second, "every member queued", func() bool {
-		s.groups.mu.Lock()
-		defer s.groups.mu.Unlock()
-		g := s.groups.m["p"]
-		return g != nil && len(g.waiting) == members-1
-	})
+	waitQueued(t, s, "p", members-1)
 	close(release)
 	wg.Wait()
 
@@ -136,7 +120,7 @@ func TestWriteGroup(t *testing.T) {
 			break
 		}
 	}
-	err = s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
 		for i := range members {
 			_, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
 			if err != nil {
@@ -154,4 +138,104 @@ func TestWriteGroup(t *testing.T) {
 	if m, err := s.CommitMaxSeq(ctx, "p"); err != nil || m != int64(len(got)) {
 		t.Fatalf("CommitMaxSeq = %d, %v; want %d", m, err, len(got))
 	}
+}
+
+// TestWriteGroupMemberSavepoint: a member's first Savepoint takes the
+// member's own savepoint (no statement of its own), and rolling it back
+// undoes the member's writes before it and nothing of the others', and
+// the member goes on to write and commit; a released one keeps them.
+func TestWriteGroupMemberSavepoint(t *testing.T) {
+	s, sc := roundTripStore(t, 4, nil, false)
+	ctx := t.Context()
+	const members = 7
+	var (
+		mu      sync.Mutex
+		started bool
+		aliased = map[int]bool{}
+	)
+	push := func(i int) func(tx storage.Tx) error {
+		return func(stx storage.Tx) error {
+			sp, err := stx.Savepoint(ctx)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			aliased[i] = sp.(*savepoint).member
+			mu.Unlock()
+			if _, err := stx.RowUpsert(ctx, "tasks", roundTripRow(t, sc, fmt.Sprintf("r%d", i), "x")); err != nil {
+				return err
+			}
+			if i%2 == 1 {
+				err = sp.Rollback(ctx)
+			} else {
+				err = sp.Release(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = stx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: fmt.Sprint(i), Status: storage.PushRejected, Result: []byte("r"), CreatedAtMs: 1})
+			return err
+		}
+	}
+	release := make(chan struct{})
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			mu.Lock()
+			started = true
+			mu.Unlock()
+			<-release
+			return push(0)(tx)
+		})
+	})
+	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return started
+	})
+	for i := 1; i < members; i++ {
+		wg.Go(func() { errs[i] = s.WriteTx(ctx, "p", push(i)) })
+	}
+	waitQueued(t, s, "p", members-1)
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+		if aliased[i] != (i > 0) {
+			t.Errorf("member %d: savepoint aliased %v, want %v", i, aliased[i], i > 0)
+		}
+		_, ok, err := s.IdempotencyGet(ctx, "p", "c", fmt.Sprint(i))
+		if err != nil || !ok {
+			t.Errorf("member %d: record %v, %v", i, ok, err)
+		}
+	}
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+		for i := range members {
+			_, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
+			if err != nil {
+				return err
+			}
+			if ok != (i%2 == 0) {
+				t.Errorf("member %d: row stored %v, want %v", i, ok, i%2 == 0)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitQueued waits until n WriteTx calls wait in the partition's group.
+func waitQueued(t *testing.T, s *Store, partition string, n int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "every member queued", func() bool {
+		s.groups.mu.Lock()
+		defer s.groups.mu.Unlock()
+		g := s.groups.m[partition]
+		return g != nil && len(g.waiting) == n
+	})
 }

@@ -10,15 +10,16 @@ import (
 )
 
 // Idempotency hints. A push looks its key up without the lock
-// (Store.IdempotencyGet) and, on a miss, takes the lock and looks again
-// (Tx.IdempotencyGet). The store remembers the keys whose optimistic
-// lookup missed, per partition, for a moment; the write transaction that
-// takes the partition's lock reads their results in the lock's own
-// pipeline, so the re-check that follows costs no round trip. The read is
-// a statement after the lock, so it sees every commit that held the lock
-// before; nothing else stores results of a locked partition. A hint is
-// only a guess at which keys are coming: a key without one is looked up
-// as before.
+// (Store.IdempotencyGet, RequestStart) and, on a miss, takes the lock and
+// looks again (Tx.IdempotencyGet). The store remembers the keys whose
+// optimistic lookup missed, per partition, for a moment; the write
+// transaction that takes the partition's lock reads their results in the
+// lock's own pipeline, and a write group again with each member's release
+// (the keys hinted since), so the re-check that follows costs no round
+// trip. The read is a statement after the lock, so it sees every commit
+// that held the lock before; nothing else stores results of a locked
+// partition. A hint is only a guess at which keys are coming: a key
+// without one is looked up as before.
 
 // Hint bounds: how many keys a partition keeps (the oldest go first), for
 // how long, and how many partitions keep hints (past it they are all

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -58,20 +62,46 @@ func roundTripRow(tb testing.TB, sc *schema.Schema, id, title string) storage.Ro
 	return storage.RowWrite{RowID: id, Values: vals, Scopes: scopes, Payload: payload}
 }
 
+// roundTripStore opens a store of maxConns connections (dial as openDial)
+// with roundTripSchema installed and partition "p" registered, and with
+// client c1 bound when client is set.
+func roundTripStore(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
+	tb.Helper()
+	s := openDial(tb, maxConns, dial)
+	ctx := tb.Context()
+	sc, err := schema.Parse([]byte(roundTripSchema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
+		tb.Fatal(err)
+	}
+	if client {
+		if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return s, sc
+}
+
 // roundTrips is the round trips of each step of one push + pull round,
 // made of the store calls the engine and the relay make for it.
 type roundTrips struct {
-	start, lookup, push, pull, advance, relay int64
+	start, push, pull, advance, relay int64
 }
 
 func (r roundTrips) String() string {
-	return fmt.Sprintf("request start (partition + client) %d, optimistic idempotency lookup %d, push transaction %d, pull window %d, cursor advance %d, relay read %d",
-		r.start, r.lookup, r.push, r.pull, r.advance, r.relay)
+	return fmt.Sprintf("request start (partition, client, optimistic idempotency lookup) %d, push transaction %d, pull window %d, cursor advance %d, relay read %d",
+		r.start, r.push, r.pull, r.advance, r.relay)
 }
 
 // pushPullRound makes one round's store calls: the push of one upsert
-// into row and the pull of its commit.
-func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string) roundTrips {
+// into row and the pull of its commit. unhinted makes them as the engine
+// did before RequestStart, WriteTxRows and PlanWindow.
+func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string, unhinted bool) roundTrips {
 	tb.Helper()
 	const partition, client = "p", "c1"
 	key := fmt.Sprintf("commit-%d", i)
@@ -85,21 +115,37 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 		*dst = c.n.Load() - before
 	}
 	var part storage.Partition
-	step(&out.start, func() (err error) {
-		part, _, _, err = s.PartitionTouchClient(ctx, partition, client, 1_000_000)
-		return err
-	})
-	step(&out.lookup, func() error {
-		_, ok, err := s.IdempotencyGet(ctx, partition, client, key)
-		if ok {
+	step(&out.start, func() error {
+		if unhinted {
+			p, _, _, err := s.PartitionTouchClient(ctx, partition, client, 1_000_000)
+			if err != nil {
+				return err
+			}
+			part = p
+			_, ok, err := s.IdempotencyGet(ctx, partition, client, key)
+			if ok {
+				return fmt.Errorf("commit %s already stored", key)
+			}
+			return err
+		}
+		// The engine's start of a request: the optimistic idempotency
+		// lookup comes with the partition row and the client record.
+		st, err := s.RequestStart(ctx, storage.RequestStartParams{Partition: partition, ClientID: client, CommitIDs: []string{key}, NowMs: 1_000_000})
+		if _, ok := st.Pushes[key]; ok {
 			return fmt.Errorf("commit %s already stored", key)
 		}
+		part = st.Partition
 		return err
 	})
 	rw := roundTripRow(tb, sc, row, key)
 	var seq int64
 	step(&out.push, func() error {
-		return s.WriteTx(ctx, partition, func(tx storage.Tx) error {
+		// As the engine pushes: the row the commit writes named ahead.
+		var ahead []storage.RowRef
+		if !unhinted {
+			ahead = []storage.RowRef{{Table: "tasks", RowID: row}}
+		}
+		return s.WriteTxRows(ctx, partition, ahead, func(tx storage.Tx) error {
 			if _, err := tx.GateRead(ctx, partition, sc.Version); err != nil {
 				return err
 			}
@@ -131,15 +177,19 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 		})
 	})
 	step(&out.pull, func() error {
+		wp := storage.WindowParams{Partition: partition, Table: "tasks",
+			Scopes: map[string][]string{"project": {"p1"}}, AfterSeq: seq - 1, Limit: 100}
 		return s.ReadTx(ctx, func(tx storage.ReadTx) error {
+			if !unhinted {
+				tx.(storage.WindowPlanner).PlanWindow(wp) // as the engine's pull section does
+			}
 			if _, err := tx.Partition(ctx, partition); err != nil {
 				return err
 			}
 			if _, err := tx.GateRead(ctx, partition, sc.Version); err != nil {
 				return err
 			}
-			w, err := tx.CommitWindow(ctx, storage.WindowParams{Partition: partition, Table: "tasks",
-				Scopes: map[string][]string{"project": {"p1"}}, AfterSeq: seq - 1, Limit: 100})
+			w, err := tx.CommitWindow(ctx, wp)
 			if err == nil && (len(w.Commits) != 1 || w.Commits[0].CommitSeq != seq || w.Commits[0].ClientCommitID != key) {
 				err = fmt.Errorf("window %+v does not hold commit %d alone", w, seq)
 			}
@@ -165,61 +215,115 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 
 // TestRoundTrips counts the round trips of a push + pull round's store
 // calls (after a warm-up round has prepared every statement) and holds
-// them to the budget. A push transaction whose commit's optimistic lookup
-// just missed is four: BEGIN, the lock, the hinted push results and the
-// partition row; the savepoint and the row read; the upsert; the queued
-// writes and COMMIT. The pull window is three (BEGIN and the partition
-// row; the first candidates with their changes and headers; COMMIT), the
+// them to the budget. The request's start is one (RequestStart: the
+// partition row, the client record and the optimistic idempotency
+// lookup). A push transaction whose commit's optimistic lookup just
+// missed is three: BEGIN, the lock, the hinted push results, the row
+// named ahead and the partition row; the savepoint and the upsert; the
+// queued writes and COMMIT. The pull window is one, planned (BEGIN, the partition
+// row, the first candidates with their changes and headers, COMMIT), the
 // relay's read two, and a cursor advance none (it waits for the next
-// flush, once per ClientAdvanceDelay). Before this budget the round was
-// 1 + 1 + 5 + 5 + 1 + 5.
+// flush, once per ClientAdvanceDelay). Before these budgets the round was
+// 1 + 1 + 5 + 5 + 1 + 5, then 1 + 1 + 4 + 3 + 0 + 2.
 func TestRoundTrips(t *testing.T) {
 	c := &tripCounter{}
 	// One connection: every statement is prepared once, by the warm-up.
-	s := openDial(t, 1, c.dial)
+	s, sc := roundTripStore(t, 1, c.dial, true)
 	ctx := t.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ClientBind(ctx, storage.Client{Partition: "p", ClientID: "c1", ActorID: "a", WireVersion: 2, Cursor: -1, UpdatedAtMs: 1_000_000}); err != nil {
-		t.Fatal(err)
-	}
-	pushPullRound(ctx, t, s, c, sc, 0, "r0") // prepares the statements
-	s.flushAdvances()                        // the cursor advances' write, once per ClientAdvanceDelay
-	got := pushPullRound(ctx, t, s, c, sc, 1, "r0")
+	pushPullRound(ctx, t, s, c, sc, 0, "r0", false) // prepares the statements
+	s.flushAdvances()                               // the cursor advances' write, once per ClientAdvanceDelay
+	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
 	t.Logf("round trips: %s", got)
-	want := roundTrips{start: 1, lookup: 1, push: 4, pull: 3, advance: 0, relay: 2}
+	want := roundTrips{start: 1, push: 3, pull: 1, advance: 0, relay: 2}
 	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
-		got.start > want.start || got.lookup > want.lookup {
+		got.start > want.start {
 		t.Fatalf("round trips:\n got  %s\n want %s (at most)", got, want)
 	}
+}
+
+// BenchmarkPushPullRound makes push + pull rounds' store calls one after
+// another on one connection, as the engine makes them (hinted) and as it
+// made them before RequestStart, WriteTxRows and PlanWindow (unhinted).
+// It reports the round trips and, when the server's backend runs on this
+// machine, the CPU time it spent per round: what a round costs
+// PostgreSQL, free of the concurrency that makes throughput on a shared
+// machine noisy.
+func BenchmarkPushPullRound(b *testing.B) {
+	for _, unhinted := range []bool{false, true} {
+		name := "hinted"
+		if unhinted {
+			name = "unhinted"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := &tripCounter{}
+			s, sc := roundTripStore(b, 1, c.dial, true)
+			ctx := b.Context()
+			var pid int
+			if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 20 { // past the custom plans of every statement
+				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+			}
+			cpu0, cpuOK := procCPU(pid)
+			trips0 := c.n.Load()
+			i := 20
+			b.ResetTimer()
+			for b.Loop() {
+				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+				i++
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64(c.n.Load()-trips0)/n, "trips/round")
+			if cpu1, ok := procCPU(pid); ok && cpuOK {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "pg-µs/round")
+			}
+		})
+	}
+}
+
+// procCPU reads a local process's CPU time from /proc.
+func procCPU(pid int) (time.Duration, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, true
 }
 
 // BenchmarkPushOnePartition pushes single-change commits from 16
 // goroutines into one partition, each push its optimistic lookup and
 // its write transaction as the engine makes them: the load fixture's
 // shape, where every client writes the same partition and the write
-// groups share transactions.
+// groups share transactions. WriteTxRows names the row ahead, as the
+// engine does; WriteTx does not.
 func BenchmarkPushOnePartition(b *testing.B) {
-	s := openTB(b, 16)
+	b.Run("WriteTxRows", func(b *testing.B) { benchmarkPushOnePartition(b, (*Store).WriteTxRows) })
+	b.Run("WriteTx", func(b *testing.B) {
+		benchmarkPushOnePartition(b, func(s *Store, ctx context.Context, partition string, _ []storage.RowRef, fn func(storage.Tx) error) error {
+			return s.WriteTx(ctx, partition, fn)
+		})
+	})
+}
+
+func benchmarkPushOnePartition(b *testing.B, writeTx func(s *Store, ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error) {
+	s, sc := roundTripStore(b, 16, nil, false)
+	write := func(ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error {
+		return writeTx(s, ctx, partition, rows, fn)
+	}
 	ctx := b.Context()
-	sc, err := schema.Parse([]byte(roundTripSchema))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		b.Fatal(err)
-	}
 	var next atomic.Int64
 	b.SetParallelism(8) // 16 goroutines on 2 cores
 	b.ResetTimer()
@@ -232,7 +336,7 @@ func BenchmarkPushOnePartition(b *testing.B) {
 				b.Errorf("lookup: %v %v", ok, err)
 				return
 			}
-			err := s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			err := write(ctx, "p", []storage.RowRef{{Table: "tasks", RowID: rw.RowID}}, func(tx storage.Tx) error {
 				if _, ok, err := tx.IdempotencyGet(ctx, "c", key); err != nil || ok {
 					return fmt.Errorf("re-check: %v %v", ok, err)
 				}

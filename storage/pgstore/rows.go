@@ -29,7 +29,11 @@ type tableSQL struct {
 	t      *schema.Table
 	upsert string
 	get    string
-	delete string
+	// getMany reads rows by id ($2, an array) like get.
+	getMany string
+	delete  string
+	// setVersion stores an explicit server version (RowWrite.Version).
+	setVersion string
 	// scanHead is the SELECT … WHERE _sync_partition = $1 prefix of scans.
 	scanHead string
 	// byColumn holds, per column, the keyset page of rows holding one
@@ -88,7 +92,11 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			quote(schemaplan.ColServerVersion)),
 		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
-		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		getMany: fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1 AND %s = ANY($2::text[])", quote(schemaplan.ColRowID),
+			quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions),
+			name, quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)),
+		delete:     fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
+		setVersion: fmt.Sprintf("UPDATE %s SET %s = $3 WHERE %s", name, quote(schemaplan.ColServerVersion), key),
 		scanHead: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", quote(schemaplan.ColRowID),
 			quote(schemaplan.ColServerVersion), quote(schemaplan.ColPayload), name, quote(schemaplan.ColPartition)),
 	}
@@ -118,6 +126,12 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 	ts, err := t.table("get row", table)
 	if err != nil {
 		return storage.Row{}, false, err
+	}
+	if a, ok := t.takeAhead(partition, table, rowID); ok {
+		if !a.ok {
+			return storage.Row{}, false, nil
+		}
+		return a.row, true, nil
 	}
 	r := storage.Row{RowID: rowID}
 	var scopes string
@@ -172,6 +186,7 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	if err != nil {
 		return 0, err
 	}
+	delete(t.ahead, rowKey{table, r.RowID})
 	if len(r.Values) != len(ts.t.Columns) {
 		return 0, fmt.Errorf("upsert row: %d values for %d columns of table %s", len(r.Values), len(ts.t.Columns), table)
 	}
@@ -197,6 +212,10 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 	t.s.analyzer.wrote(table, 1)
 	if version == 1 { // an insert: the row is no longer deleted; sent with the next statement
 		t.queue(qClearTombstone, t.locked.ID, table, r.RowID)
+	}
+	if r.Version > 0 && r.Version != version {
+		t.queue(ts.setVersion, t.locked.ID, r.RowID, r.Version)
+		version = r.Version
 	}
 	if ts.blobRefs {
 		t.queueBlobRefs(ts, r.RowID, blobcore.RefIDs(ts.t, r.Values, nil), scopes)
@@ -270,6 +289,7 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	delete(t.ahead, rowKey{table, rowID})
 	tag, err := t.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)

@@ -29,9 +29,9 @@ type Store struct {
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
-	groups     writeGroups // the open write group of each partition (group.go)
-	advances   advances    // pending cursor advances (advance.go)
-	hints      idemHints   // keys whose optimistic lookup missed (hints.go)
+	groups     writeGroups     // the open write group of each partition (group.go)
+	advances   pendingAdvances // pending cursor advances (advance.go)
+	hints      idemHints       // keys whose optimistic lookup missed (hints.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -88,6 +88,7 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	}
 	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
 	s.analyzer = newAnalyzer(s)
+	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	s.blobIndex = blobcore.New(blobSQL, runner{s})

@@ -56,6 +56,21 @@ type tx struct {
 	// broken is set when a member's writes could not be rolled back: the
 	// group's transaction cannot commit.
 	broken error
+	// A read transaction's planned window (plan.go): trail is sent behind
+	// the next statement (the planned window's first read and COMMIT);
+	// spent says that pipeline ended the transaction, missed that a read
+	// came that it did not cover; noPlan that fn runs again, unplanned.
+	plan          *plannedWindow
+	trail         *pgx.Batch
+	spent, missed bool
+	noPlan        bool
+	// ahead holds the rows read ahead (ahead.go); nextRows, in a write
+	// group, names the next member's.
+	ahead    map[rowKey]rowAhead
+	nextRows func() []storage.RowRef
+	// fresh: the last statement queued is a group member's SAVEPOINT, so
+	// a Savepoint now would mark the same state (group.go).
+	fresh bool
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -66,6 +81,7 @@ var (
 )
 
 func (t *tx) queue(sql string, args ...any) {
+	t.fresh = false
 	if t.pending == nil {
 		t.pending = &pgx.Batch{}
 	}
@@ -75,40 +91,56 @@ func (t *tx) queue(sql string, args ...any) {
 // queueQuery queues a statement whose rows fn reads when the queue is
 // sent.
 func (t *tx) queueQuery(fn func(rows pgx.Rows) error, sql string, args ...any) {
+	t.fresh = false
 	if t.pending == nil {
 		t.pending = &pgx.Batch{}
 	}
 	t.pending.Queue(sql, args...).Query(fn)
 }
 
-// send sends the queued statements in one pipeline. last, when not nil,
-// reads the result of the last queued statement; the others are plain
-// executions.
+// send sends the queued statements in one pipeline, and the trail behind
+// them. last, when not nil, reads the result of the last queued statement;
+// the others are plain executions or read by their own Fn.
 func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) error {
-	b := t.pending
-	t.pending = nil
+	if err := t.live(); err != nil {
+		return err
+	}
+	t.fresh = false
+	b, trail := t.pending, t.trail
+	t.pending, t.trail = nil, nil
 	if b == nil || b.Len() == 0 {
 		return nil
 	}
-	br := t.c.SendBatch(t.stmtCtx(ctx), b)
 	n := b.Len()
 	if last != nil {
 		n--
 	}
+	var after []*pgx.QueuedQuery
+	if trail != nil {
+		after = trail.QueuedQueries
+		b.QueuedQueries = append(b.QueuedQueries, after...)
+	}
+	br := t.c.SendBatch(t.stmtCtx(ctx), b)
 	var err error
-	for _, qq := range b.QueuedQueries[:n] {
-		var e error
-		if qq.Fn != nil {
-			e = qq.Fn(br)
-		} else {
-			_, e = br.Exec()
-		}
-		if e != nil && err == nil {
-			err = e
+	each := func(qs []*pgx.QueuedQuery) {
+		for _, qq := range qs {
+			var e error
+			if qq.Fn != nil {
+				e = qq.Fn(br)
+			} else {
+				_, e = br.Exec()
+			}
+			if e != nil && err == nil {
+				err = e
+			}
 		}
 	}
+	each(b.QueuedQueries[:n])
 	if err == nil && last != nil {
 		err = last(br)
+	}
+	if err == nil {
+		each(after)
 	}
 	if e := br.Close(); e != nil && err == nil {
 		err = e
@@ -118,6 +150,10 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 
 // exec runs sql after the queued statements, in one round trip.
 func (t *tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.live(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	t.fresh = false
 	if t.pending == nil {
 		return t.c.Exec(t.stmtCtx(ctx), sql, args...)
 	}
@@ -141,6 +177,10 @@ func (t *tx) query(ctx context.Context, sql string, args []any, fn func(rows pgx
 		rows.Close()
 		return rows.Err()
 	}
+	if err := t.live(); err != nil {
+		return err
+	}
+	t.fresh = false
 	if t.pending == nil {
 		rows, err := t.c.Query(t.stmtCtx(ctx), sql, args...)
 		if err != nil {
@@ -229,7 +269,7 @@ func (t *tx) readPartition(ctx context.Context, partition string) (p storage.Par
 // concurrent WriteTx calls on one partition share one PostgreSQL
 // transaction, one partition lock and one commit.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
-	return s.groupWrite(ctx, partition, func(t *tx) error { return fn(t) })
+	return s.groupWrite(ctx, partition, nil, func(t *tx) error { return fn(t) })
 }
 
 // writeTx runs fn alone in a write transaction: the maintenance writes
@@ -249,7 +289,7 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 			t.rollback(ctx)
 		}
 	}()
-	if err := t.lock(ctx, partition); err != nil {
+	if err := t.lock(ctx, partition, nil); err != nil {
 		return err
 	}
 	if err := fn(t); err != nil {
@@ -265,14 +305,16 @@ func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) er
 	return nil
 }
 
-// lock begins the write transaction: BEGIN, the row lock and the read of
-// the locked partition go in one pipeline; the read is a statement of its
-// own so that, in READ COMMITTED, its snapshot is taken after the lock is
-// granted and sees the commits of the transaction that held it.
-func (t *tx) lock(ctx context.Context, partition string) error {
+// lock begins the write transaction: BEGIN, the row lock, the reads of
+// the rows named ahead and the read of the locked partition go in one
+// pipeline; the reads are statements of their own so that, in READ
+// COMMITTED, their snapshots are taken after the lock is granted and see
+// the commits of the transaction that held it.
+func (t *tx) lock(ctx context.Context, partition string, rows []storage.RowRef) error {
 	t.queue("BEGIN")
 	t.queue(qLockPartition, partition)
 	t.queuePrefetch(partition)
+	t.queueRows(partition, rows)
 	p, ok, err := t.readPartitionGate(ctx, partition, true)
 	if err != nil {
 		return fmt.Errorf("write transaction: lock partition: %w", err)
@@ -295,37 +337,52 @@ func (t *tx) commit(ctx context.Context) error {
 
 // ReadTx implements storage.Store: a REPEATABLE READ READ ONLY
 // transaction, whose snapshot is taken by its first statement. BEGIN goes
-// in one pipeline with that statement.
+// in one pipeline with that statement, and so does COMMIT when fn planned
+// its window (plan.go); fn runs again, unplanned, when it read past the
+// plan.
 func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
+	missed, err := s.readTx(ctx, fn, false)
+	if missed {
+		_, err = s.readTx(ctx, fn, true)
+	}
+	return err
+}
+
+func (s *Store) readTx(ctx context.Context, fn func(tx storage.ReadTx) error, noPlan bool) (missed bool, err error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("read transaction: %w", err)
+		return false, fmt.Errorf("read transaction: %w", err)
 	}
 	defer c.Release()
-	t := &tx{s: s, c: c, inst: s.schema.Load(), snapshot: true}
+	t := &tx{s: s, c: c, inst: s.schema.Load(), snapshot: true, noPlan: noPlan}
 	t.queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	done := false
 	defer func() {
-		if !done {
+		if !done && !t.spent {
 			t.rollback(ctx)
 		}
 	}()
-	if err := fn(t); err != nil {
-		return err
+	err = fn(t)
+	if t.missed {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
 	}
 	if t.aborted {
-		return storage.ErrTxAborted
+		return false, storage.ErrTxAborted
 	}
-	if t.pending != nil {
-		// fn ran no statement: nothing began.
+	if t.pending != nil || t.spent {
+		// fn ran no statement, and nothing began; or its planned
+		// pipeline ended the transaction.
 		done = true
-		return nil
+		return false, nil
 	}
 	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("read transaction: %w", err)
+		return false, fmt.Errorf("read transaction: %w", err)
 	}
 	done = true
-	return nil
+	return false, nil
 }
 
 func unregistered(op, partition string) error {
@@ -342,9 +399,16 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
 	}
+	planned := t.queuePlan(partition)
 	p, ok, err := t.readPartitionGate(ctx, partition, t.snapshot || partition == t.locked.ID)
+	if errors.Is(err, errPlanMissed) {
+		return p, err
+	}
 	if err != nil {
 		return p, t.fail("read partition", "", err)
+	}
+	if planned {
+		t.spent, t.plan.read = true, true
 	}
 	if !ok {
 		return p, unregistered("read partition", partition)
@@ -360,15 +424,26 @@ type savepoint struct {
 	name   string
 	maxSeq int64
 	done   bool
+	// member: the savepoint is the group member's own, which marks the
+	// same state; it is rolled back to and never released here.
+	member bool
 }
 
-// Savepoint implements storage.Tx; the SAVEPOINT is queued.
+// Savepoint implements storage.Tx; the SAVEPOINT is queued. Right after
+// a group member's own savepoint it takes that one instead, saving a
+// subtransaction and two statements (SAVEPOINT, RELEASE): rolling back to
+// it undoes the same writes and keeps it, as any rollback to a savepoint
+// does.
 func (t *tx) Savepoint(ctx context.Context) (storage.Savepoint, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
 	sp := &savepoint{t: t, name: "sp" + strconv.Itoa(len(t.savepoints)+1), maxSeq: t.maxSeq}
-	t.queue("SAVEPOINT " + sp.name)
+	if t.fresh && len(t.savepoints) == 0 {
+		sp.name, sp.member = groupSavepoint, true
+	} else {
+		t.queue("SAVEPOINT " + sp.name)
+	}
 	t.savepoints = append(t.savepoints, sp)
 	return sp, nil
 }
@@ -391,17 +466,21 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 			t.aborted = true
 			return fmt.Errorf("savepoint rollback: %w", err)
 		}
-		t.queue("RELEASE SAVEPOINT " + sp.name)
+		if !sp.member {
+			t.queue("RELEASE SAVEPOINT " + sp.name)
+		}
 		t.aborted = false
 		t.maxSeq = sp.maxSeq
 		// Records put since the savepoint are gone; forget what the
-		// re-check saw, too.
-		t.absent, t.put = nil, nil
+		// re-check saw, too, and the rows read ahead.
+		t.absent, t.put, t.ahead = nil, nil, nil
 	} else {
 		if t.aborted {
 			return storage.ErrTxAborted
 		}
-		t.queue("RELEASE SAVEPOINT " + sp.name)
+		if !sp.member {
+			t.queue("RELEASE SAVEPOINT " + sp.name)
+		}
 	}
 	t.savepoints = t.savepoints[:len(t.savepoints)-1]
 	sp.done = true

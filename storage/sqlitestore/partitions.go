@@ -135,6 +135,31 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 	return p, nil
 }
 
+// PartitionRebase implements storage.Store.
+func (s *Store) PartitionRebase(ctx context.Context, partition, logEpoch string, seq int64) (storage.Partition, error) {
+	if err := commitlog.CheckEpoch(logEpoch); err != nil {
+		return storage.Partition{}, err
+	}
+	var p storage.Partition
+	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
+		t := stx.(*tx)
+		horizon, err := commitlog.RebaseHorizon(t.locked, seq)
+		if err != nil {
+			return err
+		}
+		if _, err := t.c.exec(ctx, `UPDATE sync_partitions SET log_epoch = ?, horizon_seq = ? WHERE id = ?`, logEpoch, horizon, partition); err != nil {
+			return t.fail("rebase partition", "sync_partitions", err)
+		}
+		p = t.locked
+		p.LogEpoch, p.HorizonSeq, p.MaxCommitSeq = logEpoch, horizon, seq
+		return nil
+	})
+	if err != nil {
+		return storage.Partition{}, fmt.Errorf("rebase partition: %w", err)
+	}
+	return p, nil
+}
+
 // PartitionGet implements storage.Store.
 func (s *Store) PartitionGet(ctx context.Context, partition string) (storage.Partition, error) {
 	var (

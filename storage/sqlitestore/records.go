@@ -177,7 +177,7 @@ func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Clie
 func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 	var n int64
 	err := s.write(ctx, func(c *conn) (err error) {
-		s.advances.supersede(cl.Partition, cl.ClientID)
+		s.advances.Supersede(cl.Partition, cl.ClientID)
 		n, err = c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO UPDATE SET
 				wire_version = excluded.wire_version, cursor = excluded.cursor,

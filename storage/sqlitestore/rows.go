@@ -33,8 +33,10 @@ type tableSQL struct {
 	// entries on every update.
 	upsert  string
 	rescope string
-	get     string
-	delete  string
+	// setVersion stores an explicit server version (RowWrite.Version).
+	setVersion string
+	get        string
+	delete     string
 	// scanHead is the SELECT … WHERE _sync_partition = ? prefix of scans.
 	scanHead string
 	// byColumn holds, per column, the keyset page of rows holding one
@@ -97,6 +99,8 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 			strings.Join(same, " AND "), quote(schemaplan.ColServerVersion)),
 		rescope: fmt.Sprintf("UPDATE %s SET %s WHERE %s = ?1 AND %s = ?2 RETURNING %s", name, strings.Join(allSets, ", "),
 			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion)),
+		setVersion: fmt.Sprintf("UPDATE %s SET %s = ? WHERE %s = ? AND %s = ?", name, quote(schemaplan.ColServerVersion),
+			quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)),
 		get: fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s", quote(schemaplan.ColServerVersion),
 			quote(schemaplan.ColScopes), quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name, key),
 		delete: fmt.Sprintf("DELETE FROM %s WHERE %s", name, key),
@@ -220,6 +224,12 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 		if _, err := t.c.exec(ctx, qClearTombstone, t.locked.ID, table, r.RowID); err != nil {
 			return 0, t.fail("upsert row", table, err)
 		}
+	}
+	if r.Version > 0 && r.Version != version {
+		if _, err := t.c.exec(ctx, ts.setVersion, r.Version, t.locked.ID, r.RowID); err != nil {
+			return 0, t.fail("upsert row", table, err)
+		}
+		version = r.Version
 	}
 	if ts.blobRefs {
 		t.scratch.blobIDs = blobcore.RefIDs(ts.t, r.Values, t.scratch.blobIDs[:0])

@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/advances"
 	"github.com/syncnode/syncnode/storage/internal/blobcore"
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
@@ -39,8 +40,8 @@ type Store struct {
 	closeErr   error
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
-	queries    queryPool // registered queries' connections (query.go)
-	advances   advances  // cursor advances waiting for a write (advance.go)
+	queries    queryPool      // registered queries' connections (query.go)
+	advances   advances.Queue // cursor advances waiting for a write (advance.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -120,6 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		migrations: migrations,
 		queries:    newQueryPool(cfg.Readers),
 	}
+	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
 	s.segmentIndex = segcore.New(segmentSQL, runner{s})
 	s.blobIndex = blobcore.New(blobSQL, runner{s})

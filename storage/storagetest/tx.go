@@ -15,6 +15,7 @@ import (
 var txTests = []test{
 	{"Unregistered", testTxUnregistered},
 	{"ConcurrentPushesSerialize", testTxSerialize},
+	{"ConcurrentPushesRowsAhead", testTxRowsAhead},
 	{"LockExcludesWhileHeld", testTxLockHeld},
 	{"OtherPartitionsByCapability", testTxOtherPartition},
 	{"LockWaitHonoursContext", testTxLockWaitCancel},
@@ -110,6 +111,113 @@ func testTxSerialize(t *testing.T, e *env) {
 	}))
 	if m, err := s.CommitMaxSeq(t.Context(), p.ID); err != nil || m != n {
 		t.Fatalf("CommitMaxSeq = %d, %v; want %d", m, err, n)
+	}
+}
+
+// testTxRowsAhead: concurrent pushes that name their rows ahead
+// (storage.RowPrefetcher) read what serialized pushes read: every read
+// sees the writes of the pushes before it and the transaction's own, and
+// a write undone by a savepoint rollback is undone for the reads after it.
+// Each push also flips a second row between absent and present.
+func testTxRowsAhead(t *testing.T, e *env) {
+	s, sc := e.store()
+	rp, ok := s.(storage.RowPrefetcher)
+	if !ok {
+		t.Skip("the store reads no rows ahead")
+	}
+	p := partition(t, s)
+	ctx := t.Context()
+	rw, flip := task(t, sc, "t1", "p1", 1, "x"), task(t, sc, "t2", "p1", 1, "y")
+	refs := []storage.RowRef{{Table: "tasks", RowID: "t1"}, {Table: "tasks", RowID: "t2"}, {Table: "tasks", RowID: "absent"}}
+	const n = 12
+	var (
+		wg                  sync.WaitGroup
+		before, after, seqs [n]int64
+		flipped             [n]bool // t2 existed when the push read it
+		errs                [n]error
+		start               = make(chan struct{})
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = rp.WriteTxRows(ctx, p.ID, refs, func(tx storage.Tx) error {
+				if i%3 == 0 {
+					sp, err := tx.Savepoint(ctx)
+					if err != nil {
+						return err
+					}
+					if _, err := tx.RowUpsert(ctx, "tasks", rw); err != nil {
+						return err
+					}
+					if err := sp.Rollback(ctx); err != nil {
+						return err
+					}
+				}
+				var v int64
+				if i%3 == 1 {
+					// Written before it is read: the read sees the write.
+					var err error
+					if v, err = tx.RowUpsert(ctx, "tasks", rw); err != nil {
+						return err
+					}
+					before[i] = v - 1
+				} else {
+					if r, ok, err := tx.RowGet(ctx, p.ID, "tasks", "t1"); err != nil {
+						return err
+					} else if ok {
+						before[i] = r.ServerVersion
+					}
+					var err error
+					if v, err = tx.RowUpsert(ctx, "tasks", rw); err != nil {
+						return err
+					}
+				}
+				after[i] = v
+				if r, ok, err := tx.RowGet(ctx, p.ID, "tasks", "t1"); err != nil || !ok || r.ServerVersion != v {
+					return fmt.Errorf("own write read back as %+v, %v, %v; want version %d", r, ok, err, v)
+				}
+				if _, ok, err := tx.RowGet(ctx, p.ID, "tasks", "absent"); err != nil || ok {
+					return fmt.Errorf("absent row: %v, %v", ok, err)
+				}
+				_, exists, err := tx.RowGet(ctx, p.ID, "tasks", "t2")
+				if err != nil {
+					return err
+				}
+				flipped[i] = exists
+				changes := []storage.Change{change(rw, "tasks", v)}
+				if exists {
+					if _, err := tx.RowDelete(ctx, "tasks", "t2"); err != nil {
+						return err
+					}
+					changes = append(changes, storage.Change{Table: "tasks", RowID: "t2", Op: storage.OpDelete, Scopes: flip.Scopes})
+				} else {
+					fv, err := tx.RowUpsert(ctx, "tasks", flip)
+					if err != nil {
+						return err
+					}
+					changes = append(changes, change(flip, "tasks", fv))
+				}
+				key := fmt.Sprint("ahead", i)
+				seqs[i], err = tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: 1, ActorID: "actor", ClientID: "client",
+					ClientCommitID: key, SchemaVersion: 1, Changes: changes})
+				return err
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	seen := map[int64]bool{}
+	for i := range n {
+		check(t, errs[i])
+		if after[i] != before[i]+1 || seen[before[i]] {
+			t.Fatalf("push %d read version %d and wrote %d (versions read: %v)", i, before[i], after[i], before)
+		}
+		seen[before[i]] = true
+		// The pushes flip t2 in commit order: the k-th found it present
+		// when k is even.
+		if want := seqs[i]%2 == 0; flipped[i] != want {
+			t.Fatalf("push %d (commit %d) read t2 present = %v, want %v", i, seqs[i], flipped[i], want)
+		}
 	}
 }
 

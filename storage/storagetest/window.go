@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -17,6 +18,7 @@ var windowTests = []test{
 	{"FalsePositivesAcrossBatches", testWindowFalsePositives},
 	{"Refusals", testWindowRefusals},
 	{"LastScopeSeq", testLastScopeSeq},
+	{"PlannedReadsPast", testWindowPlannedReadsPast},
 }
 
 // ch describes one change of a window fixture.
@@ -53,7 +55,8 @@ func appendLog(t *testing.T, s storage.Store, sc *schema.Schema, commits [][]ch)
 	return p
 }
 
-// window reads a window and renders it as seq → row ids.
+// window reads a window and renders it as seq → row ids. It reads it
+// again planned, as a pull section does, and wants the same window.
 func window(t *testing.T, s storage.Store, p storage.WindowParams) (storage.Window, [][]string) {
 	t.Helper()
 	var w storage.Window
@@ -61,6 +64,9 @@ func window(t *testing.T, s storage.Store, p storage.WindowParams) (storage.Wind
 		w, err = tx.CommitWindow(t.Context(), p)
 		return err
 	}))
+	if pw := plannedWindow(t, s, p); !reflect.DeepEqual(pw, w) {
+		t.Fatalf("planned window = %+v, want %+v", pw, w)
+	}
 	var got [][]string
 	for _, c := range w.Commits {
 		ids := []string{fmt.Sprint(c.CommitSeq)}
@@ -73,6 +79,30 @@ func window(t *testing.T, s storage.Store, p storage.WindowParams) (storage.Wind
 		got = append(got, ids)
 	}
 	return w, got
+}
+
+// plannedWindow reads p as a pull section does: planned (when the store
+// plans, storage.WindowPlanner), after the partition row. A store may run
+// fn twice, never more.
+func plannedWindow(t *testing.T, s storage.Store, p storage.WindowParams) storage.Window {
+	t.Helper()
+	var w storage.Window
+	runs := 0
+	check(t, s.ReadTx(t.Context(), func(tx storage.ReadTx) (err error) {
+		runs++
+		if wp, ok := tx.(storage.WindowPlanner); ok {
+			wp.PlanWindow(p)
+		}
+		if _, err := tx.Partition(t.Context(), p.Partition); err != nil {
+			return err
+		}
+		w, err = tx.CommitWindow(t.Context(), p)
+		return err
+	}))
+	if runs > 2 {
+		t.Fatalf("a planned read transaction ran fn %d times, want at most 2", runs)
+	}
+	return w
 }
 
 func equalRendered(a, b [][]string) bool {
@@ -260,4 +290,100 @@ func testLastScopeSeq(t *testing.T, e *env) {
 		}
 		return nil
 	}))
+}
+
+// testWindowPlannedReadsPast: a read transaction that planned its window
+// and then reads something else — another window, a row, the window
+// without the partition row first, another partition's row — gets what an
+// unplanned one gets, in one snapshot; fn runs at most twice.
+func testWindowPlannedReadsPast(t *testing.T, e *env) {
+	s, sc := e.store()
+	var commits [][]ch
+	for i := range 20 { // more than a store reads with the partition row
+		commits = append(commits, []ch{{"tasks", fmt.Sprint("t", i), "p1", 1}})
+	}
+	commits = append(commits, []ch{{"tasks", "q", "p2", 1}})
+	p := appendLog(t, s, sc, commits)
+	other := partition(t, s)
+	ctx := t.Context()
+	p1 := storage.WindowParams{Partition: p.ID, Table: "tasks", Scopes: map[string][]string{"project": {"p1"}}, AfterSeq: 2, Limit: 100}
+	p2 := storage.WindowParams{Partition: p.ID, Table: "tasks", Scopes: map[string][]string{"project": {"p2"}}, Limit: 100}
+	_, want1 := window(t, s, p1)
+	_, want2 := window(t, s, p2)
+	if len(want1) != 18 || len(want2) != 1 {
+		t.Fatalf("fixture windows: %v, %v", want1, want2)
+	}
+	render := func(w storage.Window) (out [][]string) {
+		for _, c := range w.Commits {
+			ids := []string{fmt.Sprint(c.CommitSeq)}
+			for _, x := range c.Changes {
+				ids = append(ids, x.RowID)
+			}
+			out = append(out, ids)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		fn   func(tx storage.ReadTx) error
+	}{
+		{"another window", func(tx storage.ReadTx) error {
+			if _, err := tx.Partition(ctx, p.ID); err != nil {
+				return err
+			}
+			w, err := tx.CommitWindow(ctx, p2)
+			if err == nil && !equalRendered(render(w), want2) {
+				t.Errorf("another window = %v, want %v", render(w), want2)
+			}
+			return err
+		}},
+		{"a row after the window", func(tx storage.ReadTx) error {
+			if _, err := tx.Partition(ctx, p.ID); err != nil {
+				return err
+			}
+			w, err := tx.CommitWindow(ctx, p1)
+			if err != nil {
+				return err
+			}
+			if !equalRendered(render(w), want1) {
+				t.Errorf("window = %v, want %v", render(w), want1)
+			}
+			// appendLog writes the log only: the row is not stored.
+			r, ok, err := tx.RowGet(ctx, p.ID, "tasks", "t3")
+			if err == nil && ok {
+				t.Errorf("row = %+v, want none", r)
+			}
+			return err
+		}},
+		{"no partition row first", func(tx storage.ReadTx) error {
+			w, err := tx.CommitWindow(ctx, p1)
+			if err == nil && !equalRendered(render(w), want1) {
+				t.Errorf("window = %v, want %v", render(w), want1)
+			}
+			return err
+		}},
+		{"another partition's row", func(tx storage.ReadTx) error {
+			got, err := tx.Partition(ctx, other.ID)
+			if err == nil && got.ID != other.ID {
+				t.Errorf("partition = %+v, want %s", got, other.ID)
+			}
+			return err
+		}},
+	}
+	for _, c := range cases {
+		runs := 0
+		err := s.ReadTx(ctx, func(tx storage.ReadTx) error {
+			runs++
+			if wp, ok := tx.(storage.WindowPlanner); ok {
+				wp.PlanWindow(p1)
+			}
+			return c.fn(tx)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if runs > 2 {
+			t.Fatalf("%s: fn ran %d times, want at most 2", c.name, runs)
+		}
+	}
 }

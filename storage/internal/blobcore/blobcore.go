@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -245,26 +244,10 @@ func checkLimit(limit int) error {
 
 // HasRefs reports whether t declares a blob_ref column: only such tables
 // write the reference index.
-func HasRefs(t *schema.Table) bool {
-	for _, c := range t.Columns {
-		if c.Type == ssp2.TypeBlobRef {
-			return true
-		}
-	}
-	return false
-}
+func HasRefs(t *schema.Table) bool { return t.HasBlobRefs() }
 
-// RefIDs appends to dst the distinct blob ids a row of t references: the
-// blobId of every non-NULL blob_ref value (SPEC.md §5.9.4). A value that
-// is not a canonical BlobRef (the codec refuses those) references nothing.
+// RefIDs appends to dst the distinct blob ids a row of t references
+// (schema.Table.BlobRefIDs).
 func RefIDs(t *schema.Table, vals []ssp2.Value, dst []string) []string {
-	for i, c := range t.Columns {
-		if c.Type != ssp2.TypeBlobRef || i >= len(vals) || vals[i].Null {
-			continue
-		}
-		if id, ok := ssp2.BlobRefID(vals[i].Bytes); ok && !slices.Contains(dst, id) {
-			dst = append(dst, id)
-		}
-	}
-	return dst
+	return t.BlobRefIDs(vals, dst)
 }

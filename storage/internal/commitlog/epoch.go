@@ -6,6 +6,7 @@ import (
 
 	"github.com/syncnode/syncnode/internal/ids"
 	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
 )
 
 // NewEpoch returns a fresh, unpredictable log epoch: 128 random bits in
@@ -27,4 +28,22 @@ func CheckEpoch(epoch string) error {
 		return ssp2.Errorf(ssp2.CodeInvalidRequest, "adopt partition: %v", err)
 	}
 	return nil
+}
+
+// RebaseHorizon checks a PartitionRebase of part to seq and returns the
+// horizon to store: seq when the partition retains no commits (its max
+// seq is its horizon), else the current horizon, and then seq must be the
+// max seq — a rebase never drops or skips retained commits.
+func RebaseHorizon(part storage.Partition, seq int64) (int64, error) {
+	retains := part.MaxCommitSeq > part.HorizonSeq
+	if seq < part.MaxCommitSeq || retains && seq != part.MaxCommitSeq {
+		e := ssp2.Errorf(ssp2.CodeStorageInvalidPruneCursor, "rebase partition: seq %d, the partition's max seq is %d with %d commits retained",
+			seq, part.MaxCommitSeq, part.MaxCommitSeq-part.HorizonSeq)
+		e.Op = "rebase partition"
+		return 0, e
+	}
+	if retains {
+		return part.HorizonSeq, nil
+	}
+	return seq, nil
 }
