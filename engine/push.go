@@ -280,6 +280,9 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	if err != nil {
 		return applied{}, err
 	}
+	if st.cand != nil && st.cand.err != nil { // the server failed, not the validator
+		return applied{}, internal("candidate read", st.cand.err)
+	}
 	if rej == nil && vs.commit != nil {
 		rej, err = e.validateCommit(ctx, r, tx, pc, evidence, vs.commit)
 		if err != nil {
@@ -378,6 +381,8 @@ type stager struct {
 	vals    []ssp2.Value
 	stored  []ssp2.Value
 	payload []byte
+	// cand is the row validators' candidate reader, made on first use.
+	cand *candidate
 	// Wire version 3 and reference enforcement (v3push.go,
 	// references.go): rows this commit deleted, the staged changes of
 	// reference tables, and scratch.
@@ -484,7 +489,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 		if !st.r.scopes.authorizes(t, stored.Scopes) {
 			return nil, ev, opError(i, ssp2.CodeForbidden, "forbidden"), nil
 		}
-		if rej := st.e.validateRow(ctx, st.r, i, t, op, nil, ev.Stored, validator); rej != nil {
+		if rej := st.validateRow(ctx, i, t, op, nil, ev.Stored, validator); rej != nil {
 			return nil, ev, rej, nil
 		}
 		if _, err := st.tx.RowDelete(ctx, t.Name, op.RowID); err != nil {
@@ -555,7 +560,7 @@ func (st *stager) stageOp(ctx context.Context, i int, op *ssp2.Operation) (*stor
 	if want {
 		ev.Row = rowMap(t, vals)
 	}
-	if rej := st.e.validateRow(ctx, st.r, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
+	if rej := st.validateRow(ctx, i, t, op, ev.Row, ev.Stored, validator); rej != nil {
 		return nil, ev, rej, nil
 	}
 	if rej, err := st.checkBlobs(ctx, i, t, vals); err != nil || rej != nil {

@@ -191,7 +191,7 @@ func (en *refEnforcer) cascade(ctx context.Context, origin int, t *schema.Table,
 		}
 		ev.Stored = rowMap(t, vals)
 	}
-	if rej := st.e.validateRow(ctx, st.r, origin, t, &ssp2.Operation{Table: t.Name, RowID: row.RowID, Op: ssp2.OpDelete}, nil, ev.Stored, validator); rej != nil {
+	if rej := st.validateRow(ctx, origin, t, &ssp2.Operation{Table: t.Name, RowID: row.RowID, Op: ssp2.OpDelete}, nil, ev.Stored, validator); rej != nil {
 		return rej, nil
 	}
 	if _, err := st.tx.RowDelete(ctx, t.Name, row.RowID); err != nil {

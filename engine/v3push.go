@@ -270,7 +270,7 @@ func (st *stager) insert(ctx context.Context, i int, t *schema.Table, op *ssp2.O
 // write validates and writes a staged row and returns its change: an
 // upsert of the full row, the payload re-encoded from the merged values.
 func (st *stager) write(ctx context.Context, i int, t *schema.Table, op ssp2.Op, rowID string, w sparseWrite, row, stored Row, validator RowValidator) (*storage.Change, *rejection, error) {
-	if rej := st.e.validateRow(ctx, st.r, i, t, &ssp2.Operation{Table: t.Name, RowID: rowID, Op: op}, row, stored, validator); rej != nil {
+	if rej := st.validateRow(ctx, i, t, &ssp2.Operation{Table: t.Name, RowID: rowID, Op: op}, row, stored, validator); rej != nil {
 		return nil, rej, nil
 	}
 	if rej, err := st.checkBlobs(ctx, i, t, w.vals); err != nil || rej != nil {

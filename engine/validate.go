@@ -29,6 +29,10 @@ type RowValidation struct {
 	Stored    Row
 	ActorID   string
 	Partition string
+	// Candidate reads the candidate state as this operation finds it: the
+	// stored rows with the commit's earlier operations applied (this one
+	// not yet).
+	Candidate CandidateReader
 }
 
 // RowValidator accepts a write by returning nil and rejects it by
@@ -65,14 +69,33 @@ type CommitValidation struct {
 	Candidate CandidateReader
 }
 
-// CandidateReader reads the candidate state inside the push transaction.
+// CandidateReader reads the candidate state inside the push transaction:
+// the push's partition as the transaction sees it. It is the only safe
+// way for a validator or a reaction planner to read authoritative state —
+// a read of the store from inside the push would wait on the partition's
+// writer (SQLite's only writer is the push itself) or miss the push's
+// writes. Reads are not restricted to the pushing actor's scopes: the
+// validator is the server's own judgement.
 type CandidateReader interface {
 	// GetRow returns one row and its server version.
 	GetRow(ctx context.Context, table, rowID string) (row Row, version int64, ok bool, err error)
 	// ScanRows returns rows matching scopeFilter (required) after
 	// afterRowID, ascending by row id, at most limit (1..1000, default 100).
 	ScanRows(ctx context.Context, table string, scopeFilter map[string][]string, afterRowID string, limit int) ([]Row, error)
+	// Query runs a registered authoritative query (REMOTE.md §2) over the
+	// candidate state, through the partition-filtered relations of a
+	// remote query (p.Partition is set to the push's partition). p comes
+	// from the registry that validated its SQL
+	// (operations.Registry.QueryCandidate), never from request text. A
+	// store whose transactions run no registered queries returns
+	// ErrCandidateQueryUnsupported; a failing statement or an unfit value
+	// is a *storage.QueryError, which leaves the push usable.
+	Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error)
 }
+
+// ErrCandidateQueryUnsupported is returned by CandidateReader.Query on a
+// store whose transactions do not implement storage.TxQuerier.
+var ErrCandidateQueryUnsupported = errors.New("the store runs no registered queries inside a push")
 
 // CommitValidator accepts a commit by returning nil and rejects it with a
 // *Rejection (attributed to Rejection.OpIndex). Any other error, or a
@@ -161,18 +184,23 @@ const (
 	commitValidatorFailed = "whole-commit validator failed"
 )
 
-// validateRow runs the table's validator v, if any.
-func (e *Engine) validateRow(ctx context.Context, r *request, i int, t *schema.Table, op *ssp2.Operation, row, stored Row, v RowValidator) *rejection {
+// validateRow runs the table's validator v, if any. A failed candidate
+// read is kept in st.cand.err; apply fails the push on it.
+func (st *stager) validateRow(ctx context.Context, i int, t *schema.Table, op *ssp2.Operation, row, stored Row, v RowValidator) *rejection {
 	if v == nil {
 		return nil
 	}
+	if st.cand == nil {
+		st.cand = &candidate{e: st.e, tx: st.tx, partition: st.r.id.Partition}
+	}
+	r := st.r
 	err := callValidator(func() error {
-		return v(ctx, RowValidation{Op: op.Op, Table: t.Name, RowID: op.RowID, Row: row, Stored: stored, ActorID: r.id.ActorID, Partition: r.id.Partition})
+		return v(ctx, RowValidation{Op: op.Op, Table: t.Name, RowID: op.RowID, Row: row, Stored: stored, ActorID: r.id.ActorID, Partition: r.id.Partition, Candidate: st.cand})
 	})
 	if err == nil {
 		return nil
 	}
-	return e.toRejection(i, err, rowValidatorFailed)
+	return st.e.toRejection(i, err, rowValidatorFailed)
 }
 
 // validateCommit runs the whole-commit validator cv over the candidate
@@ -279,6 +307,22 @@ func (c *candidate) ScanRows(ctx context.Context, table string, scopeFilter map[
 		out = append(out, rowMap(t, vals))
 	}
 	return out, nil
+}
+
+// Query implements CandidateReader over the push transaction
+// (storage.TxQuerier).
+func (c *candidate) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
+	tq, ok := c.tx.(storage.TxQuerier)
+	if !ok {
+		return storage.QueryResult{}, ErrCandidateQueryUnsupported
+	}
+	p.Partition = c.partition
+	res, err := tq.TxQuery(ctx, p)
+	var qe *storage.QueryError
+	if err != nil && !errors.As(err, &qe) {
+		c.err = err
+	}
+	return res, err
 }
 
 // rowMap renders decoded values by column name, copying byte slices so the

@@ -445,6 +445,7 @@ func (g *Gate) Reconcile(ctx context.Context) error {
 	if g.kv.Load() == nil {
 		return ErrNoBus
 	}
+	defer g.metrics.Resyncs.Add(1)
 	if err := g.PublishSchema(ctx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,25 @@ func check(t *testing.T, res *Result, name string) Check {
 	return Check{}
 }
 
+// behaved fails the test unless a smoke run did work, made no protocol
+// error (as the tool and the server count them) and passed every check
+// that does not depend on the machine's speed. The p95 checks do: their
+// ceilings are lifted here, but a series that got no sample within the
+// short window (a writer whose first pull outlasted it on a loaded
+// machine) fails its check too. Ceilings are the load run's verdict;
+// TestThresholds tests that crossing one fails the run.
+func behaved(t *testing.T, res *Result) {
+	t.Helper()
+	if res.Errors != 0 || res.Ops == 0 || (res.Server != nil && res.Server.RequestErrors != 0) {
+		t.Fatalf("result = %+v, server %+v", res, res.Server)
+	}
+	for _, c := range res.Checks {
+		if !c.Pass && !c.Skipped && !strings.HasSuffix(c.Name, " p95") {
+			t.Fatalf("check %q failed: %s (%s); checks %+v", c.Name, c.Measured, c.Threshold, res.Checks)
+		}
+	}
+}
+
 // TestScenariosSmoke runs every scenario's smoke profile against a real
 // node on both stores and checks what the tool measured against what the
 // server counted.
@@ -158,9 +178,7 @@ func TestScenariosSmoke(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !res.Pass || res.Errors != 0 || res.Ops == 0 {
-						t.Fatalf("result = %+v", res)
-					}
+					behaved(t, res)
 				})
 			}
 		})

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/schema"
@@ -58,15 +55,7 @@ var stores = map[string]func(t testing.TB) storage.Store{
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			_ = st.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if c, err := pgx.Connect(ctx, url); err == nil {
-				_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{sch + "__ops"}.Sanitize()+" CASCADE")
-				_ = c.Close(ctx)
-			}
-		})
+		t.Cleanup(func() { _ = st.Close() })
 		return st
 	},
 }

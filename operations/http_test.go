@@ -86,9 +86,11 @@ func get(o operations.Object, k string) any { v, _ := o.Get(k); return v }
 // HTTP with the tagged encoding; a retry is cached; the command's commit
 // is on the bus and in a client's pull; other media types are 415, no
 // token 401.
-func TestHTTPBinding(t *testing.T) {
+func TestHTTPBinding(t *testing.T) { eachBackend(t, testHTTPBinding) }
+
+func testHTTPBinding(t *testing.T, b backend) {
 	var runs atomic.Int64
-	n := nodetest.Start(t, func(c *node.Config) { c.Operations.Registry = goOps(&runs) })
+	n := nodetest.Start(t, b.with(t, func(c *node.Config) { c.Operations.Registry = goOps(&runs) }))
 	tok := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1"}})
 	events, err := n.NATS.Conn().SubscribeSync("sync.>")
 	if err != nil {
@@ -142,9 +144,11 @@ func TestHTTPBinding(t *testing.T) {
 // TestWatch: a watch gets a snapshot, a new one after a commit to its
 // table, and none after a commit to another partition's table; a reused
 // watch id is refused.
-func TestWatch(t *testing.T) {
+func TestWatch(t *testing.T) { eachBackend(t, testWatch) }
+
+func testWatch(t *testing.T, b backend) {
 	var runs atomic.Int64
-	n := nodetest.Start(t, func(c *node.Config) { c.Operations.Registry = goOps(&runs) })
+	n := nodetest.Start(t, b.with(t, func(c *node.Config) { c.Operations.Registry = goOps(&runs) }))
 	tok := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -285,7 +289,9 @@ const twoTables = `{"version": 1, "tables": [
 // a rerun before it starts one; so when A's snapshot of the todos commit
 // arrives, the notes event has been handled completely, and the rerun
 // count is exactly 2 unless the notes commit also woke the todos watch.
-func TestWatchIgnoresUnrelatedTable(t *testing.T) {
+func TestWatchIgnoresUnrelatedTable(t *testing.T) { eachBackend(t, testWatchIgnoresUnrelatedTable) }
+
+func testWatchIgnoresUnrelatedTable(t *testing.T, be backend) {
 	sc, err := schema.Parse([]byte(twoTables))
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +308,7 @@ func TestWatchIgnoresUnrelatedTable(t *testing.T) {
 			id, _ := c.Params.(operations.Object).Get("id")
 			return []operations.Mutation{{Op: "upsert", Table: "notes", Row: map[string]any{"id": id, "project_id": "p1", "body": "b"}}}, nil
 		}})
-	n := nodetest.Start(t, func(c *node.Config) { c.Schema = sc; c.Operations.Registry = f })
+	n := nodetest.Start(t, be.with(t, func(c *node.Config) { c.Schema = sc; c.Operations.Registry = f }))
 	tok := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

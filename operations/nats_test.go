@@ -51,11 +51,15 @@ func TestNATSCommandHandlerProcess(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/cmdhandler").CombinedOutput(); err != nil {
 		t.Fatalf("build the handler: %v\n%s", err, out)
 	}
+	eachBackend(t, func(t *testing.T, b backend) { testNATSCommandHandlerProcess(t, b, bin) })
+}
+
+func testNATSCommandHandlerProcess(t *testing.T, b backend, bin string) {
 	var runs atomic.Int64
 	ops := goOps(&runs)
 	ops.Commands = append(ops.Commands, operations.Command{ID: "renameTodo", NATS: true, AllowActors: []string{"svc"},
 		Reads: []operations.Read{{Table: "todos", RowIDParam: "id"}}, TimeoutMs: 10000})
-	n := nodetest.Start(t, func(c *node.Config) { c.Operations.Registry = ops })
+	n := nodetest.Start(t, b.with(t, func(c *node.Config) { c.Operations.Registry = ops }))
 	subject, err := (bus.Names{}).OperationCommand("renameTodo")
 	if err != nil {
 		t.Fatal(err)

@@ -364,7 +364,7 @@ func count(xs []string, x string) int {
 }
 
 // Prepare checks every query on the store's own dialect (PostgreSQL
-// parses and plans it over the views); a store without query support
+// parses and plans it over its relations); a store without query support
 // leaves the queries registered, and they fail with
 // operation.storage_unsupported.
 func (r *Registry) Prepare(ctx context.Context, store storage.Store) error {

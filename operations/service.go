@@ -256,20 +256,7 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	if err := s.cfg.Engine.AdmitRead(ctx, id, req.ClientID, res.Start, res.HasPartition); err != nil {
 		return QueryResult{}, err
 	}
-	if len(res.Rows) > q.MaxRows {
-		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
-	}
-	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
-	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
-	for i, row := range res.Rows {
-		o := Object(fields[:len(q.columns):len(q.columns)])
-		fields = fields[len(q.columns):]
-		for j, c := range q.columns {
-			o[j] = Field{c.Name, row[j]}
-		}
-		out.Rows[i] = o
-	}
-	return out, nil
+	return q.result(res)
 }
 
 // queryArgs checks a query's params: an array of n scalar values.
@@ -301,26 +288,22 @@ func (s *Service) cover(ctx context.Context, id engine.Identity, q *query, args 
 		}
 		return nil, err
 	}
-	out := make(map[string]map[string][]string, len(q.Coverage))
-	for _, cv := range q.Coverage {
-		m := make(map[string][]string, len(cv.Scopes))
-		for v, params := range cv.Scopes {
+	out, err := covered(q, args)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range out {
+		for v, vals := range m {
 			grant := allowed[v]
-			wild := slices.Contains(grant, engine.Wildcard)
-			for _, pi := range params {
-				val, ok := storage.RenderScopeValue(args[pi])
-				if !ok {
-					return nil, errorf(CodeInvalidRequest, "params[%d] covers scope %q and is not a string, integer or boolean", pi, v)
-				}
-				if !wild && !slices.Contains(grant, val) {
+			if slices.Contains(grant, engine.Wildcard) {
+				continue
+			}
+			for _, val := range vals {
+				if !slices.Contains(grant, val) {
 					return nil, errorf(CodeForbidden, "scope %s=%q is not granted", v, val)
-				}
-				if !slices.Contains(m[v], val) {
-					m[v] = append(m[v], val)
 				}
 			}
 		}
-		out[cv.Table] = m
 	}
 	return out, nil
 }

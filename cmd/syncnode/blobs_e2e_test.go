@@ -42,26 +42,25 @@ type blobNode struct {
 	authHeader func(who string) (string, string)
 	epoch      string
 	n          int
+	// What restart needs: the running serve and how it was configured.
+	srv                *served
+	confDir, extraConf string
 }
 
 func startBlobNode(t *testing.T, postgres bool, grace, extraConf string) *blobNode {
 	t.Helper()
 	dir := t.TempDir()
-	schemaPath := filepath.Join(dir, "schema.json")
-	if err := os.WriteFile(schemaPath, []byte(blobE2ESchema), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "schema.json"), []byte(blobE2ESchema), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("schema = %q\n[blobs]\nmax_bytes = 2097152\norphan_grace = %q\nsweep_interval = \"1s\"\n", schemaPath, grace) + extraConf
 	if postgres {
 		url, sch := pgtest.Schema(t)
-		conf += fmt.Sprintf("[storage]\npostgres_url = %q\npostgres_schema = %q\n", url, sch)
+		extraConf += fmt.Sprintf("[storage]\npostgres_url = %q\npostgres_schema = %q\n", url, sch)
 	}
-	confPath := filepath.Join(dir, "syncnode.toml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := startServe(t, "--config", confPath)
-	secret, _, err := auth.DevSecret(s.dataDir)
+	b := &blobNode{t: t, confDir: dir, extraConf: extraConf,
+		authHeader: func(tok string) (string, string) { return "Authorization", "Bearer " + tok }}
+	b.srv = startServe(t, "--config", b.writeConf(grace))
+	secret, _, err := auth.DevSecret(b.srv.dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +68,33 @@ func startBlobNode(t *testing.T, postgres bool, grace, extraConf string) *blobNo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &blobNode{t: t, base: s.url, sc: sc, secret: secret,
-		authHeader: func(tok string) (string, string) { return "Authorization", "Bearer " + tok }}
+	b.base, b.sc, b.secret = b.srv.url, sc, secret
+	return b
+}
+
+// writeConf writes the node's config with the given orphan grace period
+// and returns its path.
+func (b *blobNode) writeConf(grace string) string {
+	b.t.Helper()
+	conf := fmt.Sprintf("schema = %q\n[blobs]\nmax_bytes = 2097152\norphan_grace = %q\nsweep_interval = \"1s\"\n",
+		filepath.Join(b.confDir, "schema.json"), grace) + b.extraConf
+	path := filepath.Join(b.confDir, "syncnode.toml")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	return path
+}
+
+// restart stops the node and serves the same data (SQL, the blob bucket)
+// again with another orphan grace period, as an operator changing it
+// does.
+func (b *blobNode) restart(grace string) {
+	b.t.Helper()
+	if err := b.srv.stop(); err != nil {
+		b.t.Fatalf("stop: %v\n%s", err, b.srv.stderr.String())
+	}
+	b.srv = startServeIn(b.t, b.srv.dataDir, "--config", b.writeConf(grace))
+	b.base = b.srv.url
 }
 
 // token is a bearer token of actor in partition acme holding projects.
@@ -196,7 +220,9 @@ func TestBlobsEndToEnd(t *testing.T) {
 }
 
 func testBlobsEndToEnd(t *testing.T, postgres bool) {
-	b := startBlobNode(t, postgres, "3s", "")
+	// A grace period no slow machine reaches between upload and push; the
+	// sweep is tested after a restart that ends it (below).
+	b := startBlobNode(t, postgres, "1h", "")
 	alice, bob := b.token("alice", "p1"), b.token("bob", "p2")
 	photo := bytes.Repeat([]byte("photo bytes "), 100_000) // 1.2 MB
 	orphan := []byte("never referenced")
@@ -261,8 +287,23 @@ func testBlobsEndToEnd(t *testing.T, postgres bool) {
 	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf([]byte("unknown")), alice, nil)
 	wantError(t, "unknown blob", resp, body, http.StatusNotFound, ssp2.CodeBlobNotFound)
 
-	// The sweep deletes the unreferenced blob once its grace period is
-	// over, and never the referenced one, older by then.
+	// Within its grace period the unreferenced blob is kept (forbidden,
+	// not gone).
+	resp, body = b.do(http.MethodGet, "/blobs/"+blobIDOf(orphan), alice, nil)
+	wantError(t, "the orphan within its grace", resp, body, http.StatusForbidden, ssp2.CodeBlobForbidden)
+	// Upload counters are the process's: read them before the restart.
+	_, metrics := b.do(http.MethodGet, "/metrics", "", nil)
+	for _, want := range []string{`syncnode_blob_uploads_total{outcome="stored"} 2`, `syncnode_blob_uploads_total{outcome="existing"} 1`,
+		`syncnode_blob_uploads_total{outcome="refused"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	// With the grace period ended (0: every unreferenced blob is due) the
+	// sweep deletes the unreferenced blob, and never the referenced one,
+	// as old: only its reference keeps it.
+	b.restart("0s")
 	poll.Until(t, 30*time.Second, "the orphan is swept", func() bool {
 		resp, _ := b.do(http.MethodGet, "/blobs/"+blobIDOf(orphan), alice, nil)
 		return resp.StatusCode == http.StatusNotFound
@@ -283,13 +324,6 @@ func testBlobsEndToEnd(t *testing.T, postgres bool) {
 		_, metrics := b.do(http.MethodGet, "/metrics", "", nil)
 		return strings.Contains(string(metrics), "syncnode_blob_swept_total 2")
 	})
-	_, metrics := b.do(http.MethodGet, "/metrics", "", nil)
-	for _, want := range []string{`syncnode_blob_uploads_total{outcome="stored"} 2`, `syncnode_blob_uploads_total{outcome="existing"} 1`,
-		`syncnode_blob_uploads_total{outcome="refused"} 2`} {
-		if !strings.Contains(string(metrics), want) {
-			t.Errorf("metrics lack %q", want)
-		}
-	}
 }
 
 // Presigned blobs end to end through serve over HTTP, on both stores

@@ -12,11 +12,19 @@ import (
 
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
 // TestOpsCall loads an operations file into a node and runs its query
-// with syncnode ops call; an ungranted scope fails with the code.
+// with syncnode ops call, on SQLite and PostgreSQL; an ungranted scope
+// fails with the code.
 func TestOpsCall(t *testing.T) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) { testOpsCall(t, store == "postgres") })
+	}
+}
+
+func testOpsCall(t *testing.T, pg bool) {
 	path := filepath.Join(t.TempDir(), "ops.json")
 	doc := `{"queries": [{"id": "todos", "sql": "SELECT id, title FROM todos WHERE project_id = ? ORDER BY id",
 	  "tables": ["todos"], "maxRows": 100, "mode": "scoped",
@@ -25,7 +33,12 @@ func TestOpsCall(t *testing.T) {
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := nodetest.Start(t, func(c *node.Config) { c.Operations.File = path })
+	n := nodetest.Start(t, func(c *node.Config) {
+		c.Operations.File = path
+		if pg {
+			c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(t)
+		}
+	})
 	tok := nodetest.Token(t, "ops", "default", map[string][]string{"project_id": {"p1"}})
 	var out, errb bytes.Buffer
 	err := run(context.Background(), []string{"ops", "call", "--url", n.URL(), "--token", tok, "--id", "todos", "--params", `["p1"]`}, nil, &out, &errb)

@@ -164,13 +164,26 @@ func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryR
 	if err != nil {
 		return out, &storage.QueryError{Err: err}
 	}
+	if out.Rows, err = readQueryRows(rows, p); err != nil {
+		return out, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("query commit: %w", err)
+	}
+	return out, nil
+}
+
+// readQueryRows reads a registered query's rows: at most p.Limit, each
+// normalized to the declared columns. It closes rows.
+func readQueryRows(rows pgx.Rows, p *storage.QueryParams) ([][]any, error) {
 	defer rows.Close()
 	var (
 		idx  []int
+		err  error
 		n    = len(p.Columns)
 		slab []any // the rows' values, a block of rows at a time
 	)
-	out.Rows = make([][]any, 0, min(p.Limit, 256))
+	out := make([][]any, 0, min(p.Limit, 256))
 	for rows.Next() {
 		if idx == nil {
 			fds := rows.FieldDescriptions()
@@ -179,34 +192,31 @@ func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryR
 				names[i] = f.Name
 			}
 			if idx, err = resultIndex(names, p.Columns); err != nil {
-				return out, err
+				return nil, err
 			}
 		}
-		if len(out.Rows) == p.Limit {
+		if len(out) == p.Limit {
 			break
 		}
 		vals, err := rows.Values()
 		if err != nil {
-			return out, &storage.QueryError{Err: err}
+			return nil, &storage.QueryError{Err: err}
 		}
 		if len(slab) < n {
-			slab = make([]any, n*min(p.Limit-len(out.Rows), 64))
+			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}
 		row := slab[:n:n]
 		slab = slab[n:]
 		for i, col := range p.Columns {
 			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
-				return out, err
+				return nil, err
 			}
 		}
-		out.Rows = append(out.Rows, row)
+		out = append(out, row)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return out, &storage.QueryError{Err: err}
-	}
-	if _, err := br.Exec(); err != nil {
-		return out, fmt.Errorf("query commit: %w", err)
+		return nil, &storage.QueryError{Err: err}
 	}
 	return out, nil
 }

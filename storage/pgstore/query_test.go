@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,21 @@ import (
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
+
+// tasksStore is a store with one application table, tasks (id,
+// project_id, scoped by project).
+func tasksStore(t *testing.T) *Store {
+	s := openTB(t, 2)
+	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // TestQueryStatementLimit: a registered query's statement reads at most
 // Limit (maxRows + 1) rows in SQL — the server stops there, it does not
@@ -18,15 +34,7 @@ import (
 // one is refused.
 func TestQueryStatementLimit(t *testing.T) {
 	ctx := context.Background()
-	s := openTB(t, 2)
-	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
- {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	s := tasksStore(t)
 	cols := []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}
 	for _, c := range []struct{ sql, tail string }{
 		{"SELECT id FROM tasks WHERE project_id = ? ORDER BY id", "ORDER BY id\nLIMIT 6"},
@@ -58,15 +66,7 @@ func TestQueryStatementLimit(t *testing.T) {
 // relations.
 func TestQuerySearchPathFence(t *testing.T) {
 	ctx := context.Background()
-	s := openTB(t, 2)
-	sc, err := schema.Parse([]byte(`{"version":1,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
- {"name":"id","type":"string"},{"name":"project_id","type":"string"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	s := tasksStore(t)
 	run := func(sql string) (storage.QueryResult, error) {
 		return s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"},
 			Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}, Limit: 2}, Partition: "p", ClientID: "c"})
@@ -82,5 +82,56 @@ func TestQuerySearchPathFence(t *testing.T) {
 	}
 	if res, err := run("SELECT id FROM tasks"); err != nil || len(res.Rows) != 0 {
 		t.Fatalf("the relation: %v, %v", res.Rows, err)
+	}
+}
+
+// TestTxQuerySearchPathFence: a registered query inside a write
+// transaction runs under the same fence as Query (pg_catalog alone, no
+// internal table by an unqualified name), and the transaction's own
+// search_path is back after it, whether the statement succeeded or
+// failed.
+func TestTxQuerySearchPathFence(t *testing.T) {
+	ctx := context.Background()
+	s := tasksStore(t)
+	if _, err := s.PartitionTouch(ctx, "p", 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WriteTx(ctx, "p", func(stx storage.Tx) error {
+		tx := stx.(*tx)
+		searchPath := func() string {
+			var sp string
+			if _, err := tx.queryRow(ctx, "SELECT current_setting('search_path')", nil, &sp); err != nil {
+				t.Fatalf("search_path of the transaction: %v", err)
+			}
+			return sp
+		}
+		before := searchPath()
+		run := func(sql string) (storage.QueryResult, error) {
+			return tx.TxQuery(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"},
+				Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}}, Limit: 2}, Partition: "p"})
+		}
+		res, err := run("SELECT current_setting('search_path') AS id")
+		if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != "pg_catalog" {
+			t.Fatalf("search_path in the query: %v, %v", res.Rows, err)
+		}
+		if sp := searchPath(); sp != before {
+			t.Fatalf("search_path after the query %q, want %q", sp, before)
+		}
+		for _, sql := range []string{"SELECT id FROM sync_partitions", "SELECT partition AS id FROM sync_commits"} {
+			var qe *storage.QueryError
+			if _, err := run(sql); !errors.As(err, &qe) || !strings.Contains(err.Error(), "does not exist") {
+				t.Fatalf("%s: %v, want a *storage.QueryError naming a missing relation", sql, err)
+			}
+			if sp := searchPath(); sp != before {
+				t.Fatalf("search_path after a failed query %q, want %q", sp, before)
+			}
+		}
+		if res, err := run("SELECT id FROM tasks"); err != nil || len(res.Rows) != 0 {
+			t.Fatalf("the relation: %v, %v", res.Rows, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -318,24 +318,41 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	} else if err := start.Err(); err != nil {
 		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
 	}
+	if out.Rows, err = c.queryRows(ctx, text, args, &p, queryError); err != nil {
+		return storage.QueryResult{}, err
+	}
+	if err := start.Close(); err != nil {
+		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
+	}
+	return out, nil
+}
+
+// queryError is a registered query's database failure as its own.
+func queryError(err error) error { return &storage.QueryError{Err: err} }
+
+// queryRows runs a registered query's statement on c and reads at most
+// p.Limit rows, each normalized to the declared columns. A database
+// failure of the statement is failed(err); a value that does not fit
+// its column is a *storage.QueryError.
+func (c *conn) queryRows(ctx context.Context, text string, args []any, p *storage.QueryParams, failed func(error) error) ([][]any, error) {
 	rs, err := c.query(ctx, text, args...)
 	if err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return nil, failed(err)
 	}
 	defer func() { _ = rs.Close() }()
 	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
 	if err != nil {
-		return storage.QueryResult{}, err
+		return nil, err
 	}
 	n := len(p.Columns)
 	var slab []any // the rows' values, a block of rows at a time
-	out.Rows = make([][]any, 0, min(p.Limit, 256))
+	out := make([][]any, 0, min(p.Limit, 256))
 	for rs.Next() {
-		if len(out.Rows) == p.Limit {
+		if len(out) == p.Limit {
 			break
 		}
 		if len(slab) < n {
-			slab = make([]any, n*min(p.Limit-len(out.Rows), 64))
+			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}
 		row := slab[:n:n]
 		slab = slab[n:]
@@ -345,19 +362,16 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 				v = slices.Clone(b)
 			}
 			if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
-				return storage.QueryResult{}, err
+				return nil, err
 			}
 		}
-		out.Rows = append(out.Rows, row)
+		out = append(out, row)
 	}
 	if err := rs.Err(); err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
+		return nil, failed(err)
 	}
 	if err := rs.Close(); err != nil {
-		return storage.QueryResult{}, &storage.QueryError{Err: err}
-	}
-	if err := start.Close(); err != nil {
-		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
+		return nil, failed(err)
 	}
 	return out, nil
 }

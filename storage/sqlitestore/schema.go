@@ -132,6 +132,9 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 			return err
 		}
 	}
+	if err := seedStats(ctx, c, sc); err != nil {
+		return err
+	}
 	if plan.Action == schemaplan.Verify {
 		return nil
 	}

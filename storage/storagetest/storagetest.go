@@ -118,6 +118,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Columns", columnTests},
 		{"Blob", blobTests},
 		{"Lease", leaseTests},
+		{"TxQuery", txQueryTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

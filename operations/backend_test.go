@@ -1,0 +1,63 @@
+package operations_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/operations"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
+)
+
+// backend selects a node's store for a test.
+type backend func(t *testing.T, c *node.Config)
+
+// backends are the two stores every node-level test runs on: the
+// node's SQLite file, and a fresh PostgreSQL schema per test.
+var backends = []struct {
+	name string
+	on   backend
+}{
+	{"sqlite", func(*testing.T, *node.Config) {}},
+	{"postgres", func(t *testing.T, c *node.Config) { c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(t) }},
+}
+
+// eachBackend runs f once per store.
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b.on) })
+	}
+}
+
+// with returns the node option that selects b's store, then applies mod.
+func (b backend) with(t *testing.T, mod func(*node.Config)) func(*node.Config) {
+	return func(c *node.Config) {
+		b(t, c)
+		mod(c)
+	}
+}
+
+// TestNodeRefusesEscapingRegistration: on either store, a node whose
+// operations name an internal table does not start, and says which query
+// and field (the escapes one by one: TestRegistrationRefusesEscapes).
+func TestNodeRefusesEscapingRegistration(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		bad := operations.File{Queries: []operations.Query{{ID: "log", SQL: "SELECT client_id AS id FROM sync_commits WHERE partition = ?",
+			Tables: []string{"todos"}, MaxRows: 10, Mode: operations.Privileged, AllowActors: []string{"*"},
+			Columns: []operations.Column{{Name: "id", Type: "string"}}}}}
+		n, err := node.New(nodetest.Config(t, b.with(t, func(c *node.Config) { c.Operations.Registry = bad })))
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err = n.Start(ctx); err == nil {
+				_ = n.Stop(ctx)
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), `queries[0] ("log").sql`) || !strings.Contains(err.Error(), "sync_commits") {
+			t.Fatalf("a node with a query over sync_commits: %v", err)
+		}
+	})
+}

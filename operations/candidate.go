@@ -1,0 +1,100 @@
+package operations
+
+import (
+	"context"
+	"slices"
+
+	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/storage"
+)
+
+// QueryCandidate runs the registered query id over a push's candidate
+// state, for a host's validator or reaction planner: rd is the
+// Candidate of the engine.RowValidation or engine.CommitValidation it was
+// given, so the query reads the push's partition with the commit's
+// writes applied, inside the push's transaction (a remote query from
+// inside a push would read another snapshot, and on SQLite wait on the
+// writer the push is).
+//
+// The query runs as a remote call of it would — the same relations,
+// maxRows and typed results — with params as its positional values
+// (nil, bool, int, int64, float64, string, []byte). It is the server's
+// own read, so nothing authorizes it: a scoped query's relations hold the
+// rows of the values its coverage names in params, granted or not, and a
+// privileged query's Authorize is not called.
+//
+// A refusal (an unknown id, params that do not fit, a result over
+// maxRows) is an *Error with its operation code; a failure of the
+// statement or of a result value is a *storage.QueryError, after which
+// the push goes on; anything else is the store's failure, and the push
+// fails with sync.internal_error whatever the validator returns.
+func (r *Registry) QueryCandidate(ctx context.Context, rd engine.CandidateReader, id string, params ...any) (QueryResult, error) {
+	q, ok := r.queries[id]
+	if !ok {
+		return QueryResult{}, errorf(CodeUnknown, "no query %q is registered", id)
+	}
+	vals := make([]any, len(params))
+	for i, p := range params {
+		if n, ok := p.(int); ok {
+			p = int64(n)
+		}
+		vals[i] = p
+	}
+	args, err := queryArgs(vals, q.params)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	p := storage.QueryParams{QuerySpec: q.spec, Args: args}
+	if q.Mode == Scoped {
+		if p.Scopes, err = covered(q, args); err != nil {
+			return QueryResult{}, err
+		}
+	}
+	res, err := rd.Query(ctx, p)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	return q.result(res)
+}
+
+// covered returns a scoped query's relation restriction: per table and
+// scope variable, the distinct values of the parameters its coverage
+// names, rendered as stored scopes are.
+func covered(q *query, args []any) (map[string]map[string][]string, error) {
+	out := make(map[string]map[string][]string, len(q.Coverage))
+	for _, cv := range q.Coverage {
+		m := make(map[string][]string, len(cv.Scopes))
+		for v, params := range cv.Scopes {
+			for _, pi := range params {
+				val, ok := storage.RenderScopeValue(args[pi])
+				if !ok {
+					return nil, errorf(CodeInvalidRequest, "params[%d] covers scope %q and is not a string, integer or boolean", pi, v)
+				}
+				if !slices.Contains(m[v], val) {
+					m[v] = append(m[v], val)
+				}
+			}
+		}
+		out[cv.Table] = m
+	}
+	return out, nil
+}
+
+// result is a store's result as the query's success: maxRows enforced
+// (the store read maxRows+1), each row keyed by the declared columns.
+func (q *query) result(res storage.QueryResult) (QueryResult, error) {
+	if len(res.Rows) > q.MaxRows {
+		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
+	}
+	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
+	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
+	for i, row := range res.Rows {
+		o := Object(fields[:len(q.columns):len(q.columns)])
+		fields = fields[len(q.columns):]
+		for j, c := range q.columns {
+			o[j] = Field{c.Name, row[j]}
+		}
+		out.Rows[i] = o
+	}
+	return out, nil
+}
