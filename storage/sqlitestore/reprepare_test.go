@@ -1,12 +1,15 @@
 package sqlitestore
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"modernc.org/sqlite"
 
@@ -23,47 +26,9 @@ import (
 // re-preparation alike, so its calls count the compilations.
 func TestLimitsDoNotReprepare(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "sync.db"), Readers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	sc, err := schema.Parse([]byte(planTestSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
-		t.Fatal(err)
-	}
-	tasks, _ := sc.Table("tasks")
-	err = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
-		for i := range 30 {
-			rw, err := taskWrite(tasks, fmt.Sprint("t", i), "pr1")
-			if err != nil {
-				return err
-			}
-			v, err := tx.RowUpsert(ctx, "tasks", rw)
-			if err != nil {
-				return err
-			}
-			_, err = tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: 1, ActorID: "a", ClientID: "c", ClientCommitID: fmt.Sprint(i),
-				SchemaVersion: 1, Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v,
-					Scopes: rw.Scopes, Row: rw.Payload}}})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	s, tasks := windowStore(t, 30)
 	compiles := 0
-	err = s.withReader(ctx, func(c *conn) error {
+	err := s.withReader(ctx, func(c *conn) error {
 		return c.dc.(sqlite.AuthorizerRegisterer).RegisterAuthorizer(
 			func(action sqlite.AuthorizerActionCode, _, _, _, _ string) sqlite.AuthorizerReturnCode {
 				if action == sqlite.AuthSelect {
@@ -109,6 +74,91 @@ func TestLimitsDoNotReprepare(t *testing.T) {
 	}
 	if compiles != 0 {
 		t.Fatalf("%d statements compiled again when only the limits and cursors changed", compiles)
+	}
+}
+
+// windowStore is a store with one reader connection whose partition "p"
+// holds n one-row commits of tasks in project pr1.
+func windowStore(tb testing.TB, n int) (*Store, *schema.Table) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(tb.TempDir(), "sync.db"), Readers: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	sc, err := schema.Parse([]byte(planTestSchema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.PartitionTouch(ctx, "p", 1); err != nil {
+		tb.Fatal(err)
+	}
+	tasks, _ := sc.Table("tasks")
+	err = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+		for i := range n {
+			rw, err := taskWrite(tasks, fmt.Sprint("t", i), "pr1")
+			if err != nil {
+				return err
+			}
+			v, err := tx.RowUpsert(ctx, "tasks", rw)
+			if err != nil {
+				return err
+			}
+			_, err = tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: 1, ActorID: "a", ClientID: "c", ClientCommitID: fmt.Sprint(i),
+				SchemaVersion: 1, Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v,
+					Scopes: rw.Scopes, Row: rw.Payload}}})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, tasks
+}
+
+// BenchmarkWindowLimits is a caught-up pull's window read (the last 2 of
+// 1,000 commits): "mixed" by clients asking for 1000, 100 and 200 commits
+// in turn, as mixed-soak's readers, writers and realtime clients do on
+// shared reader connections, "same" by clients all asking for 100, as in
+// push-pull. cpu-µs/op is this process's CPU.
+func BenchmarkWindowLimits(b *testing.B) {
+	s, tasks := windowStore(b, 1000)
+	ctx := context.Background()
+	scopes := map[string][]string{tasks.Scopes[0].Variable: {"pr1"}}
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	for _, bc := range []struct {
+		name   string
+		limits []int
+	}{{"mixed", []int{1000, 100, 200}}, {"same", []int{100}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cpu0 := cpu()
+			defer func() { b.ReportMetric(float64((cpu()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op") }()
+			i := 0
+			for b.Loop() {
+				err := s.ReadTx(ctx, func(tx storage.ReadTx) error {
+					w, err := tx.CommitWindow(ctx, storage.WindowParams{Partition: "p", Table: "tasks", Scopes: scopes,
+						AfterSeq: 998, Limit: bc.limits[i%len(bc.limits)]})
+					if err == nil && len(w.Commits) != 2 {
+						err = fmt.Errorf("%d commits", len(w.Commits))
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }
 
