@@ -7,13 +7,20 @@
 // A Hub follows the SYNC_COMMITS stream with an ordered consumer, on every
 // node alike: a commit made on any node of a deployment reaches the
 // sessions of every other node through its commit event. An event only
-// says that (partition, logEpoch, commitSeq) exists; the hub reads the
-// commit itself from SQL (once per node, whatever the number of sessions)
-// and encodes each session's delta from it. Nothing goes from the engine
-// to the hub in process.
+// says that (partition, logEpoch, commitSeq) exists and which changes of
+// one table it holds; the hub reads the commit itself from SQL (once per
+// node, whatever the number of sessions) and encodes each session's delta
+// from it. Nothing goes from the engine to the hub in process.
 //
-// A commit is one event per table; the first event of a commit is
-// processed, the others are skipped by (epoch, seq). Events whose epoch is
+// A commit is one event per table. The commit is read once, at the first
+// of its events whose changes (table and scopes, as the event's body
+// lists them) some session's registrations may match; the others are
+// skipped by (epoch, seq). A commit none of whose events may match is not
+// read at all: its sessions observe it unread (it advances what they
+// observed and sends nothing) when the next commit's event shows it
+// complete — the relay publishes a partition's events in commit order —
+// or, should none come, it is read at the next resync or poll. The serve
+// gate is asked only for commits read. Events whose epoch is
 // not the one the hub knows make it read the partition in SQL: a rotated
 // epoch answers every session of the partition with reset-required, and
 // the history the relay republishes under the new epoch is skipped. The

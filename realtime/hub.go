@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -74,6 +75,12 @@ type partState struct {
 	epoch    string
 	epochTok string
 	lastSeq  int64
+	// pend is lastSeq while every event of that commit so far named
+	// changes no session can match: its sessions have not been given it
+	// yet. The next commit's event proves the commit complete (the relay
+	// publishes a partition's events in commit order), and it is then
+	// observed unread. Only the partition's worker touches it.
+	pend     int64
 	pollMax  int64 // the partition's max seq at the previous resync
 	sessions map[*session]struct{}
 }
@@ -100,6 +107,9 @@ type work struct {
 	part     string
 	epochTok string
 	seq      int64
+	// table and data are the event's table and CommitBody (commits).
+	table string
+	data  []byte
 }
 
 // New validates cfg and returns a Hub; Start connects it to the bus.
@@ -270,7 +280,7 @@ func (h *Hub) onEvent(ev bus.Event) {
 	_, ok := h.parts[id]
 	h.mu.Unlock()
 	if ok {
-		h.enqueue(work{kind: workCommit, part: id, epochTok: ev.LogEpoch, seq: ev.CommitSeq})
+		h.enqueue(work{kind: workCommit, part: id, epochTok: ev.LogEpoch, seq: ev.CommitSeq, table: ev.Table, data: ev.Data})
 	}
 }
 
@@ -301,7 +311,10 @@ type note struct {
 	epoch string
 	// commit is nil when it could not be read (pruned, or SQL failed):
 	// sessions are woken instead.
-	commit  *storage.Commit
+	commit *storage.Commit
+	// skipped marks a commit not read: none of its changes could match a
+	// session's registrations when its events arrived.
+	skipped bool
 	refused bool // the gate refuses the partition
 	// deltas caches encoded deltas by wire version and registrations:
 	// sessions registered alike share one encoding. Only the partition's
@@ -309,6 +322,10 @@ type note struct {
 	deltas map[string]encodedDelta
 }
 
+// processCommit handles one event of a commit. A commit is read from SQL
+// once, at the first of its events that some session's registrations
+// may match; a commit none of whose events may is observed unread when
+// the next commit's event shows it complete.
 func (h *Hub) processCommit(w work) {
 	p := h.lookup(w.part)
 	if p == nil {
@@ -320,34 +337,99 @@ func (h *Hub) processCommit(w work) {
 		h.checkPartition(work{kind: workCheck, part: w.part})
 		return
 	}
-	if w.seq <= p.lastSeq {
+	if w.seq < p.lastSeq || (w.seq == p.lastSeq && p.pend != w.seq) {
 		p.mu.Unlock()
 		return
 	}
-	p.lastSeq = w.seq
-	n := &note{seq: w.seq, epoch: p.epoch, deltas: map[string]encodedDelta{}}
+	var done int64 // a complete commit no session could match
+	if w.seq > p.lastSeq {
+		done, p.pend, p.lastSeq = p.pend, 0, w.seq
+	}
+	epoch := p.epoch
 	sessions := p.snapshot()
 	p.mu.Unlock()
+	if done != 0 {
+		h.metrics.CommitsSkipped.Add(1)
+		skip := &note{seq: done, epoch: epoch, skipped: true}
+		for _, s := range sessions {
+			s.deliver(skip)
+		}
+	}
 	if len(sessions) == 0 {
 		return
 	}
+	if !mayMatch(sessions, w.table, w.data) {
+		p.mu.Lock()
+		p.pend = w.seq
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Lock()
+	p.pend = 0
+	p.mu.Unlock()
+	h.readAndDeliver(w.part, w.seq, epoch, sessions)
+}
+
+// readAndDeliver reads commit seq and answers the sessions with it.
+func (h *Hub) readAndDeliver(part string, seq int64, epoch string, sessions []*session) {
+	h.metrics.CommitReads.Add(1)
+	n := &note{seq: seq, epoch: epoch, deltas: map[string]encodedDelta{}}
 	ctx, cancel := context.WithTimeout(h.ctx, sqlTimeout)
 	defer cancel()
-	cs, err := h.cfg.Store.CommitRange(ctx, w.part, w.seq-1, 1)
+	cs, err := h.cfg.Store.CommitRange(ctx, part, seq-1, 1)
 	switch {
 	case err != nil:
-		h.log.Warn("realtime: read commit; waking its sessions", "partition", w.part, "seq", w.seq, "err", err)
-	case len(cs) == 1 && cs[0].CommitSeq == w.seq:
+		h.log.Warn("realtime: read commit; waking its sessions", "partition", part, "seq", seq, "err", err)
+	case len(cs) == 1 && cs[0].CommitSeq == seq:
 		n.commit = &cs[0]
 	default:
-		h.log.Debug("realtime: commit no longer in the log; waking its sessions", "partition", w.part, "seq", w.seq)
+		h.log.Debug("realtime: commit no longer in the log; waking its sessions", "partition", part, "seq", seq)
 	}
 	if n.commit != nil {
-		n.refused, n.commit = h.refused(ctx, w.part, n.epoch, n.commit)
+		n.refused, n.commit = h.refused(ctx, part, n.epoch, n.commit)
 	}
 	for _, s := range sessions {
 		s.deliver(n)
 	}
+}
+
+// eventScopes is what mayMatch reads of a CommitBody.
+type eventScopes struct {
+	Changes []struct {
+		Scopes map[string]string `json:"scopes"`
+	} `json:"changes"`
+	ChangesOmitted bool `json:"changesOmitted"`
+}
+
+// mayMatch reports whether one event's changes (to table, as its body
+// lists them) may match a session's registrations: the registration's
+// table and every scope variable it constrains (Registration.Matches). A
+// body that does not say — changes omitted, unreadable — may.
+func mayMatch(sessions []*session, table string, data []byte) bool {
+	var body *eventScopes
+	for _, s := range sessions {
+		s.mu.Lock()
+		regs := s.regs
+		s.mu.Unlock()
+		for i := range regs {
+			r := &regs[i]
+			if r.Table != table {
+				continue
+			}
+			if body == nil {
+				body = &eventScopes{}
+				if json.Unmarshal(data, body) != nil || body.ChangesOmitted {
+					return true
+				}
+			}
+			for _, ch := range body.Changes {
+				if r.Matches(&storage.Change{Table: table, Scopes: ch.Scopes}) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // refused asks the gate whether the partition may be served: a refusal
@@ -392,7 +474,7 @@ func (h *Hub) checkPartition(w work) {
 	if part.LogEpoch != p.epoch {
 		// A new epoch: whatever the relay republishes under it up to here
 		// is history, not news.
-		p.epoch, p.epochTok, p.lastSeq = part.LogEpoch, bus.EpochToken(part.LogEpoch), part.MaxCommitSeq
+		p.epoch, p.epochTok, p.lastSeq, p.pend = part.LogEpoch, bus.EpochToken(part.LogEpoch), part.MaxCommitSeq, 0
 	}
 	var wakeBelow int64
 	switch w.kind {
@@ -402,8 +484,20 @@ func (h *Hub) checkPartition(w work) {
 	case workResync:
 		wakeBelow, p.pollMax = p.pollMax, part.MaxCommitSeq
 	}
+	// A skipped commit still waiting for the next one to show it complete
+	// when the log has held it an interval (or the bus is down) is read,
+	// as it would have been at once, rather than woken for.
+	pend, epoch := p.pend, p.epoch
+	if pend != 0 && pend <= wakeBelow {
+		p.pend = 0
+	} else {
+		pend = 0
+	}
 	sessions := p.snapshot()
 	p.mu.Unlock()
+	if pend != 0 {
+		h.readAndDeliver(w.part, pend, epoch, sessions)
+	}
 	for _, s := range sessions {
 		s.check(part.LogEpoch, part.MaxCommitSeq, refused, wakeBelow)
 	}

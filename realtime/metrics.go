@@ -33,6 +33,10 @@ type Metrics struct {
 	PresenceIn  atomic.Int64 // presence publishes received from clients
 	PresenceOut atomic.Int64 // presence events sent to clients
 	BusEvents   atomic.Int64 // commit events read from the bus
+	// CommitReads counts commits read back from SQL for their sessions;
+	// CommitsSkipped those no session could match, observed unread.
+	CommitReads    atomic.Int64
+	CommitsSkipped atomic.Int64
 }
 
 // Open is the number of sockets open now.
@@ -77,6 +81,8 @@ func RegisterMetrics(reg prometheus.Registerer, m *Metrics) error {
 		counter("syncnode_realtime_presence_received_total", "Presence messages received from clients.", m.PresenceIn.Load, nil),
 		counter("syncnode_realtime_presence_sent_total", "Presence events sent to clients.", m.PresenceOut.Load, nil),
 		counter("syncnode_realtime_bus_events_total", "Commit events read from the bus.", m.BusEvents.Load, nil),
+		counter("syncnode_realtime_commit_reads_total", "Commits read from SQL for realtime sessions.", m.CommitReads.Load, nil),
+		counter("syncnode_realtime_commits_skipped_total", "Commits no realtime session could match, not read.", m.CommitsSkipped.Load, nil),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -229,8 +229,10 @@ func (s *session) deliver(n *note) {
 	case s.stale || n.epoch != s.epoch || n.refused:
 		s.wakeLocked(ssp2.WakeResetRequired)
 		return
-	case n.commit == nil || gap:
+	case gap || n.commit == nil && !n.skipped:
 		s.wakeLocked(ssp2.WakeCatchupRequired)
+		return
+	case n.skipped:
 		return
 	}
 	d := s.delta(n)
