@@ -400,3 +400,78 @@ func BenchmarkReconnectStorm(b *testing.B) {
 	reportPercentiles(b, "reconnect-", reconnects)
 	reportPercentiles(b, "catchup-", catchups)
 }
+
+// BenchmarkUnmatchedCommits: commits that none of 30 subscribed sockets
+// matches (another project); CPU per commit of the whole node, push
+// included. The hub reads nothing for them.
+func BenchmarkUnmatchedCommits(b *testing.B) {
+	const sockets = 30
+	n := startNode(b)
+	a := newPusher(b, n.URL(), "alice", "p1", "p2")
+	seq0 := a.push([2]string{"r0", "p1"})
+	registerClients(b, n.Store, "bob", sockets, seq0)
+	tok := token(b, "bob", "p1")
+	last := make(chan struct{}, sockets)
+	var want atomic.Int64
+	onSeq := func(seq int64) {
+		if seq == want.Load() {
+			last <- struct{}{}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conns := make([]*benchSocket, sockets)
+	for i := range conns {
+		s, err := openBenchSocket(ctx, n.URL(), tok, fmt.Sprintf("fan-%d", i), onSeq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = s
+	}
+	defer func() {
+		for _, s := range conns {
+			s.close()
+		}
+	}()
+	want.Store(-1)
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for i := range b.N {
+		a.push([2]string{"x" + strconv.Itoa(i%100), "p2"})
+	}
+	// One matching commit: when every socket has it, the hub has handled
+	// every commit before it.
+	want.Store(seq0 + int64(b.N) + 1)
+	if seq := a.push([2]string{"r0", "p1"}); seq != want.Load() {
+		b.Fatalf("pushed %d, want %d", seq, want.Load())
+	}
+	for range sockets {
+		select {
+		case <-last:
+		case <-ctx.Done():
+			b.Fatal("the matching commit did not reach every socket")
+		}
+	}
+	b.StopTimer()
+	reportCPU(b, cpu0, b.N, "commit")
+}
+
+// BenchmarkCommitRead: the read of one one-row commit the hub did for
+// every commit of a partition with sockets (BenchmarkMayMatch is what an
+// unmatched one costs now).
+func BenchmarkCommitRead(b *testing.B) {
+	n := startNode(b)
+	a := newPusher(b, n.URL(), "alice", "p1")
+	seq := a.push([2]string{"r0", "p1"})
+	ctx := context.Background()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for range b.N {
+		cs, err := n.Store.CommitRange(ctx, partition, seq-1, 1)
+		if err != nil || len(cs) != 1 {
+			b.Fatalf("read %d commits: %v", len(cs), err)
+		}
+	}
+	b.StopTimer()
+	reportCPU(b, cpu0, b.N, "read")
+}
