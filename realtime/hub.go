@@ -1,14 +1,15 @@
 package realtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -393,20 +394,13 @@ func (h *Hub) readAndDeliver(part string, seq int64, epoch string, sessions []*s
 	}
 }
 
-// eventScopes is what mayMatch reads of a CommitBody.
-type eventScopes struct {
-	Changes []struct {
-		Scopes map[string]string `json:"scopes"`
-	} `json:"changes"`
-	ChangesOmitted bool `json:"changesOmitted"`
-}
-
 // mayMatch reports whether one event's changes (to table, as its body
 // lists them) may match a session's registrations: the registration's
 // table and every scope variable it constrains (Registration.Matches). A
 // body that does not say — changes omitted, unreadable — may.
 func mayMatch(sessions []*session, table string, data []byte) bool {
-	var body *eventScopes
+	var scopes []map[string]string
+	read := false
 	for _, s := range sessions {
 		s.mu.Lock()
 		regs := s.regs
@@ -416,20 +410,100 @@ func mayMatch(sessions []*session, table string, data []byte) bool {
 			if r.Table != table {
 				continue
 			}
-			if body == nil {
-				body = &eventScopes{}
-				if json.Unmarshal(data, body) != nil || body.ChangesOmitted {
+			if !read {
+				var ok bool
+				if scopes, ok = changeScopes(data); !ok {
 					return true
 				}
+				read = true
 			}
-			for _, ch := range body.Changes {
-				if r.Matches(&storage.Change{Table: table, Scopes: ch.Scopes}) {
+			for _, sc := range scopes {
+				if r.Matches(&storage.Change{Table: table, Scopes: sc}) {
 					return true
 				}
 			}
 		}
 	}
 	return false
+}
+
+// changeScopes returns the scopes of each change a CommitBody lists, or
+// false when it cannot tell for sure. It scans for the "scopes" objects
+// instead of decoding the body, whose rows are most of it: the body is
+// bus.Encoder's compact JSON, in which that key can appear raw (not
+// inside a string) only as a change's scopes or inside a json column's
+// value — so finding exactly changeCount of them, each a flat object of
+// escape-free strings, is the changes' scopes; anything else (other
+// formatting, changes omitted, an escape) answers false.
+func changeScopes(data []byte) ([]map[string]string, bool) {
+	const countKey, scopesKey = `"changeCount":`, `"scopes":{`
+	i := bytes.Index(data, []byte(countKey))
+	if i < 0 {
+		return nil, false
+	}
+	rest := data[i+len(countKey):]
+	j := 0
+	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+		j++
+	}
+	want, err := strconv.Atoi(string(rest[:j]))
+	if err != nil || want < 1 {
+		return nil, false
+	}
+	rest = rest[j:]
+	out := make([]map[string]string, 0, want)
+	for {
+		k := bytes.Index(rest, []byte(scopesKey))
+		if k < 0 {
+			break
+		}
+		if len(out) == want {
+			return nil, false
+		}
+		rest = rest[k+len(scopesKey):]
+		m := map[string]string{}
+		for len(rest) > 0 && rest[0] != '}' {
+			if len(m) > 0 {
+				if rest[0] != ',' {
+					return nil, false
+				}
+				rest = rest[1:]
+			}
+			key, r, ok := plainString(rest)
+			if !ok || len(r) == 0 || r[0] != ':' {
+				return nil, false
+			}
+			val, r, ok := plainString(r[1:])
+			if !ok {
+				return nil, false
+			}
+			m[key], rest = val, r
+		}
+		if len(rest) == 0 {
+			return nil, false
+		}
+		out = append(out, m)
+	}
+	if len(out) != want {
+		return nil, false
+	}
+	return out, true
+}
+
+// plainString reads a JSON string without escapes at the start of b.
+func plainString(b []byte) (string, []byte, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			return "", nil, false
+		case '"':
+			return string(b[1:i]), b[i+1:], true
+		}
+	}
+	return "", nil, false
 }
 
 // refused asks the gate whether the partition may be served: a refusal
