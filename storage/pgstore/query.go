@@ -2,11 +2,14 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -208,6 +211,7 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 	defer rows.Close()
 	var (
 		idx  []int
+		raw  []rawDecoder // set when every declared column decodes raw
 		err  error
 		n    = len(p.Columns)
 		slab []any // the rows' values, a block of rows at a time
@@ -223,6 +227,7 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 			if idx, err = resultIndex(names, p.Columns); err != nil {
 				return nil, err
 			}
+			raw = rawDecoders(fds[len(fds)-len(names):], idx)
 		}
 		if start != nil {
 			if raw := rows.RawValues(); len(raw) > 0 && raw[0] != nil {
@@ -235,16 +240,30 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 		if len(out) == p.Limit {
 			break
 		}
-		vals, err := rows.Values()
-		if err != nil {
-			return nil, &storage.QueryError{Err: err}
-		}
-		vals = vals[lead:]
 		if len(slab) < n {
 			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}
 		row := slab[:n:n]
 		slab = slab[n:]
+		if raw != nil {
+			vals := rows.RawValues()[lead:]
+			for i, col := range p.Columns {
+				var v any
+				if b := vals[idx[i]]; b != nil {
+					v = raw[i](b)
+				}
+				if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, row)
+			continue
+		}
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, &storage.QueryError{Err: err}
+		}
+		vals = vals[lead:]
 		for i, col := range p.Columns {
 			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
 				return nil, err
@@ -257,6 +276,51 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 		return nil, &storage.QueryError{Err: err}
 	}
 	return out, nil
+}
+
+// rawDecoder decodes a column's non-NULL wire value.
+type rawDecoder func([]byte) any
+
+// rawDecoders returns, for each declared column (idx: its field), a
+// decoder of its wire value when every one is text, bigint, boolean or
+// double precision in a form read here directly — what rows.Values()
+// would return, without its per-row slice and codec lookups — and nil
+// otherwise (the row is then read through Values()).
+func rawDecoders(fds []pgconn.FieldDescription, idx []int) []rawDecoder {
+	out := make([]rawDecoder, len(idx))
+	for i, j := range idx {
+		f := fds[j]
+		switch {
+		case f.DataTypeOID == pgtype.TextOID || f.DataTypeOID == pgtype.VarcharOID:
+			out[i] = func(b []byte) any { return string(b) } // one form in text and binary
+		case f.Format != pgx.BinaryFormatCode:
+			return nil
+		case f.DataTypeOID == pgtype.Int8OID:
+			out[i] = func(b []byte) any {
+				if len(b) != 8 {
+					return b // not the declared type: NormalizeQueryValue refuses it
+				}
+				return int64(binary.BigEndian.Uint64(b))
+			}
+		case f.DataTypeOID == pgtype.BoolOID:
+			out[i] = func(b []byte) any {
+				if len(b) != 1 {
+					return b
+				}
+				return b[0] != 0
+			}
+		case f.DataTypeOID == pgtype.Float8OID:
+			out[i] = func(b []byte) any {
+				if len(b) != 8 {
+					return b
+				}
+				return math.Float64frombits(binary.BigEndian.Uint64(b))
+			}
+		default:
+			return nil
+		}
+	}
+	return out
 }
 
 // numeric turns a numeric (sum of bigints, say) into an int64 when

@@ -185,3 +185,33 @@ func TestQueryOneStatement(t *testing.T) {
 		t.Fatalf("unknown partition: %+v, %v", res, err)
 	}
 }
+
+// TestQueryRawValues: a result of text, bigint, boolean and double
+// precision columns is read from the wire values directly, one with
+// another type (integer here) through pgx's codecs; both give the
+// declared Go forms, NULL included, and a value of another type than the
+// declared one is still refused.
+func TestQueryRawValues(t *testing.T) {
+	ctx := t.Context()
+	s := tasksStore(t)
+	cols := []storage.QueryColumn{{Name: "s", Type: ssp2.TypeString}, {Name: "i", Type: ssp2.TypeInteger}, {Name: "b", Type: ssp2.TypeBoolean},
+		{Name: "f", Type: ssp2.TypeFloat}, {Name: "z", Type: ssp2.TypeInteger, Nullable: true}}
+	run := func(sql string, cols []storage.QueryColumn) ([][]any, error) {
+		res, err := s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"}, Columns: cols, Limit: 3},
+			Partition: "p", ClientID: "c", Args: []any{"x"}})
+		return res.Rows, err
+	}
+	want := [][]any{{"x", int64(-7), true, 1.5, nil}}
+	for _, sql := range []string{
+		"SELECT CAST(? AS text) AS s, CAST(-7 AS bigint) AS i, true AS b, CAST(1.5 AS float8) AS f, CAST(NULL AS bigint) AS z",
+		"SELECT CAST(? AS text) AS s, CAST(-7 AS integer) AS i, true AS b, CAST(1.5 AS float8) AS f, CAST(NULL AS bigint) AS z",
+	} {
+		if rows, err := run(sql, cols); err != nil || !reflect.DeepEqual(rows, want) {
+			t.Fatalf("%s: %v, %v", sql, rows, err)
+		}
+	}
+	var qe *storage.QueryError
+	if _, err := run("SELECT CAST(? AS text) AS s, true AS i", cols[:2]); !errors.As(err, &qe) || qe.Column != "i" {
+		t.Fatalf("a boolean for an integer column: %v", err)
+	}
+}
