@@ -154,15 +154,8 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus, lease <-chan
 	if err := h.replayWindow(l, s, p, placeholder, lease, floor, ceiling); err != nil {
 		return err
 	}
-	if err := leaseHeld(lease); err != nil {
+	if err := h.rebase(l, s, p.ID, placeholder, p.LogEpoch, ceiling, lease); err != nil {
 		return err
-	}
-	if _, err := h.cfg.Store.PartitionRebase(ctx, p.ID, placeholder, p.LogEpoch, ceiling); err != nil {
-		if ssp2.CodeOf(err) == ssp2.CodeStoragePruneEpochMismatch {
-			l.reload(s)
-			return fmt.Errorf("snapshot: %w: %w", errFenced, err)
-		}
-		return l.fail(s, fmt.Errorf("snapshot: %w", err))
 	}
 	h.metrics.Snapshots.Add(1)
 	l.mu.Lock()
@@ -227,6 +220,23 @@ func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, placehol
 		if err != nil {
 			return fmt.Errorf("snapshot window: %w", err)
 		}
+	}
+	return nil
+}
+
+// rebase makes the rebuilt replica the edge's log after ceiling, from
+// this rebuild's placeholder only (errFenced when another node's rebuild
+// replaced it).
+func (h *Hub) rebase(l *link, s *replicaState, partition, placeholder, epoch string, ceiling int64, lease <-chan struct{}) error {
+	if err := leaseHeld(lease); err != nil {
+		return err
+	}
+	if _, err := h.cfg.Store.PartitionRebase(h.ctx, partition, placeholder, epoch, ceiling); err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeStoragePruneEpochMismatch {
+			l.reload(s)
+			return fmt.Errorf("snapshot: %w: %w", errFenced, err)
+		}
+		return l.fail(s, fmt.Errorf("snapshot: %w", err))
 	}
 	return nil
 }
