@@ -274,8 +274,23 @@ func (s *Store) follow(partition string, g *writeGroup, m *groupMember) (again b
 // member runs a non-leading member's fn inside its savepoint and sends
 // its queued writes with the release; on any failure (a panic included)
 // it rolls back to the savepoint, leaving the transaction as the member
-// found it.
-func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
+// found it. When a deferred write failed (rows.go), fn runs once more
+// with every write sent at once.
+func (t *tx) member(ctx context.Context, fn func(t *tx) error) error {
+	err := t.memberRun(ctx, fn, true)
+	if errors.Is(err, errDeferredFailed) && t.broken == nil {
+		err = t.memberRun(ctx, fn, false)
+	}
+	return err
+}
+
+// errDeferredFailed is a member's outcome when a pipeline carrying one of
+// its deferred writes failed: it is run again without deferring.
+var errDeferredFailed = errors.New("write transaction: a deferred write failed")
+
+func (t *tx) memberRun(ctx context.Context, fn func(t *tx) error, deferOK bool) (err error) {
+	t.deferOK, t.deferFailed = deferOK, false
+	defer func() { t.deferOK = false }()
 	base := t.maxSeq
 	t.locked.MaxCommitSeq = base
 	t.queue("SAVEPOINT " + groupSavepoint)
@@ -286,7 +301,11 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 			t.undoMember(ctx, base)
 		}
 	}()
-	if err := fn(t); err != nil {
+	err = fn(t)
+	if t.deferFailed {
+		return errDeferredFailed
+	}
+	if err != nil {
 		return err
 	}
 	if t.aborted {
@@ -302,6 +321,9 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 		t.queueRows(t.locked.ID, t.nextRows())
 	}
 	if err := t.send(ctx, nil); err != nil {
+		if t.deferFailed {
+			return errDeferredFailed
+		}
 		return fmt.Errorf("commit: %w", translate(err, ""))
 	}
 	ok = true
@@ -322,5 +344,6 @@ func (t *tx) undoMember(ctx context.Context, base int64) {
 	t.maxSeq = base
 	t.locked.MaxCommitSeq = base
 	t.savepoints = nil
-	t.absent, t.put, t.ahead = nil, nil, nil
+	t.absent, t.put, t.ahead, t.known = nil, nil, nil, nil
+	t.deferred = false
 }
