@@ -247,7 +247,8 @@ func waitQueued(t *testing.T, s *Store, partition string, n int) {
 // constraint here), the member is rolled back and runs again, and this
 // time RowUpsert itself returns the *ConstraintError, so the member can
 // roll back to its savepoint and persist the rejection as a push does,
-// while the other members' writes stay.
+// while the other members' writes stay. A lone leader's deferred upsert
+// that fails runs it again as well.
 func TestWriteGroupDeferredUpsert(t *testing.T) {
 	s, sc := roundTripStore(t, 4, nil, false)
 	ctx := t.Context()
@@ -388,6 +389,19 @@ func TestWriteGroupDeferredUpsert(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A leader's deferred upsert that fails runs its fn again, too.
+	leaderRuns := 0
+	err = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+		leaderRuns++
+		if _, _, err := tx.RowGet(ctx, "p", "tasks", "r0"); err != nil {
+			return err
+		}
+		_, err := tx.RowUpsert(ctx, "tasks", roundTripRow(t, sc, "r0", storagetest.CheckForbiddenValue))
+		return err
+	})
+	if !errors.As(err, &ce) || ce.Kind != storage.ConstraintCheck || leaderRuns != 2 {
+		t.Errorf("a lone leader's refused upsert: WriteTx = %v after %d runs, want a check *ConstraintError after 2", err, leaderRuns)
 	}
 	for i := range members {
 		rec, ok, err := s.IdempotencyGet(ctx, "p", "c", fmt.Sprint("k", i))
