@@ -450,27 +450,11 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if err := checkIdentity(r.id); err != nil {
 		return err
 	}
-	// The partition row and the client record come from one read when the
-	// client id can reach SQL; a bad id is refused below, in its turn.
-	var (
-		part      storage.Partition
-		client    storage.Client
-		hasClient bool
-		err       error
-	)
-	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok && checkClientID(hdr.ClientID) == nil {
-		// With the stored results of the request's commits: the
-		// optimistic idempotency lookups in the same read (push.go).
-		var st storage.RequestStart
-		st, err = rs.RequestStart(ctx, storage.RequestStartParams{
-			Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(req.Commits), NowMs: r.now,
-		})
-		part, client, hasClient = st.Partition, st.Client, st.HasClient
-		r.looked, r.pushes = true, st.Pushes
-	} else if checkClientID(hdr.ClientID) == nil {
-		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
-	} else {
-		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	part, client, hasClient, cached, err := e.start(ctx, r, false)
+	if err == nil && cached && e.refusesStart(r, part, client) {
+		// What a cache served is current (storage.RequestStart), but a
+		// refusal or a reset is answered only on what the database says.
+		part, client, hasClient, _, err = e.start(ctx, r, true)
 	}
 	if err != nil {
 		return internal("touch partition", err)
@@ -555,6 +539,45 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
 	return nil
+}
+
+// start reads (or has the store's cache answer) the partition row and
+// the client record, in one read when the client id can reach SQL; a bad
+// id is refused in prepare, in its turn. cached reports a start the
+// store served from its cache (storage.RequestStart.Cached).
+func (e *Engine) start(ctx context.Context, r *request, fresh bool) (part storage.Partition, client storage.Client, hasClient, cached bool, err error) {
+	hdr := r.req.Header
+	if checkClientID(hdr.ClientID) != nil {
+		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+		return part, client, false, false, err
+	}
+	rs, ok := e.cfg.Store.(storage.RequestStarter)
+	if !ok {
+		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
+		return part, client, hasClient, false, err
+	}
+	// With the stored results of the request's commits: the optimistic
+	// idempotency lookups in the same read (push.go), unless the store
+	// answered from its cache. Then every commit goes to its write
+	// transaction, whose locked lookup finds a stored result, but for
+	// a remote partition's: a miss there means its home has no result
+	// (homeMiss), so those are looked up one by one.
+	st, err := rs.RequestStart(ctx, storage.RequestStartParams{
+		Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(r.req.Commits), NowMs: r.now, Fresh: fresh,
+	})
+	r.looked, r.pushes = !st.Cached || !r.remote, st.Pushes
+	return st.Partition, st.Client, st.HasClient, st.Cached, err
+}
+
+// refusesStart reports whether prepare would refuse the request or answer
+// it with a header only (a reset) on this partition row and client
+// record.
+func (e *Engine) refusesStart(r *request, part storage.Partition, client storage.Client) bool {
+	req, hdr := r.req, r.req.Header
+	return req.WireVersion == 1 && part.EpochRequired ||
+		req.WireVersion >= 2 && (hdr.LogEpoch == nil || *hdr.LogEpoch != part.LogEpoch) ||
+		hdr.SchemaVersion != e.cfg.Schema.Version ||
+		client.ActorID != r.id.ActorID
 }
 
 // checkClientID refuses a request's client id that is reserved or that

@@ -56,6 +56,10 @@ func (s *Store) runWriter(c *conn) {
 		var req *writeReq
 		select {
 		case req = <-s.requests:
+		case done := <-s.fresh.peeks:
+			s.checkForeign(c)
+			close(done)
+			continue
 		case <-s.closed:
 			s.writerConn = c
 			return
@@ -69,9 +73,12 @@ func (s *Store) runGroup(c *conn, first *writeReq) {
 		first.grant <- grant{err: fmt.Errorf("begin: %w", err)}
 		return
 	}
+	s.checkForeign(c)
+	s.setLocked(true)
 	first.grant <- grant{c: c, first: true}
 	d := <-first.done
 	if d.failed || d.broken {
+		s.setLocked(false)
 		rollback(c)
 		return
 	}
@@ -94,6 +101,7 @@ collect:
 			break collect
 		}
 	}
+	s.setLocked(false) // from COMMIT on, others may commit
 	if groupErr == nil {
 		s.applyAdvances(c)
 		if _, err := c.exec(stmtCtx, "COMMIT"); err != nil {
