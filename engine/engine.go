@@ -203,13 +203,16 @@ type Metrics struct {
 	// ClientsGone counts requests whose client went away (a broken
 	// connection, a cancelled context) before the response ended: not
 	// errors of the server.
-	ClientsGone      atomic.Int64
-	PushApplied      atomic.Int64
-	PushCached       atomic.Int64
-	PushRejected     atomic.Int64
-	PushConflicted   atomic.Int64
-	Commits          atomic.Int64
-	PullSections     atomic.Int64
+	ClientsGone    atomic.Int64
+	PushApplied    atomic.Int64
+	PushCached     atomic.Int64
+	PushRejected   atomic.Int64
+	PushConflicted atomic.Int64
+	Commits        atomic.Int64
+	PullSections   atomic.Int64
+	// StartsCached counts requests whose partition row and client record
+	// the store served from its cache (storage.RequestStart.Cached).
+	StartsCached     atomic.Int64
 	Bootstraps       atomic.Int64
 	SegmentsBuilt    atomic.Int64
 	SegmentsReused   atomic.Int64
@@ -566,6 +569,9 @@ func (e *Engine) start(ctx context.Context, r *request, fresh bool) (part storag
 		Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(r.req.Commits), NowMs: r.now, Fresh: fresh,
 	})
 	r.looked, r.pushes = !st.Cached || !r.remote, st.Pushes
+	if st.Cached && err == nil {
+		e.metrics.StartsCached.Add(1)
+	}
 	return st.Partition, st.Client, st.HasClient, st.Cached, err
 }
 

@@ -38,6 +38,7 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics, budget *bodyBudget
 		{"syncnode_push_conflicts_total", "Push operations that conflicted.", em.PushConflicted.Load},
 		{"syncnode_commits_total", "Commits appended to the log.", em.Commits.Load},
 		{"syncnode_pull_sections_total", "Subscription sections answered.", em.PullSections.Load},
+		{"syncnode_request_starts_cached_total", "Requests whose partition row and client record came from the store's cache.", em.StartsCached.Load},
 		{"syncnode_bootstraps_total", "Bootstrap sections answered.", em.Bootstraps.Load},
 		{"syncnode_segments_built_total", "Bootstrap segments built.", em.SegmentsBuilt.Load},
 		{"syncnode_segments_reused_total", "Bootstrap segments reused from an earlier build.", em.SegmentsReused.Load},

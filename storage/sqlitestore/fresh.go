@@ -10,88 +10,100 @@ import (
 // serves a request. SQLite's PRAGMA data_version on a connection changes
 // exactly when a connection other than that one committed; on the
 // writer connection, through which this store makes all of its own
-// writes, it therefore changes only for commits from outside. The
-// coordinator reads it after each BEGIN IMMEDIATE (holding the database
-// write lock, so nothing from outside commits until the group's COMMIT)
-// and, between groups, when a request asks (peek); a change clears the
-// cache. A request served from the cache first waits for one of the two,
-// begun after it started: a group already holding the lock (free), or a
-// peek.
+// writes, it therefore changes only for commits from outside, and it is
+// cheap there: the writer's page cache survives its own commits, so the
+// read transaction the pragma starts finds nothing to drop (on a reader,
+// every commit of the writer would make it drop its cache and change the
+// value). The coordinator reads it after each BEGIN IMMEDIATE, holding
+// the database write lock, so nothing from outside commits until the
+// group's COMMIT; between groups a request reads it itself, on the
+// writer connection, which the coordinator does not use then. A change
+// clears the cache. A request served from the cache first makes one of
+// the two happen after it started.
+
+// Writer states, as freshness.state.
+const (
+	writerIdle    = iota // between groups: a request may read data_version on it
+	writerLocked         // in a group, holding the write lock, checked
+	writerBusy           // beginning or committing a group: nobody may use it
+	writerStopped        // the coordinator exited
+)
 
 // freshness is what the coordinator tells requests about the writer
 // connection.
 type freshness struct {
-	mu sync.Mutex
-	// locked: a group transaction holds the write lock and its check
-	// ran; nothing from outside can commit until it ends.
-	locked bool
-	// wake is closed when locked turns true, and replaced when it turns
-	// false.
-	wake chan struct{}
-	// peeks asks the idle coordinator to check data_version; it closes
-	// the channel sent once the check (and any clearing) is done.
-	peeks chan chan struct{}
-
-	// Coordinator only: the writer's last data_version, once read.
+	mu    sync.Mutex
+	state int
+	// changed is closed at every change of state, and replaced.
+	changed chan struct{}
+	w       *conn // the writer connection
+	// The writer's last data_version, once read (under mu).
 	version int64
 	known   bool
 }
 
-func newFreshness() freshness {
-	return freshness{wake: make(chan struct{}), peeks: make(chan chan struct{})}
+func newFreshness() freshness { return freshness{state: writerBusy, changed: make(chan struct{})} }
+
+// setWriter moves the writer to state; a move to writerLocked first
+// checks data_version.
+func (s *Store) setWriter(state int) {
+	f := &s.fresh
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if state == writerLocked {
+		s.checkForeign()
+	}
+	f.state = state
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 // checkForeign reads the writer's data_version and clears the start
 // cache when another connection committed since the last read (or when
-// it cannot tell). The coordinator calls it, on c, the writer.
-func (s *Store) checkForeign(c *conn) {
-	var v int64
-	ok, err := c.queryRow(stmtCtx, "PRAGMA data_version", nil, &v)
+// it cannot tell). The caller holds fresh.mu, and the writer connection
+// is its to use: the coordinator's, between BEGIN IMMEDIATE and its
+// first member, or idle.
+func (s *Store) checkForeign() {
 	f := &s.fresh
+	var v int64
+	ok, err := f.w.queryRow(stmtCtx, "PRAGMA data_version", nil, &v)
 	if err != nil || !ok || !f.known || v != f.version {
 		s.cache.Clear()
 	}
 	f.version, f.known = v, err == nil && ok
 }
 
-// setLocked records that a group holds the write lock, its check done
-// (true), or is about to release it (false, before COMMIT or ROLLBACK).
-func (s *Store) setLocked(locked bool) {
+// current reports whether every commit from outside that came before the
+// call has cleared the start cache. While the coordinator begins or
+// commits a group, it waits for that to end when wait is set, and
+// otherwise reports false at once (the caller reads the database).
+func (s *Store) current(ctx context.Context, wait bool) (bool, error) {
 	f := &s.fresh
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.locked == locked {
-		return
-	}
-	f.locked = locked
-	if locked {
-		close(f.wake)
-	} else {
-		f.wake = make(chan struct{})
-	}
-}
-
-// current returns once every commit from outside that came before the
-// call has cleared the start cache.
-func (s *Store) current(ctx context.Context) error {
-	f := &s.fresh
-	f.mu.Lock()
-	if f.locked {
+	for {
+		f.mu.Lock()
+		switch f.state {
+		case writerLocked:
+			f.mu.Unlock()
+			return true, nil
+		case writerIdle:
+			s.checkForeign()
+			f.mu.Unlock()
+			return true, nil
+		case writerStopped:
+			f.mu.Unlock()
+			return false, ErrClosed
+		}
+		changed := f.changed
 		f.mu.Unlock()
-		return nil
-	}
-	wake := f.wake
-	f.mu.Unlock()
-	done := make(chan struct{})
-	select {
-	case f.peeks <- done:
-		<-done
-		return nil
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closed:
-		return ErrClosed
+		if !wait {
+			return false, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-s.closed:
+			return false, ErrClosed
+		}
 	}
 }

@@ -33,10 +33,13 @@ const qIdempotencyMany = `SELECT client_commit_id, status, commit_seq, result, c
 // touch's rule for last-seen.
 func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) (storage.RequestStart, error) {
 	if !q.Fresh && s.cache.Has(q.Partition, q.ClientID) {
-		if err := s.current(ctx); err != nil {
+		// A request that pushes waits out a COMMIT under way: its push
+		// waits for the writer anyway.
+		cur, err := s.current(ctx, len(q.CommitIDs) > 0)
+		if err != nil {
 			return storage.RequestStart{}, fmt.Errorf("start request: %w", err)
 		}
-		if p, cl, ok := s.cache.Get(q.Partition, q.ClientID); ok {
+		if p, cl, ok := s.cache.Get(q.Partition, q.ClientID); cur && ok {
 			p, err := s.touched(ctx, q.Partition, q.NowMs, p, true)
 			if err != nil {
 				return storage.RequestStart{}, err
