@@ -195,6 +195,8 @@ type Engine struct {
 	failLookup atomic.Bool
 	// blobPresign is Config.BlobPresign, switched by SetBlobPresign.
 	blobPresign atomic.Bool
+	// subs memoizes the decoded subscription lists of client records.
+	subs subsMemo
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
