@@ -63,8 +63,8 @@ func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c 
 }
 
 // AppendCommitReactions is AppendCommit for a commit known to have
-// enqueued reactions durable reactions (0 or more): its messages carry
-// ce-reactions, so reaction runners skip the claim a commit without
+// enqueued this many durable reactions (0 or more): its messages carry
+// ce-reactions, so reaction runners skip the claim that a commit without
 // reactions would otherwise cost them.
 func (e *Encoder) AppendCommitReactions(dst []CommitMsg, p Partition, logEpoch string, c storage.Commit, reactions int) []CommitMsg {
 	hv := hvNoReactions
