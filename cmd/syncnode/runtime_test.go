@@ -31,6 +31,9 @@ func TestRuntimeConfig(t *testing.T) {
 	if err != nil || c.Runtime.MemoryLimit != "1GiB" || c.Runtime.GCPercent != 200 || c.Runtime.PprofListen != "127.0.0.1:0" {
 		t.Fatalf("runtime = %+v, %v", c.Runtime, err)
 	}
+	if c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"1GiB\"\n"); err != nil || c.Runtime.GCPercent != DefaultGCPercent {
+		t.Errorf("gc_percent unset: %+v, %v; want the default kept", c.Runtime, err)
+	}
 	for body, field := range map[string]string{
 		"[runtime]\nmemory_limit = \"1MiB\"\n":      "runtime.memory_limit",
 		"[runtime]\nmemory_limit = \"lots\"\n":      "runtime.memory_limit",
