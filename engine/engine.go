@@ -84,11 +84,12 @@ type Config struct {
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
 	// OnAppend, when set, is handed every commit a push appended, with
-	// the log epoch it was appended under, once it is durable; it then
-	// replaces OnCommit for pushes (other commits still call OnCommit).
-	// The relay publishes c without reading it back from SQL. It must not
-	// block or modify c.
-	OnAppend func(partition, logEpoch string, c storage.Commit)
+	// the log epoch it was appended under and the number of durable
+	// reactions it enqueued, once it is durable; it then replaces
+	// OnCommit for pushes (other commits still call OnCommit). The relay
+	// publishes c without reading it back from SQL. It must not block or
+	// modify c.
+	OnAppend func(partition, logEpoch string, c storage.Commit, reactions int)
 	// Gate is the serve gate (gate.go; GateOf adapts a *gate.Gate); nil
 	// serves every partition.
 	Gate   ServeGate
@@ -194,6 +195,8 @@ type Engine struct {
 	failLookup atomic.Bool
 	// blobPresign is Config.BlobPresign, switched by SetBlobPresign.
 	blobPresign atomic.Bool
+	// subs memoizes the decoded subscription lists of client records.
+	subs subsMemo
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.

@@ -26,7 +26,7 @@ func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage
 	if err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ? AND %s > ? ORDER BY %s LIMIT ?",
+	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ? AND %s > ? ORDER BY %s LIMIT +?",
 		quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
 		quote(ts.t.Name), quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
 	out := make([]storage.Row, 0, min(p.Limit, 1024))

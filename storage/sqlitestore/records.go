@@ -124,7 +124,7 @@ func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]s
 	out := make([]storage.Client, 0, min(p.Limit, 1024))
 	err := s.withReader(ctx, func(c *conn) error {
 		rows, err := c.query(ctx, `SELECT client_id, `+clientCols+` FROM sync_clients
-			WHERE partition = ? AND client_id > ? ORDER BY client_id LIMIT ?`, p.Partition, p.AfterClientID, p.Limit)
+			WHERE partition = ? AND client_id > ? ORDER BY client_id LIMIT +?`, p.Partition, p.AfterClientID, p.Limit)
 		if err != nil {
 			return err
 		}
