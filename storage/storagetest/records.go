@@ -410,7 +410,7 @@ func testRequestStartCurrent(t *testing.T, e *env) {
 		if st = start(name + "rebind"); st.Client.ActorID != "bob" {
 			t.Fatalf("%srebind: %+v", name, st.Client)
 		}
-		if _, err := w.PartitionRebase(ctx, part, "0123456789abcdef0123456789abcdef", 0); err != nil {
+		if _, err := w.PartitionRebase(ctx, part, st.Partition.LogEpoch, "0123456789abcdef0123456789abcdef", 0); err != nil {
 			t.Fatal(err)
 		}
 		if st = start(name + "rebase"); st.Partition.LogEpoch != "0123456789abcdef0123456789abcdef" {
