@@ -179,6 +179,17 @@ func TestScenariosSmoke(t *testing.T) {
 						t.Fatal(err)
 					}
 					behaved(t, res)
+					if name != "mixed-soak" {
+						return
+					}
+					// Every user thinks 15 or 30 ms after each op, so the
+					// throughput a server answering in no time would
+					// reach is bounded by the pacing alone: 5 users at
+					// 15 ms at most (time cut short by the stop aside).
+					share, ceiling := res.Extra["thinkShare"], res.Extra["paceCeilingPerSec"]
+					if share <= 0 || share >= 1 || ceiling < res.OpsPerSec || ceiling > 1.1*5/0.015 {
+						t.Fatalf("think share %v, pace ceiling %v rounds/s at %v rounds/s", share, ceiling, res.OpsPerSec)
+					}
 				})
 			}
 		})

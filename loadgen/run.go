@@ -215,6 +215,12 @@ type run struct {
 	series   map[string]*series
 	counters sync.Map // name → *atomic.Int64, the scenario's own counts
 
+	// thinkNs is the time users spent in their own pauses between ops
+	// (think), as slept; userNs the time they ran, from the end of their
+	// ramp delay to their return. Their ratio is how much of a paced
+	// scenario's throughput the scenario itself decides.
+	thinkNs, userNs atomic.Int64
+
 	errMu     sync.Mutex
 	errs      []string
 	errCount  atomic.Int64
@@ -320,6 +326,8 @@ func (r *run) execute() (*Result, error) {
 			}
 			r.active.Add(1)
 			defer r.active.Add(-1)
+			began := time.Now()
+			defer func() { r.userNs.Add(int64(time.Since(began))) }()
 			if err := r.sc.vu(r, i); err != nil {
 				r.fail(err)
 			}
@@ -457,6 +465,22 @@ func (r *run) pause(d time.Duration) bool {
 	case <-r.ctx.Done():
 		return false
 	}
+}
+
+// think is a user's pause between two ops: pause, counted in thinkNs.
+func (r *run) think(d time.Duration) bool {
+	began := time.Now()
+	ok := r.pause(d)
+	r.thinkNs.Add(int64(time.Since(began)))
+	return ok
+}
+
+// thinkShare is the share of the users' running time spent in think.
+func (r *run) thinkShare() float64 {
+	if u := r.userNs.Load(); u > 0 {
+		return float64(r.thinkNs.Load()) / float64(u)
+	}
+	return 0
 }
 
 // observe records a latency sample.

@@ -26,7 +26,7 @@ func (s *Store) RowList(ctx context.Context, p storage.RowListParams) ([]storage
 	if err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ? AND %s > ? ORDER BY %s LIMIT ?",
+	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = ? AND %s > ? ORDER BY %s LIMIT +?",
 		quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes), quote(schemaplan.ColPayload),
 		quote(ts.t.Name), quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
 	out := make([]storage.Row, 0, min(p.Limit, 1024))
@@ -142,6 +142,7 @@ var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "s
 
 // PartitionWipe implements storage.Admin under the partition write lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	defer s.cache.Drop(partition)
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
 		t := stx.(*tx)
 		if t.inst != nil {

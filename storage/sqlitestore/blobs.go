@@ -19,10 +19,10 @@ var blobSQL = &blobcore.SQL{
 		WHERE partition = ?1 AND blob_id = ?2 RETURNING ` + blobCols,
 	Get: `SELECT ` + blobCols + ` FROM sync_blobs WHERE partition = ? AND blob_id = ?`,
 	Refs: `SELECT tbl, row_id, scopes FROM sync_blob_refs
-		WHERE partition = ?1 AND blob_id = ?2 AND (tbl, row_id) > (?3, ?4) ORDER BY tbl, row_id LIMIT ?5`,
+		WHERE partition = ?1 AND blob_id = ?2 AND (tbl, row_id) > (?3, ?4) ORDER BY tbl, row_id LIMIT +?5`,
 	Orphans: `SELECT ` + blobCols + ` FROM sync_blobs b WHERE uploaded_at_ms < ?1
 		AND NOT EXISTS (SELECT 1 FROM sync_blob_refs r WHERE r.partition = b.partition AND r.blob_id = b.blob_id)
-		ORDER BY uploaded_at_ms, partition, blob_id LIMIT ?2`,
+		ORDER BY uploaded_at_ms, partition, blob_id LIMIT +?2`,
 	Delete: `DELETE FROM sync_blobs WHERE partition = ?1 AND blob_id = ?2 AND uploaded_at_ms < ?3
 		AND NOT EXISTS (SELECT 1 FROM sync_blob_refs WHERE partition = ?1 AND blob_id = ?2)`,
 	Stats: `SELECT (SELECT count(*) FROM sync_blobs), (SELECT coalesce(sum(byte_length), 0) FROM sync_blobs),

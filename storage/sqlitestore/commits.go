@@ -145,7 +145,7 @@ func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit i
 		cond(alias, v)
 		b.WriteString("AND " + alias + ".seq = s.seq) ")
 	}
-	b.WriteString("ORDER BY s.seq LIMIT ?")
+	b.WriteString("ORDER BY s.seq LIMIT +?")
 	args = append(args, limit)
 	return b.String(), args, cursorArg
 }
@@ -374,7 +374,7 @@ func (s *Store) commitRange(ctx context.Context, partition string, afterSeq int6
 // readCommitRange reads whole commits after afterSeq in c's transaction.
 func readCommitRange(ctx context.Context, c *conn, partition string, afterSeq int64, limit int) (out []storage.Commit, err error) {
 	rows, err := c.query(ctx, `SELECT seq, created_at_ms, actor_id, client_id, client_commit_id, schema_version
-		FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT ?`, partition, afterSeq, limit)
+		FROM sync_commits WHERE partition = ? AND seq > ? ORDER BY seq LIMIT +?`, partition, afterSeq, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,17 @@
 // driver) is as expensive as a short statement. Cancellation is honoured
 // between statements.
 //
+// A statement takes a bound limit as "LIMIT +?", never "LIMIT ?". Since
+// SQLite 3.54 a bare "LIMIT ?" is planned with the value bound at
+// preparation, and binding a different value expires the statement, so
+// the next step parses and plans it again. The cached statements are
+// shared by every caller on a connection, and callers ask for different
+// limits (each client's pull limit, page sizes), so a mixed workload
+// re-prepared the pull window's candidate query on nearly every
+// execution. The unary plus makes the limit an expression evaluated at
+// run time, as every SQLite before 3.54 treated it: one plan per
+// statement.
+//
 // # Durability
 //
 // WAL mode with synchronous=FULL (the default) syncs the WAL before every

@@ -141,7 +141,7 @@ func (s *Store) ReactionClaim(ctx context.Context, p storage.ReactionClaimParams
 			UNION ALL
 			SELECT partition, idempotency_key, lease_expires_at_ms FROM sync_reactions
 				WHERE status = 'leased' AND lease_expires_at_ms <= ?3` + numbered(filter, 5) + `
-			) ORDER BY due LIMIT ?4)
+			) ORDER BY due LIMIT +?4)
 		RETURNING ` + reactionCols
 	// Most claims are wake-ups for commits that planned nothing: a reader
 	// answers those without taking the writer from the pushes.
@@ -301,7 +301,7 @@ func (s *Store) ReactionList(ctx context.Context, p storage.ReactionListParams) 
 		args = append(args, string(b))
 	}
 	q := `SELECT ` + reactionCols + ` FROM sync_reactions WHERE 1` + filter +
-		` ORDER BY created_at_ms DESC, partition DESC, idempotency_key DESC LIMIT ?`
+		` ORDER BY created_at_ms DESC, partition DESC, idempotency_key DESC LIMIT +?`
 	args = append(args, int64(p.Limit))
 	var out []storage.Reaction
 	err := s.withReader(ctx, func(c *conn) (err error) {
@@ -329,7 +329,7 @@ func (s *Store) ReactionPrune(ctx context.Context, p storage.ReactionPruneParams
 			UNION ALL
 			SELECT partition, idempotency_key, failure_at_ms FROM sync_reactions
 				WHERE status = 'dead-letter' AND failure_at_ms < ?2` + numbered(filter, 4) + `
-		) ORDER BY at LIMIT ?3)
+		) ORDER BY at LIMIT +?3)
 		RETURNING status`
 	args := append([]any{p.CompletedBeforeMs, p.DeadLetterBeforeMs, int64(p.Limit)}, fargs...)
 	err := s.write(ctx, func(c *conn) error {

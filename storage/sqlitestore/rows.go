@@ -84,7 +84,7 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 	key := fmt.Sprintf("%s = ? AND %s = ?", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
 	byColumn := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
-		byColumn[i] = fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = ? AND %s = ? AND %s > ? ORDER BY %s LIMIT ?`,
+		byColumn[i] = fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = ? AND %s = ? AND %s > ? ORDER BY %s LIMIT +?`,
 			quote(schemaplan.ColRowID), quote(schemaplan.ColServerVersion), quote(schemaplan.ColScopes),
 			quote(schemaplan.ColPayload), quote(schemaplan.ColColumnVersions), name,
 			quote(schemaplan.ColPartition), quote(c.Name), quote(schemaplan.ColRowID), quote(schemaplan.ColRowID))
@@ -377,7 +377,7 @@ func (t *tx) RowScan(ctx context.Context, p storage.ScanParams) ([]storage.Row, 
 		q.WriteString(" AND " + quote(schemaplan.ColRowID) + " > ?")
 		args = append(args, p.AfterRowID)
 	}
-	q.WriteString(" ORDER BY " + quote(schemaplan.ColRowID) + " LIMIT ?")
+	q.WriteString(" ORDER BY " + quote(schemaplan.ColRowID) + " LIMIT +?")
 	args = append(args, p.Limit)
 
 	rows, err := t.c.query(ctx, q.String(), args...)

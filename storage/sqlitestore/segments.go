@@ -32,10 +32,10 @@ var segmentSQL = &segcore.SQL{
 	PublicationsIn: `SELECT ` + segPubCols + ` FROM sync_segment_publications
 		WHERE segment_id = ? AND partition = ? AND log_epoch = ? ` + segPubKeyOrder,
 	Expire: `DELETE FROM sync_segment_publications WHERE (` + segPubKeyCols + `) IN (
-		SELECT ` + segPubKeyCols + ` FROM sync_segment_publications WHERE expires_at_ms <= ? LIMIT ?)`,
+		SELECT ` + segPubKeyCols + ` FROM sync_segment_publications WHERE expires_at_ms <= ? LIMIT +?)`,
 	Unpublished: `SELECT segment_id, byte_length, created_at_ms FROM sync_segments s
 		WHERE NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = s.segment_id)
-		ORDER BY created_at_ms, segment_id LIMIT ?`,
+		ORDER BY created_at_ms, segment_id LIMIT +?`,
 	AddressDelete: `DELETE FROM sync_segments WHERE segment_id = ?1
 		AND NOT EXISTS (SELECT 1 FROM sync_segment_publications WHERE segment_id = ?1)`,
 	Stats: `SELECT (SELECT count(*) FROM sync_segments), (SELECT coalesce(sum(byte_length), 0) FROM sync_segments),
