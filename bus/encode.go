@@ -23,6 +23,7 @@ var (
 	hvSpecVersion = []string{SpecVersion}
 	hvTypeCommit  = []string{EventTypeCommit}
 	hvContentType = []string{ContentTypeJSON}
+	hvNoReactions = []string{"0"}
 )
 
 // Encoder turns commits into commit-event messages: one per (commit,
@@ -58,6 +59,24 @@ func NewEncoder(names Names, node string, s *schema.Schema, maxPayload int) *Enc
 // of first appearance, each table's changes in commit order. Each header
 // map has room for the publisher's compare-and-set and batch headers.
 func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c storage.Commit) []CommitMsg {
+	return e.appendCommit(dst, p, logEpoch, c, nil)
+}
+
+// AppendCommitReactions is AppendCommit for a commit known to have
+// enqueued this many durable reactions (0 or more): its messages carry
+// ce-reactions, so reaction runners skip the claim that a commit without
+// reactions would otherwise cost them.
+func (e *Encoder) AppendCommitReactions(dst []CommitMsg, p Partition, logEpoch string, c storage.Commit, reactions int) []CommitMsg {
+	hv := hvNoReactions
+	if reactions > 0 {
+		hv = []string{strconv.Itoa(reactions)}
+	}
+	return e.appendCommit(dst, p, logEpoch, c, hv)
+}
+
+// appendCommit is AppendCommit with ce-reactions set to hReactions when
+// it is not nil.
+func (e *Encoder) appendCommit(dst []CommitMsg, p Partition, logEpoch string, c storage.Commit, hReactions []string) []CommitMsg {
 	e.tables = e.tables[:0]
 	for i := range c.Changes {
 		if !slices.Contains(e.tables, c.Changes[i].Table) {
@@ -74,7 +93,7 @@ func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c 
 		hid := []string{id}
 		// Room for the relay's compare-and-set and batch headers too, so
 		// the map never grows.
-		h := make(nats.Header, 18)
+		h := make(nats.Header, 19)
 		h[HeaderSpecVersion] = hvSpecVersion
 		h[HeaderID] = hid
 		h[HeaderType] = hvTypeCommit
@@ -89,6 +108,9 @@ func (e *Encoder) AppendCommit(dst []CommitMsg, p Partition, logEpoch string, c 
 		h[jetstream.MsgIDHeader] = hid
 		if p.Hashed() {
 			h[HeaderSyncPartition] = []string{p.escaped}
+		}
+		if hReactions != nil {
+			h[HeaderReactions] = hReactions
 		}
 		subject := e.names.commitSubject(p.token, table)
 		body := e.body(p, logEpoch, c, table, bodyFull)

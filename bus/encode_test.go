@@ -250,3 +250,43 @@ func BenchmarkEncodeCommit(b *testing.B) {
 		b.Fatalf("%d messages", len(evs))
 	}
 }
+
+// An event says how many reactions its commit enqueued only when the
+// encoder was told (ce-reactions); ParseMeta reads -1 for an event that
+// does not say, and for a value that is not a count.
+func TestEncodeCommitReactions(t *testing.T) {
+	t.Parallel()
+	s := bustest.Schema(t)
+	p := mustPartition(t, "acme")
+	enc := NewEncoder(prod, "node-1", s, 1<<20)
+	c := multiTableCommit(t, s)
+	for _, tc := range []struct {
+		evs    []CommitMsg
+		header string
+		meta   int
+	}{
+		{enc.AppendCommit(nil, p, "ep1", c), "", -1},
+		{enc.AppendCommitReactions(nil, p, "ep1", c, 0), "0", 0},
+		{enc.AppendCommitReactions(nil, p, "ep1", c, 3), "3", 3},
+	} {
+		if len(tc.evs) != 2 {
+			t.Fatalf("%d messages, want 2", len(tc.evs))
+		}
+		for _, ev := range tc.evs {
+			if got := ev.Msg.Header.Get(HeaderReactions); got != tc.header {
+				t.Errorf("ce-reactions %q, want %q", got, tc.header)
+			}
+			m, err := prod.ParseMeta(ev.Msg.Subject, ev.Msg.Header)
+			if err != nil || m.Reactions != tc.meta {
+				t.Errorf("ParseMeta: Reactions %d, %v; want %d", m.Reactions, err, tc.meta)
+			}
+		}
+	}
+	h := enc.AppendCommitReactions(nil, p, "ep1", c, 0)[0].Msg.Header
+	for _, bad := range []string{"-1", "x", "1.5"} {
+		h.Set(HeaderReactions, bad)
+		if m, err := prod.ParseMeta("sync.acme.commit.todos", h); err != nil || m.Reactions != -1 {
+			t.Errorf("ce-reactions %q: Reactions %d, %v; want -1 (unknown)", bad, m.Reactions, err)
+		}
+	}
+}

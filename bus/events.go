@@ -38,6 +38,12 @@ const (
 	HeaderCommitSeq = "ce-commitseq"
 	// HeaderTable carries the table name.
 	HeaderTable = "ce-table"
+	// HeaderReactions carries the number of durable reactions the commit
+	// enqueued, in decimal, when the publisher knows it (the relay does
+	// for commits its own process handed it; a commit read back from the
+	// log carries none). Absent means unknown: a reaction runner claims
+	// on an event without it, and skips its claim on "0".
+	HeaderReactions = "ce-reactions"
 	// HeaderSyncPartition carries the full escaped partition id when the
 	// subject token is hashed (ids whose escaped form exceeds MaxTokenLen).
 	HeaderSyncPartition = "Sync-Partition"
@@ -99,6 +105,9 @@ type Meta struct {
 	Table     string
 	Time      time.Time
 	Source    string
+	// Reactions is ce-reactions: how many durable reactions the commit
+	// enqueued, or -1 when the event does not say.
+	Reactions int
 }
 
 // ErrNotCommitEvent is returned by ParseMeta for a message that is not a
@@ -130,6 +139,12 @@ func (n Names) ParseMeta(subject string, h nats.Header) (Meta, error) {
 		CommitSeq: seq,
 		Table:     table,
 		Source:    h.Get(HeaderSource),
+		Reactions: -1,
+	}
+	if v := h.Get(HeaderReactions); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			m.Reactions = n
+		}
 	}
 	if ts := h.Get(HeaderTime); ts != "" {
 		m.Time, _ = time.Parse(time.RFC3339Nano, ts)

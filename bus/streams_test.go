@@ -2,6 +2,8 @@ package bus
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,11 +63,60 @@ func TestEnsureStreamsReconcilesDrift(t *testing.T) {
 	}
 	s, _ := js.Stream(ctx, prod.CommitStream())
 	c := s.CachedInfo().Config
-	if c.MaxAge != 2*time.Hour || c.Duplicates != DefaultCommitsDuplicates || !c.AllowAtomicPublish || c.MaxMsgsPerSubject != -1 {
+	if c.MaxAge != 2*time.Hour || c.Duplicates != DefaultCommitsDuplicates || !c.AllowAtomicPublish || c.MaxMsgsPerSubject != perSubjectBlockSizer {
 		t.Errorf("after reconcile: %+v", c)
 	}
 	if c.Metadata["owner"] != "ops" {
 		t.Errorf("operator metadata lost: %v", c.Metadata)
+	}
+}
+
+// TestCommitStreamBlocksAre4MB: the commit stream's file store writes
+// 4 MB blocks, not the 8 MB the server picks for a stream without limits
+// (the block being written is held in memory whole), and its per-subject
+// limit drops nothing.
+func TestCommitStreamBlocksAre4MB(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	js := embeddedtest.Start(t, embeddedtest.WithDataDir(dir), embeddedtest.WithDontListen()).JetStream()
+	ctx := bustest.Context(t)
+	if err := EnsureStreams(ctx, js, prod, StreamsConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	subj, err := prod.CommitSubject(mustPartition(t, "p"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 6 << 10, 1 << 10 // 6 MiB on one subject: one 8 MB block, or two of 4 MB
+	body := make([]byte, size)
+	for i := range n {
+		if _, err := js.Publish(ctx, subj, body); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	s, err := js.Stream(ctx, prod.CommitStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Errorf("stream holds %d events, want all %d", info.State.Msgs, n)
+	}
+	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", prod.CommitStream(), "msgs", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest int64
+	for _, b := range blocks {
+		if fi, err := os.Stat(b); err == nil {
+			largest = max(largest, fi.Size())
+		}
+	}
+	if len(blocks) < 2 || largest > 4<<20 {
+		t.Errorf("%d blocks, the largest %d bytes: want 6 MiB in blocks of at most 4 MiB", len(blocks), largest)
 	}
 }
 

@@ -17,6 +17,10 @@ type PartitionChange struct {
 	Partition Partition
 	LogEpoch  string
 	CommitSeq int64
+	// MayReact is false only when every event coalesced into this change
+	// said that its commit enqueued no durable reactions (ce-reactions
+	// "0"); an event that does not say counts as one that may have.
+	MayReact bool
 }
 
 // WatchConfig configures WatchPartitions.
@@ -96,8 +100,12 @@ func (w *Watcher) onMsg(m *nats.Msg) {
 	tok := meta.Partition.token
 	w.mu.Lock()
 	cur, ok := w.pending[tok]
+	mayReact := meta.Reactions != 0 || ok && cur.MayReact
 	if !ok || cur.LogEpoch != meta.LogEpoch || meta.CommitSeq > cur.CommitSeq {
-		w.pending[tok] = PartitionChange{Partition: meta.Partition, LogEpoch: meta.LogEpoch, CommitSeq: meta.CommitSeq}
+		w.pending[tok] = PartitionChange{Partition: meta.Partition, LogEpoch: meta.LogEpoch, CommitSeq: meta.CommitSeq, MayReact: mayReact}
+	} else if mayReact != cur.MayReact {
+		cur.MayReact = mayReact
+		w.pending[tok] = cur
 	}
 	w.mu.Unlock()
 	select {

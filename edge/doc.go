@@ -69,7 +69,11 @@
 // Hub nodes sharing one database (storage.Locker) replicate an edge one
 // at a time: the loop applies pages only while its node holds the lock
 // LeaseName(edge) (lease.go); the others keep the link state, serve the
-// replica from SQL and forward writes.
+// replica from SQL and forward writes. A holder deposed before it noticed
+// is fenced: a rebuild's placeholder epoch is checked under the partition
+// lock by each of its writes and compared-and-set by its rebase
+// (snapshot.go), and a wipe first checks that SQL holds the replica the
+// node last saw (rebuild.go).
 //
 // # The gate at the home
 //

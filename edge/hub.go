@@ -64,7 +64,9 @@ type link struct {
 	since   time.Time // of the last up/down change
 	lastErr error
 	sourced bool
-	consume jetstream.ConsumeContext
+	// sourcing is set while sourceAsync sets the source up.
+	sourcing bool
+	consume  jetstream.ConsumeContext
 	// page is the commits asked per request: halved after a request
 	// timed out (an edge too slow to answer a full page in time), doubled
 	// back after each answer up to Config.PageCommits. Loop only.
@@ -217,11 +219,7 @@ func (h *Hub) poll(l *link, lease <-chan struct{}) {
 		}
 		l.mu.Unlock()
 	}
-	if !l.isSourced() {
-		if err := h.ensureSource(l); err != nil {
-			h.log.Warn("edge: source stream not set up; retrying on the next poll", "edge", l.edge, "err", err)
-		}
-	}
+	h.sourceAsync(l)
 	for _, p := range st.Partitions {
 		if h.homes.Of(p.ID) != l.edge {
 			continue
@@ -264,12 +262,6 @@ func (l *link) setUp(up bool, err error, m *Metrics) {
 	}
 }
 
-func (l *link) isSourced() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sourced
-}
-
 // SourceStreamConfig is the hub's stream of an edge's commit events:
 // no subjects of its own, a durable source on the edge's commit stream
 // (see SourceConsumerConfig), the edge's subjects stored under
@@ -292,6 +284,31 @@ func SourceStreamConfig(names bus.Names, edge string, replicas int) jetstream.St
 		Duplicates:  10 * time.Minute,
 		AllowDirect: true,
 	}
+}
+
+// sourceAsync sets the edge's source stream up in the background, once
+// at a time, unless it is. The replica does not need it (it pages the
+// edge over core NATS), and the hub's JetStream may be unavailable for
+// seconds — a meta leader election after a hub node died — which must
+// not hold a new lease holder's catch-up up by a request timeout per
+// poll.
+func (h *Hub) sourceAsync(l *link) {
+	l.mu.Lock()
+	if l.sourced || l.sourcing {
+		l.mu.Unlock()
+		return
+	}
+	l.sourcing = true
+	l.mu.Unlock()
+	h.wg.Go(func() {
+		err := h.ensureSource(l)
+		l.mu.Lock()
+		l.sourcing = false
+		l.mu.Unlock()
+		if err != nil && h.ctx.Err() == nil {
+			h.log.Warn("edge: source stream not set up; retrying on the next poll", "edge", l.edge, "err", err)
+		}
+	})
 }
 
 // ensureSource creates the source stream and the consumer whose
@@ -317,8 +334,13 @@ func (h *Hub) ensureSource(l *link) error {
 		return fmt.Errorf("wake consumer on %s: %w", name, err)
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h.ctx.Err() != nil {
+		// Stop already stopped the links' consumers.
+		cc.Stop()
+		return h.ctx.Err()
+	}
 	l.sourced, l.consume = true, cc
-	l.mu.Unlock()
 	return nil
 }
 
@@ -361,7 +383,7 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 	s.edgeMax = max(s.edgeMax, p.MaxCommitSeq)
 	l.mu.Unlock()
 	if s.epoch != "" && s.epoch != p.LogEpoch {
-		if err := h.rebuild(l, s, p); err != nil {
+		if err := h.rebuild(l, s, p, lease); err != nil {
 			return err
 		}
 	}
@@ -394,7 +416,7 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 		}
 		if page.HorizonSeq > s.applied {
 			// The edge pruned commits the replica never applied.
-			if err := h.snapshot(l, s, p); err != nil {
+			if err := h.snapshot(l, s, p, lease); err != nil {
 				return err
 			}
 			continue
@@ -417,6 +439,14 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 		l.mu.Unlock()
 	}
 	return nil
+}
+
+// reload has the replica's position read from SQL again before its next
+// use: another hub node moved it.
+func (l *link) reload(s *replicaState) {
+	l.mu.Lock()
+	s.loaded = false
+	l.mu.Unlock()
 }
 
 func (l *link) fail(s *replicaState, err error) error {
@@ -457,6 +487,11 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 	var applied, count int64
 	err = h.cfg.Store.WriteTx(ctx, partition, func(tx storage.Tx) error {
 		locked := tx.Locked()
+		if locked.LogEpoch != s.epoch || locked.MaxCommitSeq < s.applied {
+			// Another hub node rebuilt the replica since this one read
+			// its position (this one lost the lease before it noticed).
+			return fmt.Errorf("%w: the replica is at %s@%d, this node last saw %s@%d", errFenced, locked.LogEpoch, locked.MaxCommitSeq, s.epoch, s.applied)
+		}
 		if locked.LogEpoch != page.LogEpoch {
 			return fmt.Errorf("%w: replica %s, edge %s", ErrEpochChanged, locked.LogEpoch, page.LogEpoch)
 		}
@@ -489,6 +524,10 @@ func (h *Hub) apply(l *link, s *replicaState, partition string, page commitsRepl
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, errFenced) {
+			l.reload(s)
+			return err
+		}
 		if errors.Is(err, ErrDiverged) || errors.Is(err, ErrEpochChanged) {
 			return l.fail(s, err)
 		}

@@ -14,6 +14,23 @@ import (
 // holder skips what the replica has).
 var errLeaseLost = errors.New("edge replication lease lost")
 
+// errFenced stops a replica write of a hub node that another took the
+// replica over from: the epoch under the partition lock (a rebuild's
+// placeholder is its fencing token) or the replica's position is not the
+// one this node last saw. The replica is reloaded from SQL on the next
+// poll; nothing was written.
+var errFenced = errors.New("edge replica taken over by another hub node")
+
+// leaseHeld is errLeaseLost once lease (a held lock's Lost) is closed.
+func leaseHeld(lease <-chan struct{}) error {
+	select {
+	case <-lease:
+		return errLeaseLost
+	default:
+		return nil
+	}
+}
+
 // LeaseName is the store lock (storage.Locker) a hub node holds while it
 // replicates edge: of the hub nodes on one database only the holder runs
 // the edge's replication loop.

@@ -1,5 +1,12 @@
 package edge
 
+import (
+	"fmt"
+
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
+)
+
 // maxRebuildTries bounds the wipe-and-adopt retries of a rebuild
 // (reregister).
 const maxRebuildTries = 5
@@ -15,15 +22,18 @@ const maxRebuildTries = 5
 // request carrying the old epoch gets resetRequired, and OnReset wakes
 // the realtime sessions with reset-required. The partition is not served
 // until the replica holds what the edge held when the rebuild started.
-func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus) error {
+func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus, lease <-chan struct{}) error {
 	h.log.Info("edge: log epoch changed at the edge; rebuilding the replica",
 		"edge", l.edge, "partition", p.ID, "replica_epoch", s.epoch, "edge_epoch", p.LogEpoch, "edge_seq", p.MaxCommitSeq)
 	if p.HorizonSeq > 0 {
-		if err := h.snapshot(l, s, p); err != nil {
+		if err := h.snapshot(l, s, p, lease); err != nil {
 			return err
 		}
 		h.metrics.Rebuilds.Add(1)
 		return nil
+	}
+	if err := h.unchanged(l, s, p.ID, lease); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	s.rebuilding, s.rebuildTo, s.err = true, p.MaxCommitSeq, nil
@@ -40,6 +50,34 @@ func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus) error {
 	l.mu.Unlock()
 	if h.cfg.OnReset != nil {
 		h.cfg.OnReset(h.ctx, p.ID)
+	}
+	return nil
+}
+
+// unchanged is the fence before a rebuild drops the replica: this node
+// must still hold lease, and the replica in SQL must be the one it last
+// saw. A node that lost the lease before noticing, while the new holder
+// rebuilt the replica, would otherwise wipe the new holder's work; it
+// gets errFenced instead and reloads the replica. (What remains is the
+// instant between this read and the wipe, which the next apply's check
+// turns into a reload, never into a served partial replica: only a
+// rebase makes a rebuilt replica servable, and it is a compare-and-set
+// on the rebuild's own epoch.)
+func (h *Hub) unchanged(l *link, s *replicaState, partition string, lease <-chan struct{}) error {
+	if err := leaseHeld(lease); err != nil {
+		return err
+	}
+	p, err := h.cfg.Store.PartitionGet(h.ctx, partition)
+	switch {
+	case err == nil:
+	case ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered:
+		p = storage.Partition{}
+	default:
+		return err
+	}
+	if p.LogEpoch != s.epoch || p.MaxCommitSeq < s.applied {
+		l.reload(s)
+		return fmt.Errorf("%w: the replica is at %s@%d, this node last saw %s@%d", errFenced, p.LogEpoch, p.MaxCommitSeq, s.epoch, s.applied)
 	}
 	return nil
 }

@@ -74,9 +74,21 @@ func (h *Home) rows(ctx context.Context, body []byte) any {
 }
 
 // snapshot rebuilds the replica of p from the edge's rows (see above).
-// Only the link's loop calls it; on failure the next poll starts over.
-func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
+// Only the link's loop calls it, under lease; on failure the next poll
+// starts over.
+//
+// The placeholder epoch is also the rebuild's fencing token across a hub
+// cluster: every write of the rebuild runs only while the partition
+// (read under its write lock) still carries this rebuild's placeholder,
+// and the final rebase is a compare-and-set from it. A node deposed
+// mid-rebuild — its lease lost, perhaps before it noticed, and the new
+// holder started a rebuild of its own — writes nothing more, and can
+// never rebase the new holder's partial replica into a served one.
+func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus, lease <-chan struct{}) error {
 	ctx := h.ctx
+	if err := h.unchanged(l, s, p.ID, lease); err != nil {
+		return err
+	}
 	placeholder := placeholderPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
 	l.mu.Lock()
 	s.rebuilding, s.rebuildTo, s.err = true, p.MaxCommitSeq, nil
@@ -94,6 +106,9 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
 	for _, t := range h.cfg.Schema.Tables {
 		after := ""
 		for {
+			if err := leaseHeld(lease); err != nil {
+				return err
+			}
 			var page rowsReply
 			if err := h.request(bus.EdgeRowsSubject(l.edge), rowsRequest{Partition: p.ID, Table: t.Name, AfterRowID: after, Limit: snapshotPageRows}, &page); err != nil {
 				return fmt.Errorf("snapshot %s: %w", t.Name, err)
@@ -118,7 +133,7 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
 			if err := h.fetchBlobs(l, p.ID, ids); err != nil {
 				return fmt.Errorf("snapshot %s: %w", t.Name, err)
 			}
-			if err := h.cfg.Store.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
+			if err := h.fencedWrite(p.ID, placeholder, lease, func(tx storage.Tx) error {
 				for _, r := range page.Rows {
 					if err := h.putRow(ctx, tx, s, t.Name, r.RowID, r.Version, r.Scopes, r.Row, r.ColumnVersions); err != nil {
 						return err
@@ -136,11 +151,11 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
 			after = page.Rows[len(page.Rows)-1].RowID
 		}
 	}
-	if err := h.replayWindow(l, s, p, floor, ceiling); err != nil {
+	if err := h.replayWindow(l, s, p, placeholder, lease, floor, ceiling); err != nil {
 		return err
 	}
-	if _, err := h.cfg.Store.PartitionRebase(ctx, p.ID, p.LogEpoch, ceiling); err != nil {
-		return l.fail(s, fmt.Errorf("snapshot: %w", err))
+	if err := h.rebase(l, s, p.ID, placeholder, p.LogEpoch, ceiling, lease); err != nil {
+		return err
 	}
 	h.metrics.Snapshots.Add(1)
 	l.mu.Lock()
@@ -160,7 +175,7 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus) error {
 // read while those commits were being made end at their state at
 // ceiling. The commits themselves are not appended: the rebased log
 // starts after ceiling.
-func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, floor, ceiling int64) error {
+func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, placeholder string, lease <-chan struct{}, floor, ceiling int64) error {
 	for at := floor; at < ceiling; {
 		var page commitsReply
 		if err := h.request(bus.EdgeCommitsSubject(l.edge), commitsRequest{Partition: p.ID, AfterSeq: at, Limit: h.cfg.PageCommits}, &page); err != nil {
@@ -182,7 +197,7 @@ func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, floor, c
 		if err != nil {
 			return fmt.Errorf("snapshot window: %w", err)
 		}
-		err = h.cfg.Store.WriteTx(h.ctx, p.ID, func(tx storage.Tx) error {
+		err = h.fencedWrite(p.ID, placeholder, lease, func(tx storage.Tx) error {
 			for _, c := range page.Commits {
 				if c.Seq > ceiling {
 					break
@@ -207,6 +222,39 @@ func (h *Hub) replayWindow(l *link, s *replicaState, p partitionStatus, floor, c
 		}
 	}
 	return nil
+}
+
+// rebase makes the rebuilt replica the edge's log after ceiling, from
+// this rebuild's placeholder only (errFenced when another node's rebuild
+// replaced it).
+func (h *Hub) rebase(l *link, s *replicaState, partition, placeholder, epoch string, ceiling int64, lease <-chan struct{}) error {
+	if err := leaseHeld(lease); err != nil {
+		return err
+	}
+	if _, err := h.cfg.Store.PartitionRebase(h.ctx, partition, placeholder, epoch, ceiling); err != nil {
+		if ssp2.CodeOf(err) == ssp2.CodeStoragePruneEpochMismatch {
+			l.reload(s)
+			return fmt.Errorf("snapshot: %w: %w", errFenced, err)
+		}
+		return l.fail(s, fmt.Errorf("snapshot: %w", err))
+	}
+	return nil
+}
+
+// fencedWrite runs fn in a write transaction of partition while this
+// node holds lease and the partition, read under its write lock, still
+// carries epoch (a rebuild's placeholder): errFenced otherwise, and
+// nothing is written.
+func (h *Hub) fencedWrite(partition, epoch string, lease <-chan struct{}, fn func(tx storage.Tx) error) error {
+	if err := leaseHeld(lease); err != nil {
+		return err
+	}
+	return h.cfg.Store.WriteTx(h.ctx, partition, func(tx storage.Tx) error {
+		if got := tx.Locked().LogEpoch; got != epoch {
+			return fmt.Errorf("%w: the replica's epoch is %s, this rebuild's %s", errFenced, got, epoch)
+		}
+		return fn(tx)
+	})
 }
 
 // putRow writes one of the edge's rows at the edge's version.

@@ -84,11 +84,12 @@ type Config struct {
 	// transaction (the relay's wake-up).
 	OnCommit func(partition string)
 	// OnAppend, when set, is handed every commit a push appended, with
-	// the log epoch it was appended under, once it is durable; it then
-	// replaces OnCommit for pushes (other commits still call OnCommit).
-	// The relay publishes c without reading it back from SQL. It must not
-	// block or modify c.
-	OnAppend func(partition, logEpoch string, c storage.Commit)
+	// the log epoch it was appended under and the number of durable
+	// reactions it enqueued, once it is durable; it then replaces
+	// OnCommit for pushes (other commits still call OnCommit). The relay
+	// publishes c without reading it back from SQL. It must not block or
+	// modify c.
+	OnAppend func(partition, logEpoch string, c storage.Commit, reactions int)
 	// Gate is the serve gate (gate.go; GateOf adapts a *gate.Gate); nil
 	// serves every partition.
 	Gate   ServeGate
@@ -194,6 +195,8 @@ type Engine struct {
 	failLookup atomic.Bool
 	// blobPresign is Config.BlobPresign, switched by SetBlobPresign.
 	blobPresign atomic.Bool
+	// subs memoizes the decoded subscription lists of client records.
+	subs subsMemo
 }
 
 // Metrics are monotonically increasing counters of an Engine's work.
@@ -203,13 +206,16 @@ type Metrics struct {
 	// ClientsGone counts requests whose client went away (a broken
 	// connection, a cancelled context) before the response ended: not
 	// errors of the server.
-	ClientsGone      atomic.Int64
-	PushApplied      atomic.Int64
-	PushCached       atomic.Int64
-	PushRejected     atomic.Int64
-	PushConflicted   atomic.Int64
-	Commits          atomic.Int64
-	PullSections     atomic.Int64
+	ClientsGone    atomic.Int64
+	PushApplied    atomic.Int64
+	PushCached     atomic.Int64
+	PushRejected   atomic.Int64
+	PushConflicted atomic.Int64
+	Commits        atomic.Int64
+	PullSections   atomic.Int64
+	// StartsCached counts requests whose partition row and client record
+	// the store served from its cache (storage.RequestStart.Cached).
+	StartsCached     atomic.Int64
 	Bootstraps       atomic.Int64
 	SegmentsBuilt    atomic.Int64
 	SegmentsReused   atomic.Int64
@@ -450,27 +456,11 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	if err := checkIdentity(r.id); err != nil {
 		return err
 	}
-	// The partition row and the client record come from one read when the
-	// client id can reach SQL; a bad id is refused below, in its turn.
-	var (
-		part      storage.Partition
-		client    storage.Client
-		hasClient bool
-		err       error
-	)
-	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok && checkClientID(hdr.ClientID) == nil {
-		// With the stored results of the request's commits: the
-		// optimistic idempotency lookups in the same read (push.go).
-		var st storage.RequestStart
-		st, err = rs.RequestStart(ctx, storage.RequestStartParams{
-			Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(req.Commits), NowMs: r.now,
-		})
-		part, client, hasClient = st.Partition, st.Client, st.HasClient
-		r.looked, r.pushes = true, st.Pushes
-	} else if checkClientID(hdr.ClientID) == nil {
-		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
-	} else {
-		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+	part, client, hasClient, cached, err := e.start(ctx, r, false)
+	if err == nil && cached && e.refusesStart(r, part, client) {
+		// What a cache served is current (storage.RequestStart), but a
+		// refusal or a reset is answered only on what the database says.
+		part, client, hasClient, _, err = e.start(ctx, r, true)
 	}
 	if err != nil {
 		return internal("touch partition", err)
@@ -555,6 +545,48 @@ func (e *Engine) prepare(ctx context.Context, r *request) error {
 	r.scopes = rs
 	r.enc = ssp2.NewResponseEncoder(r.w, req.WireVersion)
 	return nil
+}
+
+// start reads (or has the store's cache answer) the partition row and
+// the client record, in one read when the client id can reach SQL; a bad
+// id is refused in prepare, in its turn. cached reports a start the
+// store served from its cache (storage.RequestStart.Cached).
+func (e *Engine) start(ctx context.Context, r *request, fresh bool) (part storage.Partition, client storage.Client, hasClient, cached bool, err error) {
+	hdr := r.req.Header
+	if checkClientID(hdr.ClientID) != nil {
+		part, err = e.cfg.Store.PartitionTouch(ctx, r.id.Partition, r.now)
+		return part, client, false, false, err
+	}
+	rs, ok := e.cfg.Store.(storage.RequestStarter)
+	if !ok {
+		part, client, hasClient, err = e.cfg.Store.PartitionTouchClient(ctx, r.id.Partition, hdr.ClientID, r.now)
+		return part, client, hasClient, false, err
+	}
+	// With the stored results of the request's commits: the optimistic
+	// idempotency lookups in the same read (push.go), unless the store
+	// answered from its cache. Then every commit goes to its write
+	// transaction, whose locked lookup finds a stored result, but for
+	// a remote partition's: a miss there means its home has no result
+	// (homeMiss), so those are looked up one by one.
+	st, err := rs.RequestStart(ctx, storage.RequestStartParams{
+		Partition: r.id.Partition, ClientID: hdr.ClientID, CommitIDs: lookupIDs(r.req.Commits), NowMs: r.now, Fresh: fresh,
+	})
+	r.looked, r.pushes = !st.Cached || !r.remote, st.Pushes
+	if st.Cached && err == nil {
+		e.metrics.StartsCached.Add(1)
+	}
+	return st.Partition, st.Client, st.HasClient, st.Cached, err
+}
+
+// refusesStart reports whether prepare would refuse the request or answer
+// it with a header only (a reset) on this partition row and client
+// record.
+func (e *Engine) refusesStart(r *request, part storage.Partition, client storage.Client) bool {
+	req, hdr := r.req, r.req.Header
+	return req.WireVersion == 1 && part.EpochRequired ||
+		req.WireVersion >= 2 && (hdr.LogEpoch == nil || *hdr.LogEpoch != part.LogEpoch) ||
+		hdr.SchemaVersion != e.cfg.Schema.Version ||
+		client.ActorID != r.id.ActorID
 }
 
 // checkClientID refuses a request's client id that is reserved or that

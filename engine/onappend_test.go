@@ -20,7 +20,7 @@ func TestOnAppendHandsTheCommitAsStored(t *testing.T) {
 	}
 	var got []appended
 	h := newHarness(t, func(c *Config) {
-		c.OnAppend = func(partition, epoch string, c storage.Commit) {
+		c.OnAppend = func(partition, epoch string, c storage.Commit, _ int) {
 			got = append(got, appended{partition, epoch, c})
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -48,7 +49,7 @@ func (e *Engine) pull(ctx context.Context, r *request) ([]int64, error) {
 		pages:   clamp(ph.MaxSnapshotPages, defaultSnapshotPage, maxSnapshotPages),
 		accept:  ph.Accept,
 	}
-	r.registered = registered(r.client.Subscriptions)
+	r.registered = e.subs.get(r.client.Subscriptions)
 	r.served = make(map[string]map[string][]string, len(r.req.Subscriptions))
 	var cursors []int64
 	for i, sub := range r.req.Subscriptions {
@@ -216,6 +217,49 @@ func registered(raw json.RawMessage) map[string]registeredSub {
 		out[s.ID] = s
 	}
 	return out
+}
+
+// subsMemo memoizes registered. A steady client's record holds the same
+// subscription list, byte for byte, on every pull, and decoding it with
+// encoding/json was ~2% of a push + pull round's CPU and ~6% of its
+// allocations. Lists are keyed by their bytes, so nothing goes stale; the
+// decoded lists are shared and never modified. It keeps at most
+// subsMemoBytes of list bytes and starts over when full.
+type subsMemo struct {
+	mu    sync.Mutex
+	bytes int
+	m     map[string]map[string]registeredSub
+}
+
+// subsMemoBytes bounds the list bytes a subsMemo keeps (the decoded maps
+// take a few times that); a list over an eighth of it is not kept.
+const subsMemoBytes = 256 << 10
+
+// get is registered(raw), from the memo when raw was decoded before.
+func (s *subsMemo) get(raw json.RawMessage) map[string]registeredSub {
+	if len(raw) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	subs, ok := s.m[string(raw)]
+	s.mu.Unlock()
+	if ok {
+		return subs
+	}
+	subs = registered(raw)
+	if len(raw) > subsMemoBytes/8 {
+		return subs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || s.bytes+len(raw) > subsMemoBytes {
+		s.m, s.bytes = map[string]map[string]registeredSub{}, 0
+	}
+	if _, ok := s.m[string(raw)]; !ok {
+		s.m[string(raw)] = subs
+		s.bytes += len(raw)
+	}
+	return subs
 }
 
 // widens reports whether effective scopes now match a row that was did

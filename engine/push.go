@@ -86,7 +86,11 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if out.appended {
 		e.metrics.Commits.Add(1)
 		if e.cfg.OnAppend != nil {
-			e.cfg.OnAppend(r.id.Partition, r.part.LogEpoch, out.commit)
+			reactions := 0
+			if out.enqueued != nil {
+				reactions = len(out.enqueued.Reactions)
+			}
+			e.cfg.OnAppend(r.id.Partition, r.part.LogEpoch, out.commit, reactions)
 		}
 	}
 	if err := e.answer(r, out.rec); err != nil {

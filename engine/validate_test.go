@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -256,4 +257,46 @@ func newHarnessAt(t *testing.T, path string) *harness {
 	}
 	h.store, h.e = st, e
 	return h
+}
+
+// uniqueTitleSchema is taskSchema with a declared unique index on title.
+const uniqueTitleSchema = `{"version":1,"tables":[{"name":"tasks","columns":[
+	{"name":"id","type":"string"},
+	{"name":"project_id","type":"string"},
+	{"name":"title","type":"string","nullable":true},
+	{"name":"n","type":"integer","nullable":true}],
+	"primaryKey":"id","scopes":["project:{project_id}"],
+	"indexes":[{"name":"tasks_title","columns":["title"],"unique":true}]}]}`
+
+// TestDeclaredUniqueViolationIsPersisted: on both stores, a commit whose
+// second upsert breaks a declared unique index is rejected at that op and
+// persisted, and its first upsert is rolled back; on PostgreSQL both
+// upserts are of rows the push has just read, whose writes the store
+// defers to one pipeline, so the violation reaches the op only because
+// the store runs the push again unpipelined.
+func TestDeclaredUniqueViolationIsPersisted(t *testing.T) {
+	forStores(t, func(t *testing.T, open func(testing.TB) storage.Store) {
+		h := newHarnessOn(t, open(t), uniqueTitleSchema, nil)
+		alice := id("alice", "p1")
+		ep := h.epoch(alice)
+		h.sync(alice, 2, hdr("c", ep), commit("k1", upsert("t1", h.row("t1", "p1", "same"))))
+		m := h.sync(alice, 2, hdr("c", ep), commit("k2", upsert("t9", h.row("t9", "p1", "new")), upsert("t2", h.row("t2", "p1", "same"))))
+		r := frames[*ssp2.PushResult](m)[0]
+		if r.Status != ssp2.PushRejected || len(r.Results) == 0 || r.Results[0].OpIndex != 1 || r.Results[0].Code != string(ssp2.CodeConstraintViolation) {
+			t.Fatalf("constraint = %+v", r)
+		}
+		m = h.sync(alice, 2, hdr("c", ep), commit("k2", upsert("t2", h.row("t2", "p1", "other"))))
+		if r := frames[*ssp2.PushResult](m)[0]; len(r.Results) == 0 || r.Results[0].Code != string(ssp2.CodeConstraintViolation) {
+			t.Fatalf("replay = %+v", r)
+		}
+		err := h.store.ReadTx(context.Background(), func(tx storage.ReadTx) error {
+			if _, ok, err := tx.RowGet(context.Background(), "p", "tasks", "t9"); err != nil || ok {
+				return fmt.Errorf("sibling row t9 stored: %v %v", ok, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }

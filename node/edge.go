@@ -11,7 +11,9 @@ import (
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/gate"
 	"github.com/syncnode/syncnode/operations"
+	"github.com/syncnode/syncnode/realtime"
 )
 
 // ErrEdgeTopology wraps a node configured as an edge whose NATS does not
@@ -72,6 +74,33 @@ func (n *Node) newEdgeHub(ec *engine.Config) error {
 	}
 	n.EdgeHub, ec.Router = h, h
 	return nil
+}
+
+// realtimeGate is the serve gate this node's realtime deltas pass. On a
+// hub an edge partition's replica must also be servable, as for its
+// pulls (edge.Hub.Ready: no migration running at its home, no rebuild):
+// the deltas of a home migration's batch commits are refused, and the
+// sessions answered reset-required as the home's own are, instead of
+// being handed a half-backfilled projection.
+func (n *Node) realtimeGate() realtime.Gate {
+	if n.EdgeHub == nil {
+		return n.Gate
+	}
+	return replicaGate{n.Gate, n.EdgeHub}
+}
+
+type replicaGate struct {
+	g   *gate.Gate
+	hub *edge.Hub
+}
+
+func (r replicaGate) AdmitAt(ctx context.Context, partition, logEpoch string) (gate.Ticket, error) {
+	if r.hub.Remote(partition) {
+		if err := r.hub.Ready(ctx, partition); err != nil {
+			return gate.Ticket{}, err
+		}
+	}
+	return r.g.AdmitAt(ctx, partition, logEpoch)
 }
 
 // replicaReset follows a replica rebuilt under an edge's new epoch as

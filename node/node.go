@@ -459,7 +459,7 @@ func (n *Node) startRealtime(ctx context.Context, reg prometheus.Registerer, aut
 		return nil
 	}
 	rc := n.cfg.Realtime.Hub
-	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.Gate
+	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.realtimeGate()
 	rc.Conn, rc.JetStream = n.NATS.Conn(), n.NATS.JetStream()
 	hub, err := realtime.New(rc)
 	if err != nil {

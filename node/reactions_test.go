@@ -135,3 +135,63 @@ func TestNodeReactions(t *testing.T) {
 		})
 	}
 }
+
+// Through a node: pushes whose commits plan no reactions cost the runner
+// no claim (their events say ce-reactions 0), and a later commit that
+// plans one still wakes it — its reaction runs without the sweep, which
+// is an hour away.
+func TestNodeReactionsAfterSkippedWakes(t *testing.T) {
+	b := backends[0]
+	sch, err := schema.Parse([]byte(vectorSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, err := rules.CompileReactions(sch, []rules.ReactionRule{
+		{Name: "mail", Table: "tasks", On: rules.OnInsert, Type: "email.send", Payload: map[string]string{"task": "new.id"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mailed := make(chan string, 4)
+	n := startNode(t, vectorSchema, func(t *testing.T, c *Config) {
+		b.cfg(t, c)
+		c.Reactions.Planner = planner
+		c.Reactions.Runner = reactions.Config{SweepInterval: time.Hour, Handlers: map[string]reactions.Handler{
+			"email.send": func(_ context.Context, r storage.Reaction) error { mailed <- string(r.Payload); return nil },
+		}}
+	})
+	tok := token(t, "alice", "acme", map[string][]string{"project": {"p1"}})
+	c, err := client.New(client.Config{BaseURL: n.URL(), Schema: sch, HTTPClient: &http.Client{Transport: bearer(tok)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	push := func(id string) {
+		t.Helper()
+		if _, err := c.Upsert(ctx, "tasks", map[string]any{"id": id, "project": "p1"}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.SyncUntilIdle(ctx); err != nil || len(res.Rejected) != 0 {
+			t.Fatalf("sync: %+v, %v", res, err)
+		}
+	}
+	await := func(want string) {
+		t.Helper()
+		select {
+		case got := <-mailed:
+			if got != want {
+				t.Fatalf("mailed %s, want %s", got, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the reaction %s never ran", want)
+		}
+	}
+	push("t1")
+	await(`{"task":"t1"}`)
+	for range 5 {
+		push("t1") // an update: the rule plans nothing
+	}
+	poll.Until(t, 20*time.Second, "a wake-up skipped", func() bool { return n.Reactions.Stats().SkippedWakes.Load() > 0 })
+	push("t2")
+	await(`{"task":"t2"}`)
+}

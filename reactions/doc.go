@@ -44,7 +44,12 @@
 //
 // A Runner is woken by the node's commit events on the bus — the events
 // the relay publishes to sync.<partition>.commit.<table>, whichever node
-// committed — and claims in the partition that changed. It also wakes
+// committed — and claims in the partition that changed, unless every
+// event of the change says its commit enqueued no reactions
+// (ce-reactions "0", set by the relay for the pushes its engine hands
+// it; an event read back from the log does not say, and is claimed on),
+// so a node whose commits plan no reactions pays no claim per commit. It
+// also wakes
 // when one of its own retries falls due, when an operator requeues a dead
 // letter (syncreact.event.<partition>.requeued.<type>), and when it frees
 // a slot while rows were left behind. A slow timer (SweepInterval) sweeps

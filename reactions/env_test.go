@@ -157,6 +157,33 @@ type plan struct {
 // the idempotency keys.
 func (e *env) commit(p string, plans ...plan) []storage.ReactionKey {
 	e.t.Helper()
+	_, keys := e.append(p, plans...)
+	e.relay.Notify(p)
+	return keys
+}
+
+// commitHanded is commit for a commit handed to the relay the way the
+// engine hands over a push's commit (relay.Committed), with the number
+// of reactions it enqueued, which its event then carries.
+func (e *env) commitHanded(p string, plans ...plan) []storage.ReactionKey {
+	e.t.Helper()
+	seq, keys := e.append(p, plans...)
+	cs, err := e.store.CommitRange(e.ctx, p, seq-1, 1)
+	if err != nil || len(cs) != 1 {
+		e.t.Fatalf("read commit %d: %v", seq, err)
+	}
+	part, err := e.store.PartitionGet(e.ctx, p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.relay.Committed(p, part.LogEpoch, cs[0], len(plans))
+	return keys
+}
+
+// append appends the commit of commit and returns its commitSeq and the
+// reactions' keys.
+func (e *env) append(p string, plans ...plan) (int64, []storage.ReactionKey) {
+	e.t.Helper()
 	if _, err := e.store.PartitionTouch(e.ctx, p, time.Now().UnixMilli()); err != nil {
 		e.t.Fatal(err)
 	}
@@ -169,7 +196,10 @@ func (e *env) commit(p string, plans ...plan) []storage.ReactionKey {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var keys []storage.ReactionKey
+	var (
+		keys []storage.ReactionKey
+		seq  int64
+	)
 	err = e.store.WriteTx(e.ctx, p, func(tx storage.Tx) error {
 		scopes := map[string]string{"shop": "s1"}
 		v, err := tx.RowUpsert(e.ctx, "orders", storage.RowWrite{RowID: id, Values: vals, Scopes: scopes, Payload: row})
@@ -177,7 +207,7 @@ func (e *env) commit(p string, plans ...plan) []storage.ReactionKey {
 			return err
 		}
 		now := time.Now().UnixMilli()
-		seq, err := tx.CommitAppend(e.ctx, storage.CommitParams{CreatedAtMs: now, ActorID: "a", ClientID: "client", ClientCommitID: ccid, SchemaVersion: 1,
+		seq, err = tx.CommitAppend(e.ctx, storage.CommitParams{CreatedAtMs: now, ActorID: "a", ClientID: "client", ClientCommitID: ccid, SchemaVersion: 1,
 			Changes: []storage.Change{{Table: "orders", RowID: id, Op: storage.OpUpsert, RowVersion: v, Scopes: scopes, Row: row}}})
 		if err != nil {
 			return err
@@ -200,8 +230,7 @@ func (e *env) commit(p string, plans ...plan) []storage.ReactionKey {
 		e.t.Fatal(err)
 	}
 	e.committed = time.Now()
-	e.relay.Notify(p)
-	return keys
+	return seq, keys
 }
 
 func (e *env) get(k storage.ReactionKey) storage.Reaction {

@@ -195,6 +195,9 @@ type Stats struct {
 	// longer this runner's.
 	LostLeases atomic.Int64
 	Pruned     atomic.Int64
+	// SkippedWakes counts commit events that cost no claim because their
+	// commits enqueued no reactions.
+	SkippedWakes atomic.Int64
 }
 
 // Runner claims reactions and runs them. Start it once; Stop is
@@ -282,7 +285,7 @@ func (r *Runner) Start(ctx context.Context) error {
 
 func (r *Runner) start(ctx context.Context) error {
 	w, err := bus.WatchPartitions(r.cfg.Conn, r.cfg.Names, bus.WatchConfig{
-		OnChange: func(ch bus.PartitionChange) { r.markPartition(ch.Partition.ID()) },
+		OnChange: r.onChange,
 		OnResync: r.markAll,
 		Logger:   r.log,
 	})
@@ -316,6 +319,19 @@ func (r *Runner) start(ctx context.Context) error {
 		go r.prune()
 	}
 	return nil
+}
+
+// onChange claims in a partition whose commits may have enqueued
+// reactions. Commits that say they enqueued none (ce-reactions "0", what
+// the relay sets for the pushes it is handed) cost no claim: without
+// this every commit of a node that plans no reactions at all paid a
+// write-path read here.
+func (r *Runner) onChange(ch bus.PartitionChange) {
+	if !ch.MayReact {
+		r.stats.SkippedWakes.Add(1)
+		return
+	}
+	r.markPartition(ch.Partition.ID())
 }
 
 func (r *Runner) onRequeued(m *nats.Msg) {

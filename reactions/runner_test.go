@@ -687,3 +687,54 @@ func FuzzParseReply(f *testing.F) {
 		}
 	})
 }
+
+// claimCounter counts the claim statements a runner sends to the store.
+type claimCounter struct {
+	Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) ReactionClaim(ctx context.Context, p storage.ReactionClaimParams) (storage.ReactionClaimResult, error) {
+	c.claims.Add(1)
+	return c.Store.ReactionClaim(ctx, p)
+}
+
+// Commits whose events say they enqueued no reactions (what the relay
+// publishes for the pushes the engine hands it) cost the runner no claim;
+// a commit with a reaction after them still wakes it, and its reaction
+// runs without waiting for the sweep (an hour away).
+func TestNoClaimForCommitsWithoutReactions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		cc := &claimCounter{Store: e.store}
+		ran := make(chan string, 4)
+		r := e.runner(Config{Store: cc, Handlers: map[string]Handler{"t": func(_ context.Context, rx storage.Reaction) error {
+			ran <- rx.IdempotencyKey
+			return nil
+		}}})
+		await := func(k storage.ReactionKey) {
+			t.Helper()
+			select {
+			case got := <-ran:
+				if got != k.IdempotencyKey {
+					t.Fatalf("handler ran %s, want %s", got, k.IdempotencyKey)
+				}
+			case <-time.After(wait):
+				t.Fatalf("reaction %s never ran", k.IdempotencyKey)
+			}
+			poll.Until(t, wait, "completed", func() bool { return e.status(k) == storage.ReactionCompleted })
+		}
+		// Read back from the log, an event says nothing: the runner claims.
+		await(e.commit("p", plan{key: "first", typ: "t"})[0])
+		before := cc.claims.Load()
+		for range 20 {
+			e.commitHanded("p")
+		}
+		poll.Until(t, wait, "a wake-up skipped", func() bool { return r.Stats().SkippedWakes.Load() > 0 })
+		k := e.commitHanded("p", plan{key: "after", typ: "t"})[0]
+		await(k)
+		if got := cc.claims.Load() - before; got != 1 {
+			t.Errorf("%d claims for 20 commits without reactions and one with; want 1", got)
+		}
+	})
+}

@@ -331,7 +331,14 @@ func (r *Relay) Notify(partition string) {
 // taken yet: commits of one log epoch in ascending commitSeq.
 type heldLog struct {
 	epoch   string
-	commits []storage.Commit
+	commits []heldCommit
+}
+
+// heldCommit is a commit Committed handed over and the number of durable
+// reactions it enqueued, which its events carry (ce-reactions).
+type heldCommit struct {
+	storage.Commit
+	reactions int
 }
 
 // maxHeld bounds the commits held across all partitions: past it a
@@ -345,21 +352,24 @@ const maxHeld = 4096
 // uses held commits only when they continue the stream's tail exactly
 // (same epoch, the next commitSeq, no gap) and reads the log otherwise,
 // and a partition also notified by Notify or the sweep is read. Committed
-// never blocks. c must not be modified afterwards.
-func (r *Relay) Committed(partition, logEpoch string, c storage.Commit) {
+// never blocks. c must not be modified afterwards. reactions is the
+// number of durable reactions the commit enqueued: its events say so
+// (ce-reactions), and reaction runners skip their claim for a commit
+// that enqueued none.
+func (r *Relay) Committed(partition, logEpoch string, c storage.Commit, reactions int) {
 	r.mu.Lock()
 	if r.state == 2 {
 		r.mu.Unlock()
 		return
 	}
-	r.holdLocked(partition, logEpoch, c)
+	r.holdLocked(partition, logEpoch, heldCommit{c, reactions})
 	r.notified[partition] = struct{}{}
 	r.markBusyLocked()
 	r.mu.Unlock()
 	r.poke()
 }
 
-func (r *Relay) holdLocked(partition, logEpoch string, c storage.Commit) {
+func (r *Relay) holdLocked(partition, logEpoch string, c heldCommit) {
 	h := r.held[partition]
 	if h == nil || h.epoch != logEpoch {
 		if h != nil {
@@ -406,7 +416,7 @@ func (r *Relay) takeUnheard(partition string) bool {
 // whose escaped form is epoch; held commits at or before after are
 // dropped (published already). none reports that nothing is held past
 // after at all.
-func (r *Relay) takeHeld(partition string, after int64, epoch string, limit int) (commits []storage.Commit, logEpoch string, none bool) {
+func (r *Relay) takeHeld(partition string, after int64, epoch string, limit int) (commits []heldCommit, logEpoch string, none bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := r.held[partition]
@@ -822,29 +832,30 @@ func (r *Relay) readTail(ctx context.Context, p bus.Partition, pos position, cur
 		return chunk{}, false
 	}
 	var (
-		commits []storage.Commit
-		epoch   string
-		none    bool
+		held  []heldCommit
+		epoch string
+		none  bool
 	)
 	if !*mustRead {
-		commits, epoch, none = r.takeHeld(p.ID(), pos.commitSeq, pos.epoch, r.cfg.CommitsPerRead)
+		held, epoch, none = r.takeHeld(p.ID(), pos.commitSeq, pos.epoch, r.cfg.CommitsPerRead)
 	}
 	if none {
 		// Only Committed woke this run, and what it handed over is
 		// published: the log holds nothing more of ours.
 		return chunk{}, true
 	}
-	if len(commits) > 0 {
+	if len(held) > 0 {
 		// The commits this process appended right after the tail: the
 		// log would return exactly these. MaxCommitSeq is the last of
 		// them, so the run reads no further ahead; later commits come
 		// with their own notification.
-		part := storage.Partition{ID: p.ID(), LogEpoch: epoch, MaxCommitSeq: commits[len(commits)-1].CommitSeq}
-		ch = chunk{after: pos.commitSeq, part: part, again: part, commits: commits, events: events[:0]}
-		for _, c := range commits {
-			ch.events = enc.AppendCommit(ch.events, p, epoch, c)
+		part := storage.Partition{ID: p.ID(), LogEpoch: epoch, MaxCommitSeq: held[len(held)-1].CommitSeq}
+		ch = chunk{after: pos.commitSeq, part: part, again: part, commits: make([]storage.Commit, len(held)), events: events[:0]}
+		for i, c := range held {
+			ch.commits[i] = c.Commit
+			ch.events = enc.AppendCommitReactions(ch.events, p, epoch, c.Commit, c.reactions)
 		}
-		r.heldUsed.Add(int64(len(commits)))
+		r.heldUsed.Add(int64(len(held)))
 		return ch, false
 	}
 	part, commits, err := r.log.PartitionCommitRange(ctx, p.ID(), pos.commitSeq, r.cfg.CommitsPerRead)

@@ -56,8 +56,15 @@ type cluster struct {
 // meantime, the whole cluster is started again on new ports.
 func startCluster(t testing.TB, n int, pgURL, pgSchema string) *cluster {
 	t.Helper()
+	return startClusterOf(t, n, pgURL, pgSchema, nil)
+}
+
+// startClusterOf is startCluster with every member a hub node of hub
+// (nil: none).
+func startClusterOf(t testing.TB, n int, pgURL, pgSchema string, hub *hubSpec) *cluster {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		c, err := tryCluster(t, n, pgURL, pgSchema)
+		c, err := tryCluster(t, n, pgURL, pgSchema, hub)
 		if err == nil {
 			t.Cleanup(func() {
 				for i, ch := range c.nodes {
@@ -76,7 +83,7 @@ func startCluster(t testing.TB, n int, pgURL, pgSchema string) *cluster {
 	}
 }
 
-func tryCluster(t testing.TB, n int, pgURL, pgSchema string) (*cluster, error) {
+func tryCluster(t testing.TB, n int, pgURL, pgSchema string, hub *hubSpec) (*cluster, error) {
 	ports := make([]int, n)
 	routes := make([]string, n)
 	for i := range n {
@@ -88,7 +95,7 @@ func tryCluster(t testing.TB, n int, pgURL, pgSchema string) (*cluster, error) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			c.nodes[i], errs[i] = spawnChild(childSpec{DataDir: t.TempDir(), PGURL: pgURL, PGSchema: pgSchema,
+			c.nodes[i], errs[i] = spawnChild(childSpec{DataDir: t.TempDir(), PGURL: pgURL, PGSchema: pgSchema, Hub: hub,
 				Cluster: &clusterSpec{Name: "reliability", Server: fmt.Sprintf("member-%d", i), Port: ports[i], Routes: routes}})
 		})
 	}

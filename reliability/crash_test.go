@@ -36,6 +36,7 @@ const childEnv = "SYNCNODE_RELIABILITY_CHILD"
 type childSpec struct {
 	DataDir, PGURL, PGSchema string
 	Cluster                  *clusterSpec
+	Hub                      *hubSpec
 }
 
 func TestMain(m *testing.M) {
@@ -64,6 +65,9 @@ func runChild(raw string) int {
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if spec.Hub != nil {
+		spec.Hub.apply(&cfg)
+	}
 	if spec.Cluster != nil {
 		spec.Cluster.apply(&cfg)
 	}
@@ -75,7 +79,7 @@ func runChild(raw string) int {
 		return 1
 	}
 	ready := os.NewFile(3, "ready")
-	fmt.Fprintln(ready, n.URL(), n.NATS.ClientURL())
+	fmt.Fprintln(ready, n.URL(), n.NATS.ClientURL(), n.NATS.LeafURL())
 	ready.Close()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -92,6 +96,7 @@ type child struct {
 	cmd     *exec.Cmd
 	url     string // HTTP
 	natsURL string // its embedded NATS server's client listener
+	leafURL string // its leaf listener (a hub's), or ""
 	out     *bytes.Buffer
 }
 
@@ -131,6 +136,9 @@ func spawnChild(spec childSpec) (*child, error) {
 	c.url = f[0]
 	if len(f) > 1 {
 		c.natsURL = f[1]
+	}
+	if len(f) > 2 {
+		c.leafURL = f[2]
 	}
 	return c, nil
 }

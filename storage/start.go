@@ -20,6 +20,9 @@ type RequestStartParams struct {
 	// stored results to read (ids the caller checked are storable).
 	CommitIDs []string
 	NowMs     int64
+	// Fresh reads the database even where the store could answer from
+	// its cache: the caller is about to refuse or reset on what it got.
+	Fresh bool
 }
 
 // RequestStart is the start of a request: the touched partition row, the
@@ -27,9 +30,19 @@ type RequestStartParams struct {
 // results of RequestStartParams.CommitIDs that exist, by clientCommitId.
 // The results are the optimistic lookup of the push path: the write
 // transaction re-checks under the lock.
+//
+// A store that caches the partition row and the client record (Cached
+// true) answers with what it holds, current but for two things: the
+// partition's MaxCommitSeq and HorizonSeq may be behind (every
+// transaction that serves reads them again), and Pushes was not read
+// (nil): every commit counts as a miss of the optimistic lookup, which
+// the write transaction's locked lookup corrects. The epoch, the epoch
+// requirement and the client record reflect every write that committed
+// before RequestStart was called, this node's and any other's.
 type RequestStart struct {
 	Partition Partition
 	Client    Client
 	HasClient bool
 	Pushes    map[string]PushRecord
+	Cached    bool
 }

@@ -66,17 +66,19 @@ type Store interface {
 	// KiB, U+0000) is refused with CodeInvalidRequest.
 	PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (Partition, error)
 
-	// PartitionRebase sets a registered partition's log epoch to logEpoch
-	// and raises its max commit seq and horizon to seq, under the
-	// partition write lock: a read replica rebuilt from a snapshot of its
-	// home's rows continues the home's log after the snapshot's seq,
-	// under the home's epoch. seq below the max commit seq, or above it
-	// while the partition retains commits, is refused
-	// (CodeStorageInvalidPruneCursor), as is an epoch the stores cannot
-	// hold (CodeInvalidRequest) and an unregistered partition
+	// PartitionRebase sets a registered partition's log epoch from
+	// fromEpoch to logEpoch and raises its max commit seq and horizon to
+	// seq, under the partition write lock: a read replica rebuilt from a
+	// snapshot of its home's rows continues the home's log after the
+	// snapshot's seq, under the home's epoch. A partition whose epoch is
+	// not fromEpoch is refused (CodeStoragePruneEpochMismatch: the
+	// rebuild was superseded), as are seq below the max commit seq, or
+	// above it while the partition retains commits
+	// (CodeStorageInvalidPruneCursor), an epoch the stores cannot hold
+	// (CodeInvalidRequest) and an unregistered partition
 	// (CodeStoragePartitionUnregistered). Client records and rows are
 	// left alone.
-	PartitionRebase(ctx context.Context, partition, logEpoch string, seq int64) (Partition, error)
+	PartitionRebase(ctx context.Context, partition, fromEpoch, logEpoch string, seq int64) (Partition, error)
 
 	// WriteTx runs fn in a transaction holding the partition write lock.
 	// fn's error rolls the transaction back and is returned unchanged; a nil

@@ -346,7 +346,7 @@ func defaultConfig() config {
 		SignedURLs: signedURLsConfig{TTL: duration{signedurl.DefaultTTL}},
 		Log:        logConfig{Level: "info", Format: "text"},
 		Admin:      adminConfig{Enabled: true},
-		Runtime:    runtimeConfig{MemoryLimit: DefaultMemoryLimit},
+		Runtime:    runtimeConfig{MemoryLimit: DefaultMemoryLimit, GCPercent: DefaultGCPercent},
 		Hooks: hooksConfig{
 			Scopes:   hookConfig{Timeout: duration{hooks.DefaultScopesTimeout}, CacheTTL: duration{hooks.DefaultScopesCacheTTL}, CacheSize: hooks.DefaultCacheSize},
 			Validate: hookConfig{Timeout: duration{hooks.DefaultValidateTimeout}},

@@ -11,10 +11,11 @@ import (
 )
 
 // TestRuntimeConfig: [runtime] parses sizes and "off", refuses bad values
-// with the field named, and defaults to a 256 MiB soft limit without pprof.
+// with the field named, and defaults to a 256 MiB soft limit, a GC
+// percent of 75 and no pprof.
 func TestRuntimeConfig(t *testing.T) {
 	d := defaultConfig()
-	if d.Runtime.MemoryLimit != "256MiB" || d.Runtime.PprofListen != "" {
+	if d.Runtime.MemoryLimit != "256MiB" || d.Runtime.GCPercent != 75 || d.Runtime.PprofListen != "" {
 		t.Errorf("default runtime = %+v", d.Runtime)
 	}
 	for in, want := range map[string]int64{"64MiB": 64 << 20, "1GiB": 1 << 30, "16777216": 16 << 20, "9000KiB": 9000 << 10} {
@@ -26,14 +27,20 @@ func TestRuntimeConfig(t *testing.T) {
 	if _, ok, err := parseMemoryLimit("off"); ok || err != nil {
 		t.Errorf(`parseMemoryLimit("off") = %v, %v`, ok, err)
 	}
-	c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"1GiB\"\npprof_listen = \"127.0.0.1:0\"\n")
-	if err != nil || c.Runtime.MemoryLimit != "1GiB" || c.Runtime.PprofListen != "127.0.0.1:0" {
+	c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"1GiB\"\ngc_percent = 200\npprof_listen = \"127.0.0.1:0\"\n")
+	if err != nil || c.Runtime.MemoryLimit != "1GiB" || c.Runtime.GCPercent != 200 || c.Runtime.PprofListen != "127.0.0.1:0" {
 		t.Fatalf("runtime = %+v, %v", c.Runtime, err)
+	}
+	if c, err := parseConfigFile(t, "[runtime]\nmemory_limit = \"1GiB\"\n"); err != nil || c.Runtime.GCPercent != DefaultGCPercent {
+		t.Errorf("gc_percent unset: %+v, %v; want the default kept", c.Runtime, err)
 	}
 	for body, field := range map[string]string{
 		"[runtime]\nmemory_limit = \"1MiB\"\n":      "runtime.memory_limit",
 		"[runtime]\nmemory_limit = \"lots\"\n":      "runtime.memory_limit",
 		"[runtime]\npprof_listen = \"localhost\"\n": "runtime.pprof_listen",
+		"[runtime]\ngc_percent = 5\n":               "runtime.gc_percent",
+		"[runtime]\ngc_percent = 5000\n":            "runtime.gc_percent",
+		"[runtime]\ngc_percent = -1\n":              "runtime.gc_percent",
 	} {
 		_, err := parseConfigFile(t, body)
 		if err == nil || !strings.Contains(err.Error(), field) {
@@ -59,6 +66,26 @@ func TestApplyMemoryLimit(t *testing.T) {
 	})
 	if got := debug.SetMemoryLimit(-1); got != 96<<20 {
 		t.Errorf("limit = %d: GOMEMLIMIT set, the config must not apply", got)
+	}
+}
+
+// TestApplyGCPercent: the configured GC percent is set unless GOGC is.
+func TestApplyGCPercent(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runtimeConfig{GCPercent: 60}.applyGCPercent(log, func(string) string { return "" })
+	if got := debug.SetGCPercent(60); got != 60 {
+		t.Errorf("GC percent = %d, want 60", got)
+	}
+	runtimeConfig{GCPercent: 80}.applyGCPercent(log, func(k string) string {
+		if k == "GOGC" {
+			return "120"
+		}
+		return ""
+	})
+	if got := debug.SetGCPercent(60); got != 60 {
+		t.Errorf("GC percent = %d: GOGC set, the config must not apply", got)
 	}
 }
 

@@ -46,7 +46,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if testMode {
 		warnTestModes(stderr, cfg.TestMode)
 	}
-	cfg.Runtime.applyMemoryLimit(log, os.Getenv)
+	cfg.Runtime.apply(log, os.Getenv)
 	if _, err := cfg.Runtime.startPprof(ctx, log); err != nil {
 		return err
 	}

@@ -52,6 +52,8 @@ type groupMember struct {
 	fn  func(t *tx) error
 	// rows are read ahead, before the member's turn (ahead.go).
 	rows []storage.RowRef
+	// noDefer: fn sends every write at once (rows.go).
+	noDefer bool
 	// turn hands the member the group's transaction; nil means the
 	// group broke up before it ran, and it starts over.
 	turn chan *tx
@@ -71,6 +73,9 @@ type writeGroups struct {
 // groupWrite runs fn as a member of the partition's open write group, or
 // leads a new one.
 func (s *Store) groupWrite(ctx context.Context, partition string, rows []storage.RowRef, fn func(t *tx) error) error {
+	// deferOK turns false when a deferred write of a leading fn failed
+	// (rows.go): fn runs again, sending every write at once.
+	deferOK := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("write transaction: %w", err)
@@ -78,7 +83,7 @@ func (s *Store) groupWrite(ctx context.Context, partition string, rows []storage
 		gs := &s.groups
 		gs.mu.Lock()
 		if g := gs.m[partition]; g != nil && !g.closed && g.size < maxGroupSize {
-			m := &groupMember{ctx: ctx, fn: fn, rows: rows, turn: make(chan *tx, 1), ran: make(chan error, 1), done: make(chan error, 1)}
+			m := &groupMember{ctx: ctx, fn: fn, rows: rows, noDefer: !deferOK, turn: make(chan *tx, 1), ran: make(chan error, 1), done: make(chan error, 1)}
 			g.waiting = append(g.waiting, m)
 			g.size++
 			gs.mu.Unlock()
@@ -97,7 +102,12 @@ func (s *Store) groupWrite(ctx context.Context, partition string, rows []storage
 		// successor.
 		gs.m[partition] = g
 		gs.mu.Unlock()
-		return s.lead(ctx, partition, g, rows, fn)
+		err := s.lead(ctx, partition, g, rows, fn, deferOK)
+		if errors.Is(err, errDeferredFailed) && deferOK {
+			deferOK = false
+			continue
+		}
+		return err
 	}
 }
 
@@ -137,7 +147,10 @@ func (s *Store) disband(partition string, g *writeGroup) {
 
 // lead begins the group's transaction, runs fn, then the waiting members
 // one by one, and commits.
-func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows []storage.RowRef, fn func(t *tx) error) error {
+// When a pipeline carrying one of the leader's deferred writes fails
+// (rows.go), before any member ran, the transaction rolls back, the
+// waiting members start over and lead returns errDeferredFailed.
+func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows []storage.RowRef, fn func(t *tx) error, deferOK bool) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		s.disband(partition, g)
@@ -173,7 +186,13 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows 
 			fail(errLeaderPanicked)
 		}
 	}()
-	if err := s.runLeader(ctx, t, fn); err != nil {
+	t.deferOK = deferOK
+	err = s.runLeader(ctx, t, fn)
+	t.deferOK = false
+	if t.deferFailed {
+		err = errDeferredFailed
+	}
+	if err != nil {
 		settled = true
 		return fail(err)
 	}
@@ -192,6 +211,9 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows 
 			if err := t.send(ctx, nil); err != nil {
 				m.turn <- nil
 				settled = true
+				if t.deferFailed {
+					return fail(errDeferredFailed)
+				}
 				return fail(fmt.Errorf("commit: %w", translate(err, "")))
 			}
 		}
@@ -206,6 +228,9 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows 
 	}
 	settled = true
 	err = t.commit(ctx)
+	if err != nil && t.deferFailed && len(kept) == 0 {
+		return errDeferredFailed // the leader's writes alone: it runs again
+	}
 	done = err == nil
 	for _, m := range kept {
 		m.done <- err
@@ -262,7 +287,7 @@ func (s *Store) follow(partition string, g *writeGroup, m *groupMember) (again b
 			m.ran <- errMemberPanicked
 		}
 	}()
-	err = t.member(m.ctx, m.fn)
+	err = t.member(m.ctx, m.fn, !m.noDefer)
 	panicked = false
 	m.ran <- err
 	if err != nil {
@@ -274,8 +299,23 @@ func (s *Store) follow(partition string, g *writeGroup, m *groupMember) (again b
 // member runs a non-leading member's fn inside its savepoint and sends
 // its queued writes with the release; on any failure (a panic included)
 // it rolls back to the savepoint, leaving the transaction as the member
-// found it.
-func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
+// found it. When a deferred write failed (rows.go), fn runs once more
+// with every write sent at once.
+func (t *tx) member(ctx context.Context, fn func(t *tx) error, deferOK bool) error {
+	err := t.memberRun(ctx, fn, deferOK)
+	if errors.Is(err, errDeferredFailed) && t.broken == nil {
+		err = t.memberRun(ctx, fn, false)
+	}
+	return err
+}
+
+// errDeferredFailed is a member's outcome when a pipeline carrying one of
+// its deferred writes failed: it is run again without deferring.
+var errDeferredFailed = errors.New("write transaction: a deferred write failed")
+
+func (t *tx) memberRun(ctx context.Context, fn func(t *tx) error, deferOK bool) (err error) {
+	t.deferOK, t.deferFailed = deferOK, false
+	defer func() { t.deferOK = false }()
 	base := t.maxSeq
 	t.locked.MaxCommitSeq = base
 	t.queue("SAVEPOINT " + groupSavepoint)
@@ -286,7 +326,11 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 			t.undoMember(ctx, base)
 		}
 	}()
-	if err := fn(t); err != nil {
+	err = fn(t)
+	if t.deferFailed {
+		return errDeferredFailed
+	}
+	if err != nil {
 		return err
 	}
 	if t.aborted {
@@ -302,6 +346,9 @@ func (t *tx) member(ctx context.Context, fn func(t *tx) error) (err error) {
 		t.queueRows(t.locked.ID, t.nextRows())
 	}
 	if err := t.send(ctx, nil); err != nil {
+		if t.deferFailed {
+			return errDeferredFailed
+		}
 		return fmt.Errorf("commit: %w", translate(err, ""))
 	}
 	ok = true
@@ -322,5 +369,6 @@ func (t *tx) undoMember(ctx context.Context, base int64) {
 	t.maxSeq = base
 	t.locked.MaxCommitSeq = base
 	t.savepoints = nil
-	t.absent, t.put, t.ahead = nil, nil, nil
+	t.absent, t.put, t.ahead, t.known = nil, nil, nil, nil
+	t.deferred = false
 }

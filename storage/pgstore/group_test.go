@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/storagetest"
 )
 
 // TestWriteGroup queues WriteTx calls behind a leader that holds the
@@ -238,4 +239,178 @@ func waitQueued(t *testing.T, s *Store, partition string, n int) {
 		g := s.groups.m[partition]
 		return g != nil && len(g.waiting) == n
 	})
+}
+
+// TestWriteGroupDeferredUpsert: a member's upsert of a row it has read
+// goes with its other writes (no round trip of its own) and returns the
+// version the row then has; when such a deferred upsert fails (a CHECK
+// constraint here), the member is rolled back and runs again, and this
+// time RowUpsert itself returns the *ConstraintError, so the member can
+// roll back to its savepoint and persist the rejection as a push does,
+// while the other members' writes stay. A lone leader's deferred upsert
+// that fails runs it again as well.
+func TestWriteGroupDeferredUpsert(t *testing.T) {
+	s, sc := roundTripStore(t, 4, nil, false)
+	ctx := t.Context()
+	if err := s.HookConstrain(ctx, "tasks", "title", storage.ConstraintCheck); err != nil {
+		t.Fatal(err)
+	}
+	const members = 4 // the leader and three members; member 2 is refused
+	for i := range members {
+		if err := s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			_, err := tx.RowUpsert(ctx, "tasks", roundTripRow(t, sc, fmt.Sprintf("r%d", i), "first"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu       sync.Mutex
+		runs     = map[int]int{}
+		versions = map[int]int64{}
+		upsertEr = map[int]error{}
+	)
+	push := func(i int) func(tx storage.Tx) error {
+		return func(stx storage.Tx) error {
+			mu.Lock()
+			runs[i]++
+			mu.Unlock()
+			key := fmt.Sprint("k", i)
+			if _, ok, err := stx.IdempotencyGet(ctx, "c", key); err != nil || ok {
+				return fmt.Errorf("re-check: %v %v", ok, err)
+			}
+			sp, err := stx.Savepoint(ctx)
+			if err != nil {
+				return err
+			}
+			id := fmt.Sprintf("r%d", i)
+			if _, ok, err := stx.RowGet(ctx, "p", "tasks", id); err != nil || !ok {
+				return fmt.Errorf("row get: %v %v", ok, err)
+			}
+			title := "second"
+			if i == 2 {
+				title = storagetest.CheckForbiddenValue
+			}
+			rw := roundTripRow(t, sc, id, title)
+			v, err := stx.RowUpsert(ctx, "tasks", rw)
+			mu.Lock()
+			versions[i], upsertEr[i] = v, err
+			mu.Unlock()
+			status, seq := storage.PushApplied, int64(0)
+			var ce *storage.ConstraintError
+			switch {
+			case errors.As(err, &ce):
+				if err := sp.Rollback(ctx); err != nil {
+					return err
+				}
+				status = storage.PushRejected
+			case err != nil:
+				return err
+			default:
+				if err := sp.Release(ctx); err != nil {
+					return err
+				}
+				if seq, err = stx.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: key, SchemaVersion: 1,
+					Changes: []storage.Change{{Table: "tasks", RowID: id, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}}); err != nil {
+					return err
+				}
+			}
+			_, err = stx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: key, ActorID: "a",
+				Status: status, CommitSeq: seq, Result: []byte("r"), CreatedAtMs: 1})
+			return err
+		}
+	}
+	release := make(chan struct{})
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			if err := push(0)(tx); err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+	}()
+	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(versions) == 1
+	})
+	for i := 1; i < members; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.WriteTx(ctx, "p", push(i))
+		}()
+	}
+	waitQueued(t, s, "p", members-1)
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("member %d: WriteTx = %v", i, err)
+		}
+	}
+	// Member 2's first run deferred its upsert, whose failure made it run
+	// again; the others ran once.
+	for i := range members {
+		want := 1
+		if i == 2 {
+			want = 2
+		}
+		if runs[i] != want {
+			t.Errorf("member %d ran %d times, want %d", i, runs[i], want)
+		}
+	}
+	var ce *storage.ConstraintError
+	if !errors.As(upsertEr[2], &ce) || ce.Kind != storage.ConstraintCheck {
+		t.Errorf("member 2's upsert = %v, want a check *ConstraintError", upsertEr[2])
+	}
+	err := s.ReadTx(ctx, func(rtx storage.ReadTx) error {
+		for i := range members {
+			r, ok, err := rtx.RowGet(ctx, "p", "tasks", fmt.Sprintf("r%d", i))
+			if err != nil || !ok {
+				return fmt.Errorf("row %d: %v %v", i, ok, err)
+			}
+			want := int64(2)
+			if i == 2 {
+				want = 1
+			} else if versions[i] != want {
+				t.Errorf("member %d: RowUpsert returned version %d, the row has %d", i, versions[i], r.ServerVersion)
+			}
+			if r.ServerVersion != want {
+				t.Errorf("row %d has version %d, want %d", i, r.ServerVersion, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A leader's deferred upsert that fails runs its fn again, too.
+	leaderRuns := 0
+	err = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+		leaderRuns++
+		if _, _, err := tx.RowGet(ctx, "p", "tasks", "r0"); err != nil {
+			return err
+		}
+		_, err := tx.RowUpsert(ctx, "tasks", roundTripRow(t, sc, "r0", storagetest.CheckForbiddenValue))
+		return err
+	})
+	if !errors.As(err, &ce) || ce.Kind != storage.ConstraintCheck || leaderRuns != 2 {
+		t.Errorf("a lone leader's refused upsert: WriteTx = %v after %d runs, want a check *ConstraintError after 2", err, leaderRuns)
+	}
+	for i := range members {
+		rec, ok, err := s.IdempotencyGet(ctx, "p", "c", fmt.Sprint("k", i))
+		want := storage.PushApplied
+		if i == 2 {
+			want = storage.PushRejected
+		}
+		if err != nil || !ok || rec.Status != want {
+			t.Errorf("push result %d = %+v, %v, %v; want status %d", i, rec, ok, err, want)
+		}
+	}
 }

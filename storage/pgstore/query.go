@@ -2,12 +2,16 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/querysql"
@@ -21,32 +25,80 @@ import (
 // scope values match bound values (schemaplan.QueryRelations). An
 // unqualified name resolves to a common table expression before any
 // table, so the statement reads only those relations; as a second fence
-// the query's transaction sets search_path to pg_catalog alone, so no
+// the statement runs with search_path holding pg_catalog alone, so no
 // other unqualified name reaches a table or function of the store's
 // schema. The statement itself was checked by SQLite's parser at
 // registration (sqlitestore.CheckQuery); its ? placeholders become $n
 // after the relations' own.
+//
+// Run on its own (Query), the statement is folded with the partition row
+// and the caller's client record into one (querysql.Folded): one
+// statement is one snapshot, so it needs no transaction of its own, and
+// it runs on a pool of its own whose sessions have that search_path and
+// are read-only (newQueryPool), so it needs no statement to set them
+// either: one statement, one round trip. Inside a write transaction
+// (TxQuery) the fence is set and undone around the statement.
 
-// qQueryStart is the first statement of a query's transaction: the fence
-// on search_path, the partition row (its max commitSeq as partitionCols
-// reads it) and the caller's client record, always one row (the
-// partition columns are defaults when it has no row).
-func (s *Store) qQueryStart() string {
+// newQueryPool is the pool of registered queries' connections: the
+// store's settings, but search_path = pg_catalog (the fence), read-only
+// transactions, no parallel workers (the start row's arm and the
+// statement's then run in one process, as a UNION ALL's arms, in order),
+// and a quarter of the store's connections — apart from the sync path's,
+// so a long query never holds a connection a push waits for. It connects
+// on first use.
+func newQueryPool(ctx context.Context, pc *pgxpool.Config) (*pgxpool.Pool, error) {
+	qc := pc.Copy()
+	qc.MaxConns = max(1, pc.MaxConns/4)
+	qc.MinConns = 0
+	params := make(map[string]string, len(pc.ConnConfig.RuntimeParams)+3)
+	for k, v := range pc.ConnConfig.RuntimeParams {
+		params[k] = v
+	}
+	params["search_path"] = "pg_catalog"
+	params["default_transaction_read_only"] = "on"
+	params["max_parallel_workers_per_gather"] = "0"
+	qc.ConnConfig.RuntimeParams = params
+	pool, err := pgxpool.NewWithConfig(ctx, qc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query pool: %w", err)
+	}
+	return pool, nil
+}
+
+// startRow is the start row of a folded statement on PostgreSQL
+// (querysql.ParseStart's form): $1 is the partition, client the
+// placeholder of the caller's client id.
+func (s *Store) startRow(client string) querysql.Start {
 	sch := quote(s.cfg.Schema)
-	return `SELECT set_config('search_path', 'pg_catalog', true), p.id IS NOT NULL,
-	coalesce(p.id, ''), coalesce(p.log_epoch, ''), coalesce(p.epoch_required, false), coalesce(p.created_at_ms, 0), coalesce(p.last_seen_ms, 0),
-	coalesce((SELECT m.seq FROM ` + sch + `.sync_commits m WHERE m.partition = p.id ORDER BY m.seq DESC LIMIT 1), p.horizon_seq, 0),
-	coalesce(p.horizon_seq, 0),
-	c.client_id IS NOT NULL, coalesce(c.actor_id, ''), coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
-	FROM (VALUES (1)) AS one
+	return querysql.Start{
+		Expr: `(p.id IS NOT NULL)::int || ',' || coalesce(p.epoch_required, false)::int || ',' || coalesce(p.created_at_ms, 0) || ',' ||
+	coalesce(p.last_seen_ms, 0) || ',' ||
+	coalesce((SELECT m.seq FROM ` + sch + `.sync_commits m WHERE m.partition = p.id ORDER BY m.seq DESC LIMIT 1), p.horizon_seq, 0) || ',' ||
+	coalesce(p.horizon_seq, 0) || ',' || (c.client_id IS NOT NULL)::int || ',' || coalesce(c.wire_version, 0) || ',' ||
+	coalesce(c.cursor, -1) || ',' || coalesce(c.updated_at_ms, 0) || ',' || octet_length(coalesce(p.log_epoch, '')) || ',' ||
+	octet_length(coalesce(c.actor_id, '')) || ',' || coalesce(octet_length(c.subscriptions), -1) || ';' ||
+	coalesce(p.log_epoch, '') || coalesce(c.actor_id, '') || coalesce(c.subscriptions, '')`,
+		From: `(VALUES (1)) AS one
 	LEFT JOIN ` + sch + `.sync_partitions p ON p.id = $1
-	LEFT JOIN ` + sch + `.sync_clients c ON c.partition = p.id AND c.client_id = $2`
+	LEFT JOIN ` + sch + `.sync_clients c ON c.partition = p.id AND c.client_id = ` + client,
+	}
 }
 
 // opStatement is the statement a registered query runs as, reading at
 // most p.Limit rows, and its arguments: the partition, the relations'
 // scope values, then the request's values.
 func (s *Store) opStatement(p *storage.QueryParams) (string, []any, error) {
+	return s.statement(p, false)
+}
+
+// queryStatement is the statement Query runs (querysql.Folded) and
+// its arguments: the partition, the relations' scope values, the caller's
+// client id, then the request's values.
+func (s *Store) queryStatement(p *storage.QueryParams) (string, []any, error) {
+	return s.statement(p, true)
+}
+
+func (s *Store) statement(p *storage.QueryParams, folded bool) (string, []any, error) {
 	in := s.schema.Load()
 	if in == nil {
 		return "", nil, errors.New("query: no schema installed")
@@ -65,120 +117,101 @@ func (s *Store) opStatement(p *storage.QueryParams) (string, []any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	first := 1 + len(scopeArgs)
+	args := make([]any, 0, 2+len(scopeArgs)+len(p.Args))
+	args = append(args, p.Partition)
+	args = append(args, scopeArgs...)
+	if folded {
+		args = append(args, p.ClientID)
+	}
+	first := len(args)
 	// Numbering changes the text only after the first placeholder, past
 	// the keyword offsets Limited reads.
 	sh.Body = querysql.Numbered(sh, func(n int) string { return "$" + strconv.Itoa(first+n) })
-	args := make([]any, 0, first+len(p.Args))
-	args = append(args, p.Partition)
-	args = append(args, scopeArgs...)
 	args = append(args, p.Args...)
-	return querysql.Limited(sh, defs, p.Limit), args, nil
+	if !folded {
+		return querysql.Limited(sh, defs, p.Limit), args, nil
+	}
+	cols := make([]string, len(p.Columns))
+	for i, c := range p.Columns {
+		cols[i] = c.Name
+	}
+	return querysql.Folded(sh, defs, s.startRow("$"+strconv.Itoa(first)), cols, p.Limit), args, nil
 }
 
 // PrepareQuery implements storage.Querier: PostgreSQL parses and plans
-// the statement, privileged and scoped, under the query's search_path.
+// the statements, privileged and scoped, Query's and TxQuery's, under the
+// queries' search_path.
 func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
-	c, err := s.pool.Acquire(ctx)
+	c, err := s.queries.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Release()
-	return pgx.BeginTxFunc(ctx, c, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('search_path', 'pg_catalog', true)"); err != nil {
-			return err
-		}
-		for _, scopes := range []map[string]map[string][]string{nil, {}} {
-			text, _, err := s.opStatement(&storage.QueryParams{QuerySpec: q, Scopes: scopes})
+	for _, scopes := range []map[string]map[string][]string{nil, {}} {
+		for _, build := range []func(*storage.QueryParams) (string, []any, error){s.opStatement, s.queryStatement} {
+			text, _, err := build(&storage.QueryParams{QuerySpec: q, Scopes: scopes})
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Prepare(ctx, "", text); err != nil {
+			if _, err := c.Conn().Prepare(ctx, "", text); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
-// Query implements storage.Querier: BEGIN (repeatable read, read only),
-// the start read, the statement and COMMIT go to the server as one
-// pipelined batch, one round trip.
+// Query implements storage.Querier: one statement (queryStatement) on the
+// query pool, its start row the partition row with the caller's client
+// record, its other rows the registered statement's.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
-	text, args, err := s.opStatement(&p)
+	text, args, err := s.queryStatement(&p)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
-	c, err := s.pool.Acquire(ctx)
+	rows, err := s.queries.Query(ctx, text, args...)
 	if err != nil {
-		return storage.QueryResult{}, err
-	}
-	defer c.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue(s.qQueryStart(), p.Partition, p.ClientID)
-	b.Queue(text, args...)
-	b.Queue("COMMIT")
-	br := c.SendBatch(ctx, b)
-	out, err := readQueryBatch(br, &p)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		if c.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-		return storage.QueryResult{}, err
-	}
-	return out, nil
-}
-
-// readQueryBatch reads the results of Query's batch in order.
-func readQueryBatch(br pgx.BatchResults, p *storage.QueryParams) (storage.QueryResult, error) {
-	var out storage.QueryResult
-	if _, err := br.Exec(); err != nil {
-		return out, fmt.Errorf("query start: %w", err)
+		return storage.QueryResult{}, &storage.QueryError{Err: err}
 	}
 	var (
-		st   = &out.Start
-		pt   = &st.Partition
-		cl   = &st.Client
-		wire int32
-		subs *string
+		out     storage.QueryResult
+		started bool
 	)
-	if err := br.QueryRow().Scan(nil, &out.HasPartition,
-		&pt.ID, &pt.LogEpoch, &pt.EpochRequired, &pt.CreatedAtMs, &pt.LastSeenMs, &pt.MaxCommitSeq, &pt.HorizonSeq,
-		&st.HasClient, &cl.ActorID, &wire, &cl.Cursor, &cl.UpdatedAtMs, &subs); err != nil {
-		return out, fmt.Errorf("query start: %w", err)
-	}
-	if st.HasClient {
-		cl.Partition, cl.ClientID, cl.WireVersion = pt.ID, p.ClientID, uint16(wire)
-		if subs != nil {
-			cl.Subscriptions = []byte(*subs)
+	out.Rows, err = readRows(rows, &p, 1, func(start string) error {
+		if started {
+			return errors.New("query: a second start row")
 		}
-	} else {
-		*cl = storage.Client{}
-	}
-	out.MaxCommitSeq = pt.MaxCommitSeq
-	rows, err := br.Query()
+		started = true
+		has, perr := querysql.ParseStart(start, p.Partition, p.ClientID, &out.Start)
+		out.HasPartition = has
+		return perr
+	})
 	if err != nil {
-		return out, &storage.QueryError{Err: err}
+		return storage.QueryResult{}, err
 	}
-	if out.Rows, err = readQueryRows(rows, p); err != nil {
-		return out, err
+	if !started {
+		return storage.QueryResult{}, errors.New("query: the statement returned no start row")
 	}
-	if _, err := br.Exec(); err != nil {
-		return out, fmt.Errorf("query commit: %w", err)
-	}
+	out.MaxCommitSeq = out.Start.Partition.MaxCommitSeq
 	return out, nil
 }
 
 // readQueryRows reads a registered query's rows: at most p.Limit, each
 // normalized to the declared columns. It closes rows.
 func readQueryRows(rows pgx.Rows, p *storage.QueryParams) ([][]any, error) {
+	return readRows(rows, p, 0, nil)
+}
+
+// readRows reads rows: at most p.Limit, each normalized to the declared
+// columns. With start set, the result's first lead columns are a folded
+// statement's start column (querysql.Folded) and then the declared
+// columns in order: a row whose start column is not NULL is the start
+// row, given to start. It closes rows.
+func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string) error) ([][]any, error) {
 	defer rows.Close()
 	var (
 		idx  []int
+		raw  []rawDecoder // set when every declared column decodes raw
 		err  error
 		n    = len(p.Columns)
 		slab []any // the rows' values, a block of rows at a time
@@ -187,26 +220,50 @@ func readQueryRows(rows pgx.Rows, p *storage.QueryParams) ([][]any, error) {
 	for rows.Next() {
 		if idx == nil {
 			fds := rows.FieldDescriptions()
-			names := make([]string, len(fds))
-			for i, f := range fds {
+			names := make([]string, len(fds)-min(lead, len(fds)))
+			for i, f := range fds[len(fds)-len(names):] {
 				names[i] = f.Name
 			}
 			if idx, err = resultIndex(names, p.Columns); err != nil {
 				return nil, err
 			}
+			raw = rawDecoders(fds[len(fds)-len(names):], idx)
+		}
+		if start != nil {
+			if raw := rows.RawValues(); len(raw) > 0 && raw[0] != nil {
+				if err := start(string(raw[0])); err != nil {
+					return nil, err
+				}
+				continue
+			}
 		}
 		if len(out) == p.Limit {
 			break
-		}
-		vals, err := rows.Values()
-		if err != nil {
-			return nil, &storage.QueryError{Err: err}
 		}
 		if len(slab) < n {
 			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}
 		row := slab[:n:n]
 		slab = slab[n:]
+		if raw != nil {
+			vals := rows.RawValues()[lead:]
+			for i, col := range p.Columns {
+				var v any
+				if b := vals[idx[i]]; b != nil {
+					v = raw[i](b)
+				}
+				if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, row)
+			continue
+		}
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, &storage.QueryError{Err: err}
+		}
+		vals = vals[lead:]
 		for i, col := range p.Columns {
 			if row[i], err = storage.NormalizeQueryValue(col, numeric(vals[idx[i]])); err != nil {
 				return nil, err
@@ -219,6 +276,51 @@ func readQueryRows(rows pgx.Rows, p *storage.QueryParams) ([][]any, error) {
 		return nil, &storage.QueryError{Err: err}
 	}
 	return out, nil
+}
+
+// rawDecoder decodes a column's non-NULL wire value.
+type rawDecoder func([]byte) any
+
+// rawDecoders returns, for each declared column (idx: its field), a
+// decoder of its wire value when every one is text, bigint, boolean or
+// double precision in a form read here directly — what rows.Values()
+// would return, without its per-row slice and codec lookups — and nil
+// otherwise (the row is then read through Values()).
+func rawDecoders(fds []pgconn.FieldDescription, idx []int) []rawDecoder {
+	out := make([]rawDecoder, len(idx))
+	for i, j := range idx {
+		f := fds[j]
+		switch {
+		case f.DataTypeOID == pgtype.TextOID || f.DataTypeOID == pgtype.VarcharOID:
+			out[i] = func(b []byte) any { return string(b) } // one form in text and binary
+		case f.Format != pgx.BinaryFormatCode:
+			return nil
+		case f.DataTypeOID == pgtype.Int8OID:
+			out[i] = func(b []byte) any {
+				if len(b) != 8 {
+					return b // not the declared type: NormalizeQueryValue refuses it
+				}
+				return int64(binary.BigEndian.Uint64(b))
+			}
+		case f.DataTypeOID == pgtype.BoolOID:
+			out[i] = func(b []byte) any {
+				if len(b) != 1 {
+					return b
+				}
+				return b[0] != 0
+			}
+		case f.DataTypeOID == pgtype.Float8OID:
+			out[i] = func(b []byte) any {
+				if len(b) != 8 {
+					return b
+				}
+				return math.Float64frombits(binary.BigEndian.Uint64(b))
+			}
+		default:
+			return nil
+		}
+	}
+	return out
 }
 
 // numeric turns a numeric (sum of bigints, say) into an int64 when

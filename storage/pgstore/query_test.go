@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -133,5 +134,84 @@ func TestTxQuerySearchPathFence(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQueryOneStatement: Query is one statement in one round trip — no
+// transaction and no fence statement around it — whose start row is the
+// partition row and the caller's client record as the store holds them,
+// with the rows and maxCommitSeq of the same snapshot; an unknown client
+// or partition reads as absent.
+func TestQueryOneStatement(t *testing.T) {
+	c := &tripCounter{}
+	s, sc := roundTripStore(t, 4, c.dial, true)
+	ctx := t.Context()
+	pushPullRound(ctx, t, s, c, sc, 0, "r0", false)
+	p := storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: "SELECT id, title FROM tasks WHERE project_id = ? ORDER BY id", Tables: []string{"tasks"},
+		Columns: []storage.QueryColumn{{Name: "id", Type: ssp2.TypeString}, {Name: "title", Type: ssp2.TypeString}}, Limit: 5},
+		Partition: "p", ClientID: "c1", Args: []any{"p1"}, Scopes: map[string]map[string][]string{"tasks": {"project": {"p1"}}}}
+	if err := s.PrepareQuery(ctx, p.QuerySpec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Query(ctx, p); err != nil { // prepares the statement on the query connection
+		t.Fatal(err)
+	}
+	n0 := c.n.Load()
+	res, err := s.Query(ctx, p)
+	if trips := c.n.Load() - n0; err != nil || trips != 1 {
+		t.Fatalf("query: %v, %d round trips, want 1", err, trips)
+	}
+	part, err := s.PartitionGet(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, ok, err := s.ClientGet(ctx, "p", "c1")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if !res.HasPartition || res.Start.Partition != part || !res.Start.HasClient || !reflect.DeepEqual(res.Start.Client, cl) ||
+		res.MaxCommitSeq != part.MaxCommitSeq || part.MaxCommitSeq == 0 {
+		t.Fatalf("start %+v (partition %v), want %+v and %+v", res.Start, res.HasPartition, part, cl)
+	}
+	if len(res.Rows) != 1 || res.Rows[0][0] != "r0" {
+		t.Fatalf("rows %v", res.Rows)
+	}
+	p.ClientID = "other"
+	if res, err := s.Query(ctx, p); err != nil || !res.HasPartition || res.Start.HasClient || !reflect.DeepEqual(res.Start.Client, storage.Client{}) {
+		t.Fatalf("unknown client: %+v, %v", res.Start, err)
+	}
+	p.Partition = "none"
+	if res, err := s.Query(ctx, p); err != nil || res.HasPartition || res.Start.HasClient || res.MaxCommitSeq != 0 || len(res.Rows) != 0 {
+		t.Fatalf("unknown partition: %+v, %v", res, err)
+	}
+}
+
+// TestQueryRawValues: a result of text, bigint, boolean and double
+// precision columns is read from the wire values directly, one with
+// another type (integer here) through pgx's codecs; both give the
+// declared Go forms, NULL included, and a value of another type than the
+// declared one is still refused.
+func TestQueryRawValues(t *testing.T) {
+	ctx := t.Context()
+	s := tasksStore(t)
+	cols := []storage.QueryColumn{{Name: "s", Type: ssp2.TypeString}, {Name: "i", Type: ssp2.TypeInteger}, {Name: "b", Type: ssp2.TypeBoolean},
+		{Name: "f", Type: ssp2.TypeFloat}, {Name: "z", Type: ssp2.TypeInteger, Nullable: true}}
+	run := func(sql string, cols []storage.QueryColumn) ([][]any, error) {
+		res, err := s.Query(ctx, storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: sql, Tables: []string{"tasks"}, Columns: cols, Limit: 3},
+			Partition: "p", ClientID: "c", Args: []any{"x"}})
+		return res.Rows, err
+	}
+	want := [][]any{{"x", int64(-7), true, 1.5, nil}}
+	for _, sql := range []string{
+		"SELECT CAST(? AS text) AS s, CAST(-7 AS bigint) AS i, true AS b, CAST(1.5 AS float8) AS f, CAST(NULL AS bigint) AS z",
+		"SELECT CAST(? AS text) AS s, CAST(-7 AS integer) AS i, true AS b, CAST(1.5 AS float8) AS f, CAST(NULL AS bigint) AS z",
+	} {
+		if rows, err := run(sql, cols); err != nil || !reflect.DeepEqual(rows, want) {
+			t.Fatalf("%s: %v, %v", sql, rows, err)
+		}
+	}
+	var qe *storage.QueryError
+	if _, err := run("SELECT CAST(? AS text) AS s, true AS i", cols[:2]); !errors.As(err, &qe) || qe.Column != "i" {
+		t.Fatalf("a boolean for an integer column: %v", err)
 	}
 }

@@ -128,13 +128,13 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 }
 
 // PartitionRebase implements storage.Store.
-func (s *Store) PartitionRebase(ctx context.Context, partition, logEpoch string, seq int64) (storage.Partition, error) {
+func (s *Store) PartitionRebase(ctx context.Context, partition, fromEpoch, logEpoch string, seq int64) (storage.Partition, error) {
 	if err := commitlog.CheckEpoch(logEpoch); err != nil {
 		return storage.Partition{}, err
 	}
 	var p storage.Partition
 	err := s.writeTx(ctx, partition, func(t *tx) error {
-		horizon, err := commitlog.RebaseHorizon(t.locked, seq)
+		horizon, err := commitlog.RebaseHorizon(t.locked, fromEpoch, seq)
 		if err != nil {
 			return err
 		}

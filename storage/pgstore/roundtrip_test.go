@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,13 +219,15 @@ func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter,
 // them to the budget. The request's start is one (RequestStart: the
 // partition row, the client record and the optimistic idempotency
 // lookup). A push transaction whose commit's optimistic lookup just
-// missed is three: BEGIN, the lock, the hinted push results, the row
-// named ahead and the partition row; the savepoint and the upsert; the
-// queued writes and COMMIT. The pull window is one, planned (BEGIN, the partition
-// row, the first candidates with their changes and headers, COMMIT), the
-// relay's read two, and a cursor advance none (it waits for the next
-// flush, once per ClientAdvanceDelay). Before these budgets the round was
-// 1 + 1 + 5 + 5 + 1 + 5, then 1 + 1 + 4 + 3 + 0 + 2.
+// missed is two: BEGIN, the lock, the hinted push results, the row
+// named ahead and the partition row; the savepoint, the upsert (deferred:
+// the row was read), the queued writes and COMMIT. The pull window is
+// one, planned (BEGIN, the partition row, the first candidates with their
+// changes and headers, COMMIT), the relay's read two, and a cursor
+// advance none (it waits for the next flush, once per
+// ClientAdvanceDelay). Before these budgets the round was
+// 1 + 1 + 5 + 5 + 1 + 5, then 1 + 1 + 4 + 3 + 0 + 2, then 1 + 0 + 3 + 1 +
+// 0 + 2.
 func TestRoundTrips(t *testing.T) {
 	c := &tripCounter{}
 	// One connection: every statement is prepared once, by the warm-up.
@@ -234,7 +237,7 @@ func TestRoundTrips(t *testing.T) {
 	s.flushAdvances()                               // the cursor advances' write, once per ClientAdvanceDelay
 	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
 	t.Logf("round trips: %s", got)
-	want := roundTrips{start: 1, push: 3, pull: 1, advance: 0, relay: 2}
+	want := roundTrips{start: 1, push: 2, pull: 1, advance: 0, relay: 2}
 	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
 		got.start > want.start {
 		t.Fatalf("round trips:\n got  %s\n want %s (at most)", got, want)
@@ -319,48 +322,95 @@ func BenchmarkPushOnePartition(b *testing.B) {
 }
 
 func benchmarkPushOnePartition(b *testing.B, writeTx func(s *Store, ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error) {
-	s, sc := roundTripStore(b, 16, nil, false)
+	c := &tripCounter{}
+	s, sc := roundTripStore(b, 16, c.dial, false)
 	write := func(ctx context.Context, partition string, rows []storage.RowRef, fn func(storage.Tx) error) error {
 		return writeTx(s, ctx, partition, rows, fn)
 	}
 	ctx := b.Context()
 	var next atomic.Int64
+	push := func() error {
+		n := next.Add(1)
+		key := fmt.Sprint(n)
+		rw := roundTripRow(b, sc, fmt.Sprintf("r%d", n%1000), key)
+		if _, ok, err := s.IdempotencyGet(ctx, "p", "c", key); err != nil || ok {
+			return fmt.Errorf("lookup: %v %v", ok, err)
+		}
+		return write(ctx, "p", []storage.RowRef{{Table: "tasks", RowID: rw.RowID}}, func(tx storage.Tx) error {
+			if _, ok, err := tx.IdempotencyGet(ctx, "c", key); err != nil || ok {
+				return fmt.Errorf("re-check: %v %v", ok, err)
+			}
+			if _, _, err := tx.RowGet(ctx, "p", "tasks", rw.RowID); err != nil {
+				return err
+			}
+			v, err := tx.RowUpsert(ctx, "tasks", rw)
+			if err != nil {
+				return err
+			}
+			seq, err := tx.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: key, SchemaVersion: 1,
+				Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
+			if err != nil {
+				return err
+			}
+			_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: key, ActorID: "a",
+				Status: storage.PushApplied, CommitSeq: seq, Result: []byte("result"), CreatedAtMs: 1})
+			return err
+		})
+	}
+	// A warm-up opens every connection and prepares its statements, so
+	// that the backends' CPU can be counted from here.
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				if err := push(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	pids := backendPIDs(b, s)
+	cpu0 := pidsCPU(pids)
+	trips0, commits0 := c.n.Load(), next.Load()
 	b.SetParallelism(8) // 16 goroutines on 2 cores
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			n := next.Add(1)
-			key := fmt.Sprint(n)
-			rw := roundTripRow(b, sc, fmt.Sprintf("r%d", n%1000), key)
-			if _, ok, err := s.IdempotencyGet(ctx, "p", "c", key); err != nil || ok {
-				b.Errorf("lookup: %v %v", ok, err)
-				return
-			}
-			err := write(ctx, "p", []storage.RowRef{{Table: "tasks", RowID: rw.RowID}}, func(tx storage.Tx) error {
-				if _, ok, err := tx.IdempotencyGet(ctx, "c", key); err != nil || ok {
-					return fmt.Errorf("re-check: %v %v", ok, err)
-				}
-				if _, _, err := tx.RowGet(ctx, "p", "tasks", rw.RowID); err != nil {
-					return err
-				}
-				v, err := tx.RowUpsert(ctx, "tasks", rw)
-				if err != nil {
-					return err
-				}
-				seq, err := tx.CommitAppend(ctx, storage.CommitParams{ActorID: "a", ClientID: "c", ClientCommitID: key, SchemaVersion: 1,
-					Changes: []storage.Change{{Table: "tasks", RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: v, Scopes: rw.Scopes, Row: rw.Payload}}})
-				if err != nil {
-					return err
-				}
-				_, err = tx.IdempotencyPut(ctx, storage.PushRecord{ClientID: "c", ClientCommitID: key, ActorID: "a",
-					Status: storage.PushApplied, CommitSeq: seq, Result: []byte("result"), CreatedAtMs: 1})
-				return err
-			})
-			if err != nil {
+			if err := push(); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
+	b.StopTimer()
+	n := float64(next.Load() - commits0)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	b.ReportMetric(float64(c.n.Load()-trips0)/n, "trips/commit")
+	if len(pids) > 0 {
+		b.ReportMetric(float64((pidsCPU(pids)-cpu0).Microseconds())/n, "pg-µs/commit")
+	}
+}
+
+// backendPIDs returns the backend pids of the store's idle connections.
+func backendPIDs(tb testing.TB, s *Store) []int {
+	tb.Helper()
+	conns := s.pool.AcquireAllIdle(tb.Context())
+	var pids []int
+	for _, c := range conns {
+		pids = append(pids, int(c.Conn().PgConn().PID()))
+		c.Release()
+	}
+	return pids
+}
+
+// pidsCPU sums the CPU time of local processes.
+func pidsCPU(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, _ := procCPU(pid)
+		sum += d
+	}
+	return sum
 }

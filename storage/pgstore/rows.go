@@ -128,6 +128,7 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 		return storage.Row{}, false, err
 	}
 	if a, ok := t.takeAhead(partition, table, rowID); ok {
+		t.know(partition, table, rowID, a.row.ServerVersion)
 		if !a.ok {
 			return storage.Row{}, false, nil
 		}
@@ -139,6 +140,7 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 	if err != nil {
 		return r, false, t.fail("get row", table, err)
 	}
+	t.know(partition, table, rowID, r.ServerVersion)
 	if !ok {
 		return storage.Row{}, false, nil
 	}
@@ -177,6 +179,32 @@ func bindValue(typ ssp2.ColumnType, v ssp2.Value) any {
 	}
 }
 
+// Deferred writes. Under the partition lock every statement whose reply
+// a push waits for is a round trip that the partition's next writer waits
+// for too. An upsert's reply is the row's new server version, which is
+// known in advance when this transaction has read the row (the engine
+// reads every row it writes first, mostly from the rows read ahead): the
+// old version plus one, or 1 for a new row. So a group member's upsert of
+// a known row is queued, and goes with the member's other writes and the
+// release of its savepoint, in one round trip. Its error, though, would
+// then surface after fn went on as if the write had succeeded (a
+// constraint violation is a persisted rejection of the push, decided in
+// fn): when a pipeline carrying a deferred write fails, the member is
+// rolled back to its savepoint and fn runs again with every write sent at
+// once (group.go), so fn meets the error where it made the write.
+
+// know records the server version of a row of the locked partition that
+// this transaction read (0: the row does not exist).
+func (t *tx) know(partition, table, rowID string, version int64) {
+	if t.locked.ID == "" || partition != t.locked.ID {
+		return
+	}
+	if t.known == nil {
+		t.known = map[rowKey]int64{}
+	}
+	t.known[rowKey{table, rowID}] = version
+}
+
 // RowUpsert implements storage.Tx.
 func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (int64, error) {
 	if err := t.check(); err != nil {
@@ -205,8 +233,16 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 		versions = r.ColumnVersions
 	}
 	args = append(args, versions)
+	k := rowKey{table, r.RowID}
 	var version int64
-	if _, err := t.queryRow(ctx, ts.upsert, args, &version); err != nil {
+	if v, ok := t.known[k]; ok && t.deferOK {
+		// The row's state is known under the lock, so is the version the
+		// upsert returns: it goes with the next statement (deferred
+		// writes, above).
+		version = v + 1
+		t.queue(ts.upsert, args...)
+		t.deferred = true
+	} else if _, err := t.queryRow(ctx, ts.upsert, args, &version); err != nil {
 		return 0, t.fail("upsert row", table, err)
 	}
 	t.s.analyzer.wrote(table, 1)
@@ -217,6 +253,10 @@ func (t *tx) RowUpsert(ctx context.Context, table string, r storage.RowWrite) (i
 		t.queue(ts.setVersion, t.locked.ID, r.RowID, r.Version)
 		version = r.Version
 	}
+	if t.known == nil {
+		t.known = map[rowKey]int64{}
+	}
+	t.known[k] = version
 	if ts.blobRefs {
 		t.queueBlobRefs(ts, r.RowID, blobcore.RefIDs(ts.t, r.Values, nil), scopes)
 	}
@@ -290,6 +330,7 @@ func (t *tx) RowDelete(ctx context.Context, table, rowID string) (bool, error) {
 		return false, err
 	}
 	delete(t.ahead, rowKey{table, rowID})
+	delete(t.known, rowKey{table, rowID})
 	tag, err := t.exec(ctx, ts.delete, t.locked.ID, rowID)
 	if err != nil {
 		return false, t.fail("delete row", table, err)

@@ -26,6 +26,7 @@ var migrationFS embed.FS
 type Store struct {
 	cfg        Config
 	pool       *pgxpool.Pool
+	queries    *pgxpool.Pool // registered queries' connections (query.go)
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
@@ -86,7 +87,12 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, migrations: migrations}
+	queries, err := newQueryPool(ctx, pc)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{cfg: cfg, pool: pool, queries: queries, migrations: migrations}
 	s.analyzer = newAnalyzer(s)
 	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
@@ -97,10 +103,12 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	var pe *pgconn.PgError
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 		pool.Close()
+		queries.Close()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
+		queries.Close()
 		return nil, err
 	}
 	return s, nil
@@ -159,6 +167,7 @@ func (s *Store) Close() error {
 		s.closeAdvances()
 		s.analyzer.close()
 		s.pool.Close()
+		s.queries.Close()
 	})
 	return nil
 }

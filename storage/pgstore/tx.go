@@ -71,6 +71,14 @@ type tx struct {
 	// fresh: the last statement queued is a group member's SAVEPOINT, so
 	// a Savepoint now would mark the same state (group.go).
 	fresh bool
+	// Deferred writes (rows.go): known holds the server version (0 for
+	// none) of the locked partition's rows as this transaction read or
+	// wrote them; deferOK is set while a group member's fn runs, which
+	// can be undone and run again; deferred says the queue holds a write
+	// whose reply was predicted, deferFailed that a pipeline carrying one
+	// failed.
+	known                          map[rowKey]int64
+	deferOK, deferred, deferFailed bool
 }
 
 type idemKey struct{ clientID, clientCommitID string }
@@ -144,6 +152,10 @@ func (t *tx) send(ctx context.Context, last func(br pgx.BatchResults) error) err
 	}
 	if e := br.Close(); e != nil && err == nil {
 		err = e
+	}
+	if t.deferred {
+		t.deferred = false
+		t.deferFailed = t.deferFailed || err != nil
 	}
 	return err
 }
@@ -472,8 +484,8 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 		t.aborted = false
 		t.maxSeq = sp.maxSeq
 		// Records put since the savepoint are gone; forget what the
-		// re-check saw, too, and the rows read ahead.
-		t.absent, t.put, t.ahead = nil, nil, nil
+		// re-check saw, too, and the rows read ahead or known.
+		t.absent, t.put, t.ahead, t.known = nil, nil, nil, nil
 	} else {
 		if t.aborted {
 			return storage.ErrTxAborted

@@ -19,8 +19,8 @@ var _ storage.TxQuerier = (*tx)(nil)
 // it was.
 const txQuerySavepoint = "op_query"
 
-// qQueryFence is the query's search_path fence (as qQueryStart sets it
-// for Query): pg_catalog alone while the statement runs.
+// qQueryFence is the query's search_path fence (the query pool's
+// sessions have it for Query): pg_catalog alone while the statement runs.
 const qQueryFence = "SELECT set_config('search_path', 'pg_catalog', true)"
 
 // TxQuery implements storage.TxQuerier: SAVEPOINT, the search_path fence,

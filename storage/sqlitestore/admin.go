@@ -142,6 +142,7 @@ var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "s
 
 // PartitionWipe implements storage.Admin under the partition write lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	defer s.cache.Drop(partition)
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
 		t := stx.(*tx)
 		if t.inst != nil {

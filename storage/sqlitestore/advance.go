@@ -27,10 +27,16 @@ func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) er
 		return ErrClosed
 	default:
 	}
-	if err := s.advances.Add(p); errors.Is(err, advances.ErrFull) {
+	err := s.advances.Add(p)
+	if errors.Is(err, advances.ErrFull) {
+		// ClientAck keeps the start cache.
 		if _, err := s.ClientAck(ctx, p); err != nil {
 			return fmt.Errorf("advance client: %w", err)
 		}
+		return nil
+	}
+	if err == nil {
+		s.cache.Advance(p)
 	}
 	return nil
 }

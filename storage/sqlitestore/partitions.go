@@ -87,7 +87,9 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}
+	var gen uint64
 	err := s.write(ctx, func(c *conn) error {
+		gen = s.cache.Gen()
 		if !ok {
 			// First touch: the first creator's epoch wins.
 			if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
@@ -106,6 +108,9 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	if err != nil {
 		return p, fmt.Errorf("touch partition: %w", err)
 	}
+	if ok {
+		s.cache.SetPartition(gen, p)
+	}
 	return p, nil
 }
 
@@ -114,6 +119,7 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 	if err := commitlog.CheckEpoch(logEpoch); err != nil {
 		return storage.Partition{}, err
 	}
+	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.write(ctx, func(c *conn) error {
 		if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
@@ -136,14 +142,15 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 }
 
 // PartitionRebase implements storage.Store.
-func (s *Store) PartitionRebase(ctx context.Context, partition, logEpoch string, seq int64) (storage.Partition, error) {
+func (s *Store) PartitionRebase(ctx context.Context, partition, fromEpoch, logEpoch string, seq int64) (storage.Partition, error) {
 	if err := commitlog.CheckEpoch(logEpoch); err != nil {
 		return storage.Partition{}, err
 	}
+	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
 		t := stx.(*tx)
-		horizon, err := commitlog.RebaseHorizon(t.locked, seq)
+		horizon, err := commitlog.RebaseHorizon(t.locked, fromEpoch, seq)
 		if err != nil {
 			return err
 		}
@@ -206,6 +213,7 @@ func (s *Store) Partitions(ctx context.Context) ([]storage.Partition, error) {
 // PartitionRotateEpoch implements storage.Store under the partition write
 // lock, so it serializes with pushes and pruning.
 func (s *Store) PartitionRotateEpoch(ctx context.Context, partition string, nowMs int64) (storage.Partition, error) {
+	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
 		t := stx.(*tx)

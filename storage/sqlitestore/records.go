@@ -151,8 +151,12 @@ func (s *Store) ClientList(ctx context.Context, p storage.ClientListParams) ([]s
 // ClientBind implements storage.Store: an insert that does nothing on a
 // conflict, then the stored record read back, on the writer connection.
 func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Client, error) {
-	var stored storage.Client
+	var (
+		stored storage.Client
+		gen    uint64
+	)
 	err := s.write(ctx, func(c *conn) error {
+		gen = s.cache.Gen()
 		if _, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO NOTHING`,
 			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl)); err != nil {
@@ -167,16 +171,22 @@ func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Clie
 		return err
 	})
 	if err != nil {
+		s.cache.DropClient(cl.Partition, cl.ClientID)
 		return storage.Client{}, fmt.Errorf("bind client: %w", err)
 	}
+	s.cache.SetClient(gen, stored)
 	return stored, nil
 }
 
 // ClientPut implements storage.Store. The update applies only to a record
 // of the same actor; a put that changes no row found another actor's.
 func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
-	var n int64
+	var (
+		n   int64
+		gen uint64
+	)
 	err := s.write(ctx, func(c *conn) (err error) {
+		gen = s.cache.Gen()
 		s.advances.Supersede(cl.Partition, cl.ClientID)
 		n, err = c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO UPDATE SET
@@ -186,12 +196,16 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 			cl.Partition, cl.ClientID, cl.ActorID, int64(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl))
 		return err
 	})
+	if err != nil || n == 0 {
+		s.cache.DropClient(cl.Partition, cl.ClientID)
+	}
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
 	if n == 0 {
 		return ssp2.Errorf(ssp2.CodeInvalidClientID, "put client: client id is bound to another actor")
 	}
+	s.cache.SetClient(gen, cl)
 	return nil
 }
 
@@ -215,6 +229,11 @@ func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool,
 			p.Cursor, p.NowMs, p.Partition, p.ClientID, p.ActorID, p.Partition, p.LogEpoch)
 		return err
 	})
+	if err != nil || n != 1 {
+		s.cache.DropClient(p.Partition, p.ClientID)
+	} else {
+		s.cache.Advance(p)
+	}
 	if err != nil {
 		return false, fmt.Errorf("ack client: %w", err)
 	}
@@ -227,6 +246,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 	if err != nil {
 		return storage.PruneResult{}, err
 	}
+	// The horizon moves: the cached row's would be behind, which every
+	// transaction that serves reads again, but a prune is rare enough.
+	defer s.cache.Drop(p.Partition)
 	var res storage.PruneResult
 	err = s.WriteTx(ctx, p.Partition, func(stx storage.Tx) error {
 		t := stx.(*tx)

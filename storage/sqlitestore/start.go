@@ -23,14 +23,34 @@ const qRequestStart = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, co
 const qIdempotencyMany = `SELECT client_commit_id, status, commit_seq, result, created_at_ms, coalesce(actor_id, '') FROM sync_idempotency
 	WHERE partition = ? AND client_id = ? AND client_commit_id IN (SELECT value FROM json_each(?))`
 
-// RequestStart implements storage.RequestStarter: the partition row, the
-// client record and the first commit's stored result in one statement,
-// the other commits' results (a request of several commits) in a second
-// one on the same reader, then the touch's rule for last-seen.
+// RequestStart implements storage.RequestStarter. A partition row and
+// client record in the start cache are served from it once it is current
+// (fresh.go), without the commits' stored results (the write
+// transaction reads them under the lock). Otherwise the partition row,
+// the client record and the first commit's stored result come in one
+// statement, the other commits' results (a request of several commits)
+// in a second one on the same reader, and fill the cache. Then the
+// touch's rule for last-seen.
 func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) (storage.RequestStart, error) {
+	if !q.Fresh && s.cache.Has(q.Partition, q.ClientID) {
+		// A request that pushes waits out a COMMIT under way: its push
+		// waits for the writer anyway.
+		cur, err := s.current(ctx, len(q.CommitIDs) > 0)
+		if err != nil {
+			return storage.RequestStart{}, fmt.Errorf("start request: %w", err)
+		}
+		if p, cl, ok := s.cache.Get(q.Partition, q.ClientID); cur && ok {
+			p, err := s.touched(ctx, q.Partition, q.NowMs, p, true)
+			if err != nil {
+				return storage.RequestStart{}, err
+			}
+			return storage.RequestStart{Partition: p, Client: cl, HasClient: true, Cached: true}, nil
+		}
+	}
 	var (
-		st = storage.RequestStart{Client: storage.Client{Partition: q.Partition, ClientID: q.ClientID}}
-		ok bool
+		st  = storage.RequestStart{Client: storage.Client{Partition: q.Partition, ClientID: q.ClientID}}
+		ok  bool
+		gen = s.cache.Gen()
 	)
 	first := ""
 	if len(q.CommitIDs) > 0 {
@@ -69,6 +89,9 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 	}
 	if !st.HasClient {
 		st.Client = storage.Client{}
+	}
+	if ok {
+		s.cache.Fill(gen, st.Partition, st.Client, st.HasClient)
 	}
 	if st.Partition, err = s.touched(ctx, q.Partition, q.NowMs, st.Partition, ok); err != nil {
 		return storage.RequestStart{}, err

@@ -19,6 +19,7 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
+	"github.com/syncnode/syncnode/storage/internal/startcache"
 )
 
 //go:embed migrations/*.sql
@@ -42,6 +43,8 @@ type Store struct {
 	schema     atomic.Pointer[installed]
 	queries    queryPool      // registered queries' connections (query.go)
 	advances   advances.Queue // cursor advances waiting for a write (advance.go)
+	cache      startcache.Cache
+	fresh      freshness // what the writer knows of commits from outside (fresh.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -120,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closed:     make(chan struct{}),
 		migrations: migrations,
 		queries:    newQueryPool(cfg.Readers),
+		fresh:      newFreshness(),
 	}
 	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})

@@ -52,11 +52,16 @@ type memberDone struct {
 // runWriter is the coordinator loop; it owns c until Close.
 func (s *Store) runWriter(c *conn) {
 	defer close(s.writerDone)
+	s.fresh.mu.Lock()
+	s.fresh.w = c
+	s.fresh.mu.Unlock()
+	s.setWriter(writerIdle)
 	for {
 		var req *writeReq
 		select {
 		case req = <-s.requests:
 		case <-s.closed:
+			s.setWriter(writerStopped)
 			s.writerConn = c
 			return
 		}
@@ -64,14 +69,21 @@ func (s *Store) runWriter(c *conn) {
 	}
 }
 
+// runGroup runs one group transaction. Around its BEGIN and its COMMIT
+// the writer is busy; in between it holds the write lock, data_version
+// checked (fresh.go).
 func (s *Store) runGroup(c *conn, first *writeReq) {
+	s.setWriter(writerBusy)
+	defer s.setWriter(writerIdle)
 	if _, err := c.exec(stmtCtx, "BEGIN IMMEDIATE"); err != nil {
 		first.grant <- grant{err: fmt.Errorf("begin: %w", err)}
 		return
 	}
+	s.setWriter(writerLocked)
 	first.grant <- grant{c: c, first: true}
 	d := <-first.done
 	if d.failed || d.broken {
+		s.setWriter(writerBusy)
 		rollback(c)
 		return
 	}
@@ -94,6 +106,7 @@ collect:
 			break collect
 		}
 	}
+	s.setWriter(writerBusy) // from COMMIT on, others may commit
 	if groupErr == nil {
 		s.applyAdvances(c)
 		if _, err := c.exec(stmtCtx, "COMMIT"); err != nil {

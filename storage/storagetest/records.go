@@ -27,6 +27,7 @@ var clientTests = []test{
 	{"Ack", testClientAck},
 	{"TouchWithClient", testPartitionTouchClient},
 	{"RequestStart", testRequestStart},
+	{"RequestStartCurrent", testRequestStartCurrent},
 	{"Advance", testClientAdvance},
 }
 
@@ -261,11 +262,11 @@ func testRequestStart(t *testing.T, e *env) {
 		return nil
 	})
 	for _, ids := range [][]string{nil, {"a"}, {"zz"}, {"b", "a", "zz", "d", "x"}, {"zz", "b"}} {
-		st, err := rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: ids, NowMs: t0 + 1})
+		st, err := rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: ids, NowMs: t0 + 1, Fresh: true})
 		check(t, err)
 		p, cl, ok, err := s.PartitionTouchClient(ctx, "fresh", "c1", t0+1)
 		check(t, err)
-		if st.Partition != p || st.HasClient != ok || !ok {
+		if st.Partition != p || st.HasClient != ok || !ok || st.Cached {
 			t.Fatalf("%v: start = %+v, %v; touch = %+v, %v", ids, st.Partition, st.HasClient, p, ok)
 		}
 		assertClient(t, st.Client, cl)
@@ -300,8 +301,140 @@ func testRequestStart(t *testing.T, e *env) {
 	// Past the granularity last-seen moves, as with the touch.
 	st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: []string{"a"}, NowMs: t0 + storage.TouchGranularityMs + 1})
 	check(t, err)
-	if st.Partition.LastSeenMs != t0+storage.TouchGranularityMs+1 || !st.HasClient || st.Pushes["a"].CommitSeq != 1 {
+	if st.Partition.LastSeenMs != t0+storage.TouchGranularityMs+1 || !st.HasClient || (st.Pushes["a"].CommitSeq != 1) != st.Cached {
 		t.Fatalf("start past granularity = %+v", st)
+	}
+	// A start a cache answers holds no results; what it holds is current.
+	for range 2 {
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", CommitIDs: []string{"a"}, NowMs: t0 + storage.TouchGranularityMs + 2})
+		check(t, err)
+		if st.Cached && st.Pushes != nil {
+			t.Fatalf("cached start with results: %+v", st)
+		}
+		startIsCurrent(t, s, st, "fresh", "c1", t0+storage.TouchGranularityMs+2)
+	}
+}
+
+// startIsCurrent checks a RequestStart against what the store reads now:
+// the partition row (but for MaxCommitSeq and HorizonSeq when the start
+// was cached) and the client record.
+func startIsCurrent(t *testing.T, s storage.Store, st storage.RequestStart, partition, clientID string, nowMs int64) {
+	t.Helper()
+	p, cl, ok, err := s.PartitionTouchClient(t.Context(), partition, clientID, nowMs)
+	check(t, err)
+	got := st.Partition
+	if st.Cached {
+		got.MaxCommitSeq, got.HorizonSeq = p.MaxCommitSeq, p.HorizonSeq
+	}
+	if got != p || st.HasClient != ok {
+		t.Fatalf("start = %+v (client %v, cached %v); the store reads %+v (client %v)", st.Partition, st.HasClient, st.Cached, p, ok)
+	}
+	if ok {
+		assertClient(t, st.Client, cl)
+	}
+}
+
+// testRequestStartCurrent: a store that answers starts from a cache
+// answers what every write before the call left, whichever store (or
+// node, or process) on the same database made it: bindings, records,
+// acks and advances, epoch rotations, wipes, rebases, adoptions and
+// prunes. Twice each, so a start that fills a cache is followed by one
+// it may answer from it.
+func testRequestStartCurrent(t *testing.T, e *env) {
+	s, _ := e.store()
+	rs, ok := s.(storage.RequestStarter)
+	if !ok {
+		t.Skip("the store reads a request's start with PartitionTouchClient and IdempotencyGet")
+	}
+	stores := []storage.Store{s}
+	if tw, ok := s.(Twinner); ok {
+		stores = append(stores, tw.HookTwin(t))
+	}
+	ctx := t.Context()
+	const part, now = "cur", 7_000_000
+	start := func(what string) storage.RequestStart {
+		t.Helper()
+		var st storage.RequestStart
+		for i := range 2 {
+			var err error
+			st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: part, ClientID: "c1", CommitIDs: []string{"k"}, NowMs: now})
+			if err != nil {
+				t.Fatalf("%s: start %d: %v", what, i, err)
+			}
+			startIsCurrent(t, s, st, part, "c1", now)
+		}
+		return st
+	}
+	subs := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`[{"id":"s%d"}]`, n)) }
+	for i, w := range stores {
+		name := fmt.Sprintf("store %d: ", i)
+		st := start(name + "first")
+		if _, err := w.ClientBind(ctx, storage.Client{Partition: part, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: -1, UpdatedAtMs: now}); err != nil {
+			t.Fatal(err)
+		}
+		if st = start(name + "bind"); !st.HasClient || st.Client.ActorID != "alice" {
+			t.Fatalf("%sbind: %+v", name, st)
+		}
+		check(t, w.ClientPut(ctx, storage.Client{Partition: part, ClientID: "c1", ActorID: "alice", WireVersion: 3, Cursor: 4, UpdatedAtMs: now, Subscriptions: subs(i)}))
+		if st = start(name + "put"); !bytes.Equal(st.Client.Subscriptions, subs(i)) || st.Client.Cursor != 4 {
+			t.Fatalf("%sput: %+v", name, st.Client)
+		}
+		if ok, err := w.ClientAck(ctx, storage.ClientAckParams{Partition: part, ClientID: "c1", ActorID: "alice", LogEpoch: st.Partition.LogEpoch, Cursor: 6, NowMs: now}); err != nil || !ok {
+			t.Fatalf("%sack: %v, %v", name, ok, err)
+		}
+		if st = start(name + "ack"); st.Client.Cursor != 6 {
+			t.Fatalf("%sack: %+v", name, st.Client)
+		}
+		check(t, w.ClientAdvance(ctx, storage.ClientAckParams{Partition: part, ClientID: "c1", ActorID: "alice", LogEpoch: st.Partition.LogEpoch, Cursor: 8, NowMs: now}))
+		if i == 0 {
+			// An advance may wait to be written (storage.ClientAdvanceDelay);
+			// a cache holds it at once.
+			for range 2 {
+				st, err := rs.RequestStart(ctx, storage.RequestStartParams{Partition: part, ClientID: "c1", NowMs: now})
+				check(t, err)
+				if c := st.Client.Cursor; c != 8 && (st.Cached || c != 6) {
+					t.Fatalf("%sadvance: %+v (cached %v)", name, st.Client, st.Cached)
+				}
+			}
+		}
+		old := st.Partition.LogEpoch
+		if _, err := w.PartitionRotateEpoch(ctx, part, now); err != nil {
+			t.Fatal(err)
+		}
+		if st = start(name + "rotate"); st.Partition.LogEpoch == old || !st.Partition.EpochRequired || st.HasClient {
+			t.Fatalf("%srotate: %+v", name, st)
+		}
+		if _, err := w.ClientBind(ctx, storage.Client{Partition: part, ClientID: "c1", ActorID: "bob", WireVersion: 2, Cursor: -1, UpdatedAtMs: now}); err != nil {
+			t.Fatal(err)
+		}
+		if st = start(name + "rebind"); st.Client.ActorID != "bob" {
+			t.Fatalf("%srebind: %+v", name, st.Client)
+		}
+		if _, err := w.PartitionRebase(ctx, part, st.Partition.LogEpoch, "0123456789abcdef0123456789abcdef", 0); err != nil {
+			t.Fatal(err)
+		}
+		if st = start(name + "rebase"); st.Partition.LogEpoch != "0123456789abcdef0123456789abcdef" {
+			t.Fatalf("%srebase: %+v", name, st.Partition)
+		}
+		if _, err := w.Prune(ctx, storage.PruneParams{Partition: part, LogEpoch: st.Partition.LogEpoch, NowMs: now}); err != nil {
+			t.Fatal(err)
+		}
+		start(name + "prune")
+		if a, ok := w.(storage.Admin); ok {
+			check(t, a.PartitionWipe(ctx, part))
+			if st = start(name + "wipe"); st.HasClient || st.Partition.LogEpoch == "0123456789abcdef0123456789abcdef" {
+				t.Fatalf("%swipe: %+v", name, st)
+			}
+			check(t, a.PartitionWipe(ctx, part))
+			if _, err := w.PartitionAdopt(ctx, part, "fedcba9876543210fedcba9876543210", now); err != nil {
+				t.Fatal(err)
+			}
+			if st = start(name + "adopt"); st.Partition.LogEpoch != "fedcba9876543210fedcba9876543210" {
+				t.Fatalf("%sadopt: %+v", name, st.Partition)
+			}
+		}
+		// The next store starts from a partition with a client bound again.
+		check(t, w.ClientPut(ctx, storage.Client{Partition: part, ClientID: "c1", ActorID: "alice", WireVersion: 2, Cursor: 1, UpdatedAtMs: now}))
 	}
 }
 

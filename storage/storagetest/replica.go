@@ -51,14 +51,15 @@ func testRowWriteVersion(t *testing.T, e *env) {
 // testPartitionRebase: a partition with no commits is rebased to a seq
 // (max and horizon) and an epoch, and its next commit follows that seq;
 // with retained commits only the epoch changes, at the max seq; a seq
-// that would drop or skip commits, a bad epoch and an unregistered
-// partition are refused, changing nothing.
+// that would drop or skip commits, a bad epoch, an epoch other than the
+// expected one and an unregistered partition are refused, changing
+// nothing.
 func testPartitionRebase(t *testing.T, e *env) {
 	s, sc := e.store()
 	ctx := t.Context()
 	p, err := s.PartitionAdopt(ctx, "replica-rebase", "placeholder", 1)
 	check(t, err)
-	got, err := s.PartitionRebase(ctx, p.ID, "placeholder", 40)
+	got, err := s.PartitionRebase(ctx, p.ID, "placeholder", "placeholder", 40)
 	check(t, err)
 	if got.MaxCommitSeq != 40 || got.HorizonSeq != 40 || got.LogEpoch != "placeholder" {
 		t.Fatalf("rebased = %+v, want max and horizon 40", got)
@@ -75,13 +76,16 @@ func testPartitionRebase(t *testing.T, e *env) {
 		}
 		return nil
 	})
+	// Another writer's epoch: a superseded rebuild changes nothing.
+	_, err = s.PartitionRebase(ctx, p.ID, "other-placeholder", "edge-epoch", 41)
+	wantCode(t, err, ssp2.CodeStoragePruneEpochMismatch)
 	for _, seq := range []int64{40, 42} {
-		_, err := s.PartitionRebase(ctx, p.ID, "edge-epoch", seq)
+		_, err := s.PartitionRebase(ctx, p.ID, "placeholder", "edge-epoch", seq)
 		wantCode(t, err, ssp2.CodeStorageInvalidPruneCursor)
 	}
-	_, err = s.PartitionRebase(ctx, p.ID, "", 41)
+	_, err = s.PartitionRebase(ctx, p.ID, "placeholder", "", 41)
 	wantCode(t, err, ssp2.CodeInvalidRequest)
-	got, err = s.PartitionRebase(ctx, p.ID, "edge-epoch", 41)
+	got, err = s.PartitionRebase(ctx, p.ID, "placeholder", "edge-epoch", 41)
 	check(t, err)
 	if got.MaxCommitSeq != 41 || got.HorizonSeq != 40 || got.LogEpoch != "edge-epoch" {
 		t.Fatalf("rebased with a retained commit = %+v, want epoch edge-epoch, max 41, horizon 40", got)
@@ -91,6 +95,6 @@ func testPartitionRebase(t *testing.T, e *env) {
 	if stored.LogEpoch != got.LogEpoch || stored.MaxCommitSeq != got.MaxCommitSeq || stored.HorizonSeq != got.HorizonSeq {
 		t.Fatalf("stored %+v, rebase returned %+v", stored, got)
 	}
-	_, err = s.PartitionRebase(ctx, "unregistered", "edge-epoch", 0)
+	_, err = s.PartitionRebase(ctx, "unregistered", "", "edge-epoch", 0)
 	wantCode(t, err, ssp2.CodeStoragePartitionUnregistered)
 }

@@ -46,6 +46,15 @@ type Hooks interface {
 	HookCountLog(ctx context.Context, partition string) (commits, changes, index int64, err error)
 }
 
+// Twinner is implemented, in its test files, by a store that can open a
+// second store on its own database: another process's (or another
+// node's) view, whose writes a store's caches must see.
+type Twinner interface {
+	// HookTwin opens another store on the receiver's database, closed at
+	// tb's cleanup.
+	HookTwin(tb testing.TB) storage.Store
+}
+
 // Physical mismatch reasons (Details.reason of
 // sync.storage.physical_layout_mismatch).
 const (

@@ -30,11 +30,19 @@ func CheckEpoch(epoch string) error {
 	return nil
 }
 
-// RebaseHorizon checks a PartitionRebase of part to seq and returns the
-// horizon to store: seq when the partition retains no commits (its max
-// seq is its horizon), else the current horizon, and then seq must be the
-// max seq — a rebase never drops or skips retained commits.
-func RebaseHorizon(part storage.Partition, seq int64) (int64, error) {
+// RebaseHorizon checks a PartitionRebase of part from fromEpoch to seq
+// and returns the horizon to store: seq when the partition retains no
+// commits (its max seq is its horizon), else the current horizon, and
+// then seq must be the max seq — a rebase never drops or skips retained
+// commits. part's epoch must be fromEpoch: the rebase is a compare-and-set,
+// so a writer that lost the partition to another cannot rebase that one's
+// work.
+func RebaseHorizon(part storage.Partition, fromEpoch string, seq int64) (int64, error) {
+	if part.LogEpoch != fromEpoch {
+		e := ssp2.Errorf(ssp2.CodeStoragePruneEpochMismatch, "rebase partition: the partition's log epoch is not the expected one")
+		e.Op = "rebase partition"
+		return 0, e
+	}
 	retains := part.MaxCommitSeq > part.HorizonSeq
 	if seq < part.MaxCommitSeq || retains && seq != part.MaxCommitSeq {
 		e := ssp2.Errorf(ssp2.CodeStorageInvalidPruneCursor, "rebase partition: seq %d, the partition's max seq is %d with %d commits retained",

@@ -182,9 +182,49 @@ func WithRelations(sh Shape, defs string) string {
 // rows and their order as a subquery on both stores). limit is a
 // registration constant, never a request value.
 func Limited(sh Shape, defs string, limit int) string {
+	if !sh.TopLimit {
+		return WithRelations(sh, defs) + "\nLIMIT " + strconv.Itoa(limit)
+	}
+	return "WITH " + defs + "\n" + limitedBody(sh, limit)
+}
+
+// limitedBody is sh.Body reading at most limit rows, as Limited bounds it.
+func limitedBody(sh Shape, limit int) string {
 	lim := "\nLIMIT " + strconv.Itoa(limit)
 	if !sh.TopLimit {
-		return WithRelations(sh, defs) + lim
+		return sh.Body + lim
 	}
-	return "WITH " + defs + "\nSELECT * FROM (\n" + sh.Body + "\n) AS _syncnode_result" + lim
+	return "SELECT * FROM (\n" + sh.Body + "\n) AS _syncnode_result" + lim
 }
+
+// StartColumn names the start row's column in a Folded statement.
+const StartColumn = "_syncnode_start"
+
+// Start is the start row of a folded statement: Expr, one text value
+// in the form ParseStart reads, selected FROM From (exactly one row).
+type Start struct{ Expr, From string }
+
+// Folded returns the statement a registered query runs as on its own
+// (storage.Querier.Query) on PostgreSQL: behind the relations defs, one
+// statement reading both a start row — st.Expr in a column of its own,
+// StartColumn, the declared columns NULL — and the statement's rows
+// (StartColumn NULL, then the declared columns cols in order), at most
+// limit under the statement's own LIMIT, planned with it. One statement
+// reads one snapshot, so the start row and the rows agree without a
+// transaction around them. The start row is told by its StartColumn,
+// wherever it comes.
+func Folded(sh Shape, defs string, st Start, cols []string, limit int) string {
+	var b strings.Builder
+	b.WriteString("WITH " + defs + "\nSELECT " + st.Expr + " AS " + quoteIdent(StartColumn))
+	for _, c := range cols {
+		b.WriteString(", NULL AS " + quoteIdent(c))
+	}
+	b.WriteString(" FROM " + st.From + "\nUNION ALL\nSELECT NULL")
+	for _, c := range cols {
+		b.WriteString(", q." + quoteIdent(c))
+	}
+	b.WriteString(" FROM (\n" + limitedBody(sh, limit) + "\n) AS q")
+	return b.String()
+}
+
+func quoteIdent(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }

@@ -45,3 +45,26 @@ func TestLimited(t *testing.T) {
 		}
 	}
 }
+
+// TestFolded: the start row's arm leads, its value in StartColumn and
+// the declared columns NULL; the statement's rows follow under its own
+// LIMIT (wrapped when it has one), StartColumn NULL, the declared columns
+// picked by name, a trailing comment unable to swallow the rest.
+func TestFolded(t *testing.T) {
+	const defs = `"t" AS (SELECT 1)`
+	st := Start{Expr: "'s'", From: "(VALUES (1)) AS one"}
+	for _, c := range []struct{ sql, want string }{
+		{"SELECT a, b FROM t -- last", "WITH " + defs + "\nSELECT 's' AS \"_syncnode_start\", NULL AS \"a\", NULL AS \"b\" FROM (VALUES (1)) AS one\nUNION ALL\n" +
+			"SELECT NULL, q.\"a\", q.\"b\" FROM (\nSELECT a, b FROM t -- last\nLIMIT 11\n) AS q"},
+		{"SELECT a, b FROM t LIMIT 3", "WITH " + defs + "\nSELECT 's' AS \"_syncnode_start\", NULL AS \"a\", NULL AS \"b\" FROM (VALUES (1)) AS one\nUNION ALL\n" +
+			"SELECT NULL, q.\"a\", q.\"b\" FROM (\nSELECT * FROM (\nSELECT a, b FROM t LIMIT 3\n) AS _syncnode_result\nLIMIT 11\n) AS q"},
+	} {
+		sh, err := Lex(c.sql)
+		if err != nil {
+			t.Fatalf("%q: %v", c.sql, err)
+		}
+		if got := Folded(sh, defs, st, []string{"a", "b"}, 11); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.sql, got, c.want)
+		}
+	}
+}
