@@ -447,7 +447,9 @@ func changeScopes(data []byte) ([]map[string]string, bool) {
 		j++
 	}
 	want, err := strconv.Atoi(string(rest[:j]))
-	if err != nil || want < 1 {
+	// Each change's scopes take at least len(scopesKey) bytes, so a
+	// count the body cannot hold is refused before it sizes anything.
+	if err != nil || want < 1 || want > len(data)/len(scopesKey) {
 		return nil, false
 	}
 	rest = rest[j:]

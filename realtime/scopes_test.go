@@ -121,3 +121,17 @@ func FuzzChangeScopes(f *testing.F) {
 		}
 	})
 }
+
+// TestChangeScopesHugeCount: a changeCount the body cannot hold is
+// refused before anything is sized by it (the fuzzer found a count that
+// made the scan allocate until the process died).
+func TestChangeScopesHugeCount(t *testing.T) {
+	for _, body := range []string{
+		`{"changeCount":99999999999999,"changes":[{"scopes":{"k":"v"}}]}`,
+		`{"changeCount":1000000,"changes":[{"scopes":{"k":"v"}}]}`,
+	} {
+		if got, ok := changeScopes([]byte(body)); ok || got != nil {
+			t.Fatalf("%s: %v, %v", body, got, ok)
+		}
+	}
+}
