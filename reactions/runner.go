@@ -235,6 +235,10 @@ type Runner struct {
 	loops   sync.WaitGroup
 	stop    chan struct{}
 	ackStop chan struct{}
+	// scheduled closes when the claim loop has returned: only it adds
+	// jobs, so Stop waits for it before waiting for the jobs (a
+	// WaitGroup's Add must not race its Wait).
+	scheduled chan struct{}
 
 	watcher  *bus.Watcher
 	requeued *nats.Subscription
@@ -255,15 +259,16 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		pub:     publisher{nc: cfg.Conn, names: cfg.Names, node: cfg.Node, log: cfg.Logger},
-		wake:    make(chan struct{}, 1),
-		dirty:   map[string]uint64{},
-		leases:  map[storage.ReactionKey]*job{},
-		acks:    make(chan *job, cfg.Concurrency),
-		stop:    make(chan struct{}),
-		ackStop: make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		pub:       publisher{nc: cfg.Conn, names: cfg.Names, node: cfg.Node, log: cfg.Logger},
+		wake:      make(chan struct{}, 1),
+		dirty:     map[string]uint64{},
+		leases:    map[storage.ReactionKey]*job{},
+		acks:      make(chan *job, cfg.Concurrency),
+		stop:      make(chan struct{}),
+		ackStop:   make(chan struct{}),
+		scheduled: make(chan struct{}),
 	}
 	r.metrics = newMetrics(r)
 	r.jobCtx, r.cancel = context.WithCancel(context.Background())
@@ -356,6 +361,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 		werr := r.watcher.Stop(ctx)
 		_ = r.requeued.Unsubscribe()
 		close(r.stop)
+		<-r.scheduled
 		done := make(chan struct{})
 		go func() { r.jobs.Wait(); close(done) }()
 		select {
@@ -408,6 +414,7 @@ func (r *Runner) scheduleRetry(at time.Time) {
 // there are free slots and marked partitions.
 func (r *Runner) schedule() {
 	defer r.loops.Done()
+	defer close(r.scheduled)
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
 	retry := time.NewTimer(time.Hour)
