@@ -137,7 +137,7 @@ func (e *Engine) PushAuthoritative(ctx context.Context, c AuthoritativeCommit) (
 	if out.Applied && !out.Replayed {
 		e.metrics.PushApplied.Add(1)
 	}
-	e.enqueued(c.Partition, done.enqueued)
+	e.enqueued(c.Partition, &done)
 	if done.appended {
 		e.metrics.Commits.Add(1)
 		e.notify(c.Partition)

@@ -286,7 +286,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		e.metrics.PushCached.Add(1)
 		return replay(*replayed)
 	}
-	e.enqueued(part.ID, done.enqueued)
+	e.enqueued(part.ID, &done)
 	if done.appended {
 		e.metrics.Commits.Add(1)
 		e.notify(part.ID)

@@ -140,6 +140,13 @@ type Config struct {
 	// OnReactions is called after a commit that enqueued reactions is
 	// durable, outside any transaction, with what was enqueued.
 	OnReactions func(partition string, p storage.ReactionEnqueueParams)
+	// OnSilentReactions, when set, is called after OnReactions for a
+	// durable commit that enqueued reactions but changed no row (its
+	// operations deleted absent rows, or a command changed nothing). Commit
+	// events are per table, so the relay publishes none for it and nothing
+	// on the bus wakes a reaction runner: the node wakes its own runner
+	// here (runners on other nodes find the reactions at their sweep).
+	OnSilentReactions func(partition string)
 	// WireWindow is the range of wire versions served (default
 	// DefaultWireWindow, 1 through 3); a request of another version is
 	// refused as sync.invalid_request before anything is read (SPEC.md

@@ -78,7 +78,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 	if replayed && foreign(r, out.rec) {
 		return false, e.refuse(r, key, ssp2.CodeInvalidClientID, "this commit id holds another actor's commit")
 	}
-	e.enqueued(r.id.Partition, out.enqueued)
+	e.enqueued(r.id.Partition, &out)
 	r.done[key] = out.rec
 	if replayed {
 		return false, e.replay(r, key, out.rec)
@@ -179,10 +179,17 @@ func (e *Engine) refuse(r *request, key string, code ssp2.Code, msg string) erro
 	return r.enc.WriteFrame(res)
 }
 
-// enqueued reports a durable commit's reactions to OnReactions.
-func (e *Engine) enqueued(partition string, p *storage.ReactionEnqueueParams) {
-	if p != nil && e.cfg.OnReactions != nil {
-		e.cfg.OnReactions(partition, *p)
+// enqueued reports a durable commit's reactions to OnReactions, and to
+// OnSilentReactions when no commit event will announce them.
+func (e *Engine) enqueued(partition string, a *applied) {
+	if a.enqueued == nil {
+		return
+	}
+	if e.cfg.OnReactions != nil {
+		e.cfg.OnReactions(partition, *a.enqueued)
+	}
+	if len(a.commit.Changes) == 0 && e.cfg.OnSilentReactions != nil {
+		e.cfg.OnSilentReactions(partition)
 	}
 }
 

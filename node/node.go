@@ -69,6 +69,9 @@ type Node struct {
 	Hooks      *hooks.Set
 	// Reactions is the reaction runner (nil when Reactions.Disabled).
 	Reactions *reactions.Runner
+	// wakeRunner is Reactions once started, for the engine's
+	// OnSilentReactions (commits may come before the runner starts).
+	wakeRunner atomic.Pointer[reactions.Runner]
 	// Realtime is the realtime hub (nil when Realtime.Disabled).
 	Realtime *realtime.Hub
 	// Operations runs the remote operations (nil when none is
@@ -225,6 +228,13 @@ func (n *Node) start(ctx context.Context) (err error) {
 		ec.SignedURLs, ec.SignedURLBase = n.SignedURLs, cfg.SignedURLs.BaseURL
 	}
 	ec.OnReactions = n.reactionsEnqueued
+	ec.OnSilentReactions = func(partition string) {
+		// No commit event will announce these reactions: wake the local
+		// runner (before it starts, its first sweep finds them).
+		if r := n.wakeRunner.Load(); r != nil {
+			r.Wake(partition)
+		}
+	}
 	if cfg.Leases.TTL != 0 {
 		lc := cfg.Leases
 		lc.Store, lc.Logger = n.Store, n.log.With("component", "leases")
@@ -444,6 +454,7 @@ func (n *Node) startReactions(ctx context.Context, reg prometheus.Registerer) er
 		return fmt.Errorf("start reactions: %w", err)
 	}
 	n.Reactions = r
+	n.wakeRunner.Store(r)
 	return reg.Register(r.Collector())
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncnode/syncnode/admin"
 	"github.com/syncnode/syncnode/client"
+	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/reactions"
 	"github.com/syncnode/syncnode/rules"
@@ -194,4 +195,56 @@ func TestNodeReactionsAfterSkippedWakes(t *testing.T) {
 	poll.Until(t, 20*time.Second, "a wake-up skipped", func() bool { return n.Reactions.Stats().SkippedWakes.Load() > 0 })
 	push("t2")
 	await(`{"task":"t2"}`)
+}
+
+// A commit that plans a reaction but changes no row (its one operation
+// deletes a row that is not there) is appended to the log with no
+// changes, so the relay publishes no commit event for it (events are per
+// table). Its reaction must still run without the runner's sweep, which
+// is an hour away.
+func TestNodeReactionOfCommitWithoutChanges(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			planner := func(_ context.Context, v engine.CommitValidation) ([]engine.PlannedReaction, error) {
+				return []engine.PlannedReaction{{Key: "audit", Type: "audit.log", Version: 1, Payload: map[string]string{"commit": v.ClientCommitID}}}, nil
+			}
+			ran := make(chan string, 4)
+			n := startNode(t, vectorSchema, func(t *testing.T, c *Config) {
+				b.cfg(t, c)
+				c.Reactions.Planner = planner
+				c.Reactions.Runner = reactions.Config{SweepInterval: time.Hour, Handlers: map[string]reactions.Handler{
+					"audit.log": func(_ context.Context, r storage.Reaction) error { ran <- r.SourceClientCommitID; return nil },
+				}}
+			})
+			sch, err := schema.Parse([]byte(vectorSchema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := token(t, "alice", "acme", map[string][]string{"project": {"p1"}})
+			c, err := client.New(client.Config{BaseURL: n.URL(), Schema: sch, HTTPClient: &http.Client{Transport: bearer(tok)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			ccid, err := c.Delete(ctx, "tasks", "absent")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := c.SyncUntilIdle(ctx); err != nil || len(res.Rejected) != 0 {
+				t.Fatalf("sync: %+v, %v", res, err)
+			}
+			commits, err := n.Store.CommitRange(ctx, "acme", 0, 10)
+			if err != nil || len(commits) != 1 || len(commits[0].Changes) != 0 || commits[0].ClientCommitID != ccid {
+				t.Fatalf("log = %+v, %v; want one commit without changes", commits, err)
+			}
+			select {
+			case got := <-ran:
+				if got != ccid {
+					t.Fatalf("reaction of %s, want %s", got, ccid)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the reaction of a commit without changes never ran (it waits for the sweep)")
+			}
+		})
+	}
 }

@@ -16,12 +16,14 @@ import (
 //	syncnode_reaction_claim_latency_seconds          from due to claimed
 //	syncnode_reaction_attempts{outcome}              attempts a reaction took to complete or dead-letter
 //	syncnode_reaction_outcomes_total{outcome}        completed, failed, dead_lettered, lost
+//	syncnode_reaction_skipped_wakes_total            commit events that cost no claim (ce-reactions "0"; Stats.SkippedWakes)
 type metrics struct {
 	r        *Runner
 	latency  prometheus.Histogram
 	attempts *prometheus.HistogramVec
 	outcomes *prometheus.CounterVec
 	status   *prometheus.Desc
+	skipped  *prometheus.Desc
 
 	mu      sync.Mutex
 	counts  storage.ReactionCounts
@@ -42,7 +44,8 @@ func newMetrics(r *Runner) *metrics {
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncnode_reaction_outcomes_total", Help: "Reaction attempts by outcome (completed, failed, dead_lettered, lost).",
 		}, []string{"outcome"}),
-		status: prometheus.NewDesc("syncnode_reactions", "Reactions stored, by status.", []string{"status"}, nil),
+		status:  prometheus.NewDesc("syncnode_reactions", "Reactions stored, by status.", []string{"status"}, nil),
+		skipped: prometheus.NewDesc("syncnode_reaction_skipped_wakes_total", "Commit events that cost the runner no claim because their commits enqueued no reactions.", nil, nil),
 	}
 }
 
@@ -66,6 +69,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.attempts.Describe(ch)
 	m.outcomes.Describe(ch)
 	ch <- m.status
+	ch <- m.skipped
 }
 
 // Collect implements prometheus.Collector. The status counts come from
@@ -74,6 +78,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.latency.Collect(ch)
 	m.attempts.Collect(ch)
 	m.outcomes.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(m.skipped, prometheus.CounterValue, float64(m.r.stats.SkippedWakes.Load()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if time.Since(m.countAt) > 5*time.Second {

@@ -339,6 +339,12 @@ func (r *Runner) onChange(ch bus.PartitionChange) {
 	r.markPartition(ch.Partition.ID())
 }
 
+// Wake makes the runner claim in partition soon, as a commit event that
+// may have enqueued reactions does. The node calls it for a commit whose
+// reactions no commit event announces (one without row changes). It
+// never blocks.
+func (r *Runner) Wake(partition string) { r.markPartition(partition) }
+
 func (r *Runner) onRequeued(m *nats.Msg) {
 	tok, _, _, ok := r.cfg.Names.ParseReactionEventSubject(m.Subject)
 	if !ok {

@@ -563,7 +563,7 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"syncnode_reactions", "syncnode_reaction_claim_latency_seconds", "syncnode_reaction_attempts", "syncnode_reaction_outcomes_total"} {
+	for _, name := range []string{"syncnode_reactions", "syncnode_reaction_claim_latency_seconds", "syncnode_reaction_attempts", "syncnode_reaction_outcomes_total", "syncnode_reaction_skipped_wakes_total"} {
 		if !seen[name] {
 			t.Errorf("metric %s missing", name)
 		}
@@ -735,6 +735,22 @@ func TestNoClaimForCommitsWithoutReactions(t *testing.T) {
 		await(k)
 		if got := cc.claims.Load() - before; got != 1 {
 			t.Errorf("%d claims for 20 commits without reactions and one with; want 1", got)
+		}
+		// The skipped wake-ups are a Prometheus counter.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(r.Collector())
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var metric float64 = -1
+		for _, mf := range mfs {
+			if mf.GetName() == "syncnode_reaction_skipped_wakes_total" {
+				metric = mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		if want := r.Stats().SkippedWakes.Load(); metric != float64(want) {
+			t.Errorf("syncnode_reaction_skipped_wakes_total = %v, want %d", metric, want)
 		}
 	})
 }
