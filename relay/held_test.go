@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -105,6 +106,72 @@ func TestRelayPublishesHeldCommits(t *testing.T) {
 	hand(x)
 	if got := r.Stats().Held - before; got != 1 {
 		t.Fatalf("%d commits published unread; want 1", got)
+	}
+	e.checkLogInStream(p)
+}
+
+// TestRelayHeldOutOfOrder: the members of a group commit hand their
+// commits over in no particular order. A run woken by a later commit
+// waits for the earlier one's hand-over instead of reading the log, so
+// both go out as handed over (with ce-reactions); a gap that outlasts the
+// wait is read from the log, as before.
+func TestRelayHeldOutOfOrder(t *testing.T) {
+	t.Parallel()
+	e := newRelayEnv(t)
+	r := e.relay(Config{})
+	r.gapWait = time.Hour // the earlier commit comes when the test hands it over
+	e.start(r)
+	const p = "p1"
+	// The first run finds the stream's tail by reading it.
+	e.commit(p, "todos")
+	r.Notify(p)
+	e.flush(r)
+	part, err := e.store.PartitionGet(e.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := func(seq int64) storage.Commit {
+		t.Helper()
+		cs, err := e.store.CommitRange(e.ctx, p, seq-1, 1)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("read commit %d: %v, %d commits", seq, err, len(cs))
+		}
+		return cs[0]
+	}
+	gapSeen := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		h := r.held[p]
+		return h != nil && !h.gapAt.IsZero()
+	}
+	for round := range 3 {
+		before := r.Stats().Held
+		a, b := e.commit(p, "todos"), e.commit(p, "projects", "todos")
+		r.Committed(p, part.LogEpoch, logged(b), 1)
+		poll.Until(t, 10*time.Second, "the run to find the gap", gapSeen)
+		r.Committed(p, part.LogEpoch, logged(a), 0)
+		e.flush(r)
+		if got := r.Stats().Held - before; got != 2 {
+			t.Fatalf("round %d: %d of 2 commits published as handed over", round, got)
+		}
+		if gapSeen() {
+			t.Fatalf("round %d: the gap is still marked after it was filled", round)
+		}
+		e.checkLogInStream(p)
+	}
+
+	// A commit that is never handed over: after the wait the run reads
+	// the log.
+	r.mu.Lock()
+	r.gapWait = time.Millisecond
+	r.mu.Unlock()
+	before := r.Stats().Held
+	e.commit(p, "todos")
+	d := e.commit(p, "projects")
+	r.Committed(p, part.LogEpoch, logged(d), 0)
+	e.flush(r)
+	if got := r.Stats().Held - before; got != 0 {
+		t.Fatalf("%d commits published unread across a gap", got)
 	}
 	e.checkLogInStream(p)
 }
