@@ -1244,15 +1244,15 @@ func (r *Relay) publishBatch(ctx context.Context, w *worker, batch []bus.CommitM
 	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
 	first.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 	if len(batch) == 1 {
-		ack, err := r.js.PublishMsg(pctx, first)
+		seq, duplicate, err := r.publishOne(pctx, first)
 		if err != nil {
 			return 0, classify(err)
 		}
-		if ack.Duplicate {
+		if duplicate {
 			// Stored before (a replay inside the duplicate window).
 			return 0, errDuplicate
 		}
-		return ack.Sequence, nil
+		return seq, nil
 	}
 	w.msgs = w.msgs[:0]
 	for _, e := range batch {
