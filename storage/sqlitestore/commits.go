@@ -111,25 +111,6 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	return seq, nil
 }
 
-// windowSQL reads the next commits that may match a window with their
-// changes of the table and their headers, in one statement: candidatesSQL
-// picks the commits, and every candidate comes back at least once (a
-// candidate without a change of the table, which the index never holds,
-// as one row with op 0), so the caller counts the candidates and knows the
-// last one without a statement of its own. Rows stream in log order: the
-// candidates are walked in seq order against the primary keys.
-func windowSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
-	cand, args, cursorArg := candidatesSQL(p, vars, maxSeq, limit)
-	q = `WITH cand(seq) AS MATERIALIZED (` + cand + `)
-	SELECT cand.seq, coalesce(ch.op, 0), coalesce(ch.row_id, ''), ch.row_version, coalesce(ch.scopes, ''), ch.row,
-	coalesce(c.created_at_ms, 0), coalesce(c.actor_id, ''), coalesce(c.client_id, ''), coalesce(c.client_commit_id, ''),
-	coalesce(c.schema_version, 0)
-	FROM cand LEFT JOIN sync_changes ch ON ch.partition = ? AND ch.seq = cand.seq AND ch.tbl = ?
-	LEFT JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
-	ORDER BY cand.seq, ch.idx`
-	return q, append(args, p.Partition, p.Table), cursorArg
-}
-
 // candidatesSQL finds the next commits that may match a window: the first
 // variable drives an ordered walk of the scope index, every other
 // variable must have an index entry for the same commit. The exact match
@@ -180,6 +161,28 @@ func jsonStrings(vs []string) string {
 	return string(append(b, ']'))
 }
 
+func jsonInts(vs []int64) string {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// The changes of candidate commits for one table, in log order: the IN
+// list is walked in order against the primary key, so rows stream without
+// a sort and reading stops as soon as the window is full.
+// qWindowChanges reads the table's changes of the candidate commits with
+// their commit headers, one statement for the whole window.
+const qWindowChanges = `SELECT ch.seq, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row,
+	c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version
+	FROM sync_changes ch JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
+	WHERE ch.partition = ? AND ch.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
+	ORDER BY ch.seq, ch.idx`
+
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
 // transaction's snapshot.
@@ -214,26 +217,30 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	// Every matching commit holds at least one matching change, so
 	// limit+1 candidates are enough to fill the window and see past it.
 	batch := p.Limit + 1
-	q, args, cursorArg := windowSQL(&p, vars, part.MaxCommitSeq, batch)
+	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
 	cursor := p.AfterSeq
 	for {
 		args[cursorArg] = cursor
-		n, last, open, err := t.offerWindow(ctx, w, p.Table, q, args)
+		seqs, err := t.seqs(ctx, candQ, args)
 		if err != nil {
-			return storage.Window{}, err
+			return storage.Window{}, t.fail("commit window", "", err)
 		}
-		if n == 0 {
+		if len(seqs) == 0 {
 			w.Exhausted()
 			break
+		}
+		open, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs)
+		if err != nil {
+			return storage.Window{}, err
 		}
 		if !open {
 			break
 		}
-		if n < batch {
+		if len(seqs) < batch {
 			w.Exhausted()
 			break
 		}
-		cursor = last
+		cursor = seqs[len(seqs)-1]
 	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
@@ -260,14 +267,29 @@ func (t *tx) LastScopeSeq(ctx context.Context, partition, table, variable string
 	return seq, nil
 }
 
-// offerWindow runs windowSQL's statement q and streams the table's
-// changes of its candidate commits into w, commit by commit. It returns
-// how many candidates the statement found (when w stayed open) and the
-// last of them, and whether w is still open.
-func (t *tx) offerWindow(ctx context.Context, w *commitlog.Window, table, q string, args []any) (n int, last int64, open bool, err error) {
+func (t *tx) seqs(ctx context.Context, q string, args []any) ([]int64, error) {
 	rows, err := t.c.query(ctx, q, args...)
 	if err != nil {
-		return 0, 0, false, t.fail("commit window", "", err)
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// offerChanges streams the table's changes of the candidate commits into
+// w, commit by commit, and reports whether w is still open.
+func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (bool, error) {
+	rows, err := t.c.query(ctx, qWindowChanges, partition, jsonInts(seqs), table)
+	if err != nil {
+		return false, t.fail("commit window", "", err)
 	}
 	defer rows.Close()
 	var cur storage.Commit
@@ -278,21 +300,15 @@ func (t *tx) offerWindow(ctx context.Context, w *commitlog.Window, table, q stri
 			op     int64
 			ver    *int64
 			scopes []byte
-			hdr    storage.Commit
 		)
-		if err := rows.Scan(&seq, &op, &ch.RowID, &ver, &scopes, &ch.Row,
+		var hdr storage.Commit
+		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row,
 			&hdr.CreatedAtMs, &hdr.ActorID, &hdr.ClientID, &hdr.ClientCommitID, &hdr.SchemaVersion); err != nil {
-			return 0, 0, false, t.fail("commit window", "", err)
-		}
-		if seq != last {
-			n, last = n+1, seq
-		}
-		if op == 0 {
-			continue // a candidate without a change of the table
+			return false, t.fail("commit window", "", err)
 		}
 		if seq != cur.CommitSeq {
 			if cur.CommitSeq != 0 && !w.Offer(cur) {
-				return n, last, false, nil
+				return false, nil
 			}
 			cur = hdr
 			cur.CommitSeq = seq
@@ -302,17 +318,17 @@ func (t *tx) offerWindow(ctx context.Context, w *commitlog.Window, table, q stri
 			ch.RowVersion = *ver
 		}
 		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-			return 0, 0, false, fmt.Errorf("commit window: %w", err)
+			return false, fmt.Errorf("commit window: %w", err)
 		}
 		cur.Changes = append(cur.Changes, ch)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, 0, false, t.fail("commit window", "", err)
+		return false, t.fail("commit window", "", err)
 	}
 	if cur.CommitSeq != 0 {
-		return n, last, w.Offer(cur), nil
+		return w.Offer(cur), nil
 	}
-	return n, last, true, nil
+	return true, nil
 }
 
 // CommitRange implements storage.Store, reading commits and changes in one
