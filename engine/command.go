@@ -71,32 +71,10 @@ func CheckCallerClientID(id string) error {
 	return nil
 }
 
-// BindCaller binds the caller's client id to the actor, as every request
-// does, and refuses an id bound to another actor.
-func (e *Engine) BindCaller(ctx context.Context, id Identity, clientID string) error {
-	if err := checkIdentity(id); err != nil {
-		return err
-	}
-	if err := CheckCallerClientID(clientID); err != nil {
-		return err
-	}
-	c, ok, err := e.cfg.Store.ClientGet(ctx, id.Partition, clientID)
-	if err != nil {
-		return internal("read client record", err)
-	}
-	if !ok {
-		if err := e.guardRemote(ctx, id.Partition, false); err != nil {
-			return err
-		}
-		if _, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs()); err != nil {
-			return internal("touch partition", err)
-		}
-	}
-	return e.bindCaller(ctx, id, clientID, c, ok)
-}
-
-// AdmitCaller is BindCaller then Admit with one read of the partition
-// and client records: the entry of a registered query.
+// AdmitCaller binds the caller's client id to the actor, as every
+// request does (refusing an id bound to another actor), then admits it
+// as Admit does, with one read of the partition and client records: the
+// entry of a registered query.
 func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) error {
 	if err := checkIdentity(id); err != nil {
 		return err
@@ -207,15 +185,24 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 			return CommandResult{}, ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err)
 		}
 	}
-	if err := e.BindCaller(ctx, c.Identity, c.CallerClientID); err != nil {
+	if err := CheckCaller(c.Identity, c.CallerClientID); err != nil {
 		return CommandResult{}, err
 	}
 	if err := e.guardRemote(ctx, c.Identity.Partition, true); err != nil {
 		return CommandResult{}, err
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, c.Identity.Partition, e.nowMs())
+	now := e.nowMs()
+	st, err := e.commandStart(ctx, c, now, false)
+	if err == nil && st.Cached && st.HasClient && st.Client.ActorID != c.Identity.ActorID {
+		// A refusal is answered only on what the database says.
+		st, err = e.commandStart(ctx, c, now, true)
+	}
 	if err != nil {
-		return CommandResult{}, internal("touch partition", err)
+		return CommandResult{}, err
+	}
+	part := st.Partition
+	if err := e.bindCaller(ctx, c.Identity, c.CallerClientID, st.Client, st.HasClient); err != nil {
+		return CommandResult{}, err
 	}
 	ticket, err := e.admit(ctx, part)
 	if err != nil {
@@ -231,7 +218,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		part:   part,
 		scopes: rs,
 		ticket: ticket,
-		now:    e.nowMs(),
+		now:    now,
 	}
 	replay := func(rec storage.PushRecord) (CommandResult, error) {
 		if foreign(r, rec) {
@@ -243,9 +230,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		}
 		return out, err
 	}
-	if rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, part.ID, c.ClientID, c.ClientCommitID); err != nil {
-		return CommandResult{}, internal("idempotency lookup", err)
-	} else if ok {
+	if rec, ok := st.Pushes[c.ClientCommitID]; ok {
 		e.metrics.PushCached.Add(1)
 		return replay(rec)
 	}
@@ -300,6 +285,38 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		}
 	}
 	return out, err
+}
+
+// commandStart reads what a command starts with — the partition row
+// (touched), the caller's client record and the optimistic lookup of the
+// command's key — in one read on a storage.RequestStarter, as a sync
+// request's start is read (engine.start). A start the store's cache
+// answered holds no result (storage.RequestStart): the locked re-check
+// finds a stored one.
+func (e *Engine) commandStart(ctx context.Context, c Command, now int64, fresh bool) (st storage.RequestStart, err error) {
+	p := c.Identity.Partition
+	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok {
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: p, ClientID: c.CallerClientID,
+			PushClientID: c.ClientID, CommitIDs: []string{c.ClientCommitID}, NowMs: now, Fresh: fresh})
+		if err != nil {
+			return st, internal("start command", err)
+		}
+		if st.Cached {
+			e.metrics.StartsCached.Add(1)
+		}
+		return st, nil
+	}
+	if st.Partition, st.Client, st.HasClient, err = e.cfg.Store.PartitionTouchClient(ctx, p, c.CallerClientID, now); err != nil {
+		return st, internal("touch partition", err)
+	}
+	rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, p, c.ClientID, c.ClientCommitID)
+	if err != nil {
+		return st, internal("idempotency lookup", err)
+	}
+	if ok {
+		st.Pushes = map[string]storage.PushRecord{c.ClientCommitID: rec}
+	}
+	return st, nil
 }
 
 func commandResult(rec storage.PushRecord) (CommandResult, error) {
