@@ -31,6 +31,10 @@ type Command struct {
 	// actor's resolved scopes authorize). An error rolls back and is
 	// returned as a *CommandError; no operations is ErrEmptyCommand.
 	Operations func(ctx context.Context, r CommandReader) ([]ssp2.Operation, error)
+	// Rows are the rows Operations will probably read (a NATS command's
+	// declared reads): a store that reads rows ahead
+	// (storage.RowPrefetcher) reads them with the lock. Optional.
+	Rows []storage.RowRef
 }
 
 // CommandReader reads the locked partition's rows for a command.
@@ -238,7 +242,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		done     applied
 		replayed *storage.PushRecord
 	)
-	err = e.cfg.Store.WriteTx(ctx, part.ID, func(tx storage.Tx) error {
+	err = e.writeTx(ctx, part.ID, c.Rows, func(tx storage.Tx) error {
 		if err := ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
 		}
@@ -261,7 +265,16 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		if len(ops) > *e.cfg.MaxOperations {
 			return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", len(ops), *e.cfg.MaxOperations)
 		}
-		done, err = e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		pc := &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops}
+		if rp, ok := tx.(storage.TxRowPrefetcher); ok && len(ops) > 1 {
+			// The rows the operations read first, in one round trip
+			// rather than one each (a push names them ahead; a command
+			// knows them only now).
+			if err := rp.PrefetchRows(ctx, pushRows(pc)); err != nil {
+				return internal("read rows ahead", err)
+			}
+		}
+		done, err = e.apply(ctx, r, tx, pc)
 		return err
 	})
 	if err != nil {
