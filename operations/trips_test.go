@@ -34,9 +34,10 @@ import (
 // in place of the new row's read. A retry is its start alone: the stored
 // result, replayed as cached, the command not run.
 //
-// Before these budgets a command was six, seven with three operations,
-// and a NATS command five: the client record, the touch and the lookup
-// each a round trip of its own, a row read per operation.
+// Before these budgets a command was six, eight with three operations,
+// the NATS rewrite seven and a retry three: the client record, the touch
+// and the lookup each a round trip of its own, a row read per operation,
+// the declared read one of its own.
 func TestCommandRoundTrips(t *testing.T) {
 	var trips *pgtest.Trips
 	open := func(tb testing.TB) storage.Store {
