@@ -198,6 +198,10 @@ type storageConfig struct {
 	// PostgresSchema is the schema syncnode's tables live in (default
 	// public).
 	PostgresSchema string `toml:"postgres_schema"`
+	// PostgresSoleWriter declares the node the only writer of its
+	// schema: it serves request starts from memory, and no other node
+	// opens the schema while it runs (pgstore.Config.SoleWriter).
+	PostgresSoleWriter bool `toml:"postgres_sole_writer"`
 	// SQLiteSynchronous is FULL (durable, the default) or NORMAL.
 	SQLiteSynchronous string `toml:"sqlite_synchronous"`
 }
@@ -607,6 +611,11 @@ var envVars = []struct {
 		return nil
 	}},
 	{"SYNCNODE_POSTGRES_URL", func(c *config, v string) error { c.Storage.PostgresURL = v; return nil }},
+	{"SYNCNODE_POSTGRES_SOLE_WRITER", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.Storage.PostgresSoleWriter = b
+		return err
+	}},
 	{"SYNCNODE_JWT_SECRET", func(c *config, v string) error { c.Auth.JWTSecret = v; return nil }},
 	{"SYNCNODE_SIGNED_URL_KEY", func(c *config, v string) error { c.SignedURLs.Key = v; return nil }},
 	{"SYNCNODE_NATS_USER", func(c *config, v string) error { c.NATS.User = v; return nil }},
@@ -781,6 +790,7 @@ func (c config) node() (node.Config, error) {
 	}
 	if c.Storage.PostgresURL != "" {
 		nc.Store.Postgres.URL, nc.Store.Postgres.Schema = c.Storage.PostgresURL, c.Storage.PostgresSchema
+		nc.Store.Postgres.SoleWriter = c.Storage.PostgresSoleWriter
 	} else {
 		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
 	}

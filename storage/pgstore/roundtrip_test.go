@@ -68,7 +68,13 @@ func roundTripRow(tb testing.TB, sc *schema.Schema, id, title string) storage.Ro
 // client c1 bound when client is set.
 func roundTripStore(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
 	tb.Helper()
-	s := openDial(tb, maxConns, dial)
+	return roundTripStoreWith(tb, Config{MaxConns: maxConns}, dial, client)
+}
+
+// roundTripStoreWith is roundTripStore with cfg's other fields.
+func roundTripStoreWith(tb testing.TB, cfg Config, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
+	tb.Helper()
+	s := openWith(tb, cfg, dial)
 	ctx := tb.Context()
 	sc, err := schema.Parse([]byte(roundTripSchema))
 	if err != nil {

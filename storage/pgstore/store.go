@@ -17,6 +17,7 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
+	"github.com/syncnode/syncnode/storage/internal/startcache"
 )
 
 //go:embed migrations/*.sql
@@ -33,6 +34,10 @@ type Store struct {
 	groups     writeGroups     // the open write group of each partition (group.go)
 	advances   pendingAdvances // pending cursor advances (advance.go)
 	hints      idemHints       // keys whose optimistic lookup missed (hints.go)
+	// The sole writer's lock and the start cache it allows
+	// (solewriter.go, start.go).
+	sole  soleWriter
+	cache startcache.Cache
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -83,16 +88,25 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	if dial != nil {
 		pc.ConnConfig.DialFunc = dial(pc.ConnConfig.DialFunc)
 	}
+	s := &Store{cfg: cfg, migrations: migrations}
+	if cfg.SoleWriter {
+		if err := s.takeSole(ctx, pc.ConnConfig.Copy()); err != nil {
+			return nil, err
+		}
+	}
+	pc.AfterConnect = s.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
+		s.closeSole()
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	queries, err := newQueryPool(ctx, pc)
 	if err != nil {
 		pool.Close()
+		s.closeSole()
 		return nil, err
 	}
-	s := &Store{cfg: cfg, pool: pool, queries: queries, migrations: migrations}
+	s.pool, s.queries = pool, queries
 	s.analyzer = newAnalyzer(s)
 	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
@@ -104,11 +118,13 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 		pool.Close()
 		queries.Close()
+		s.closeSole()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		queries.Close()
+		s.closeSole()
 		return nil, err
 	}
 	return s, nil
@@ -168,6 +184,7 @@ func (s *Store) Close() error {
 		s.analyzer.close()
 		s.pool.Close()
 		s.queries.Close()
+		s.closeSole()
 	})
 	return nil
 }
