@@ -94,17 +94,19 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 			return nil, err
 		}
 	}
+	// The registered queries' connections are read-only: they take no
+	// writers' lock.
+	queries, err := newQueryPool(ctx, pc)
+	if err != nil {
+		s.closeSole()
+		return nil, err
+	}
 	pc.AfterConnect = s.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
+		queries.Close()
 		s.closeSole()
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
-	}
-	queries, err := newQueryPool(ctx, pc)
-	if err != nil {
-		pool.Close()
-		s.closeSole()
-		return nil, err
 	}
 	s.pool, s.queries = pool, queries
 	s.analyzer = newAnalyzer(s)
