@@ -49,6 +49,9 @@ func toError(err error) *Error {
 		}
 		return &Error{Code: CodeQueryFailed, Message: msg}
 	}
+	if errors.Is(err, engine.ErrCandidateQueryUnsupported) {
+		return &Error{Code: CodeStorageUnsupported, Message: "the store runs no registered queries inside a transaction"}
+	}
 	var ce *engine.CommandError
 	if errors.As(err, &ce) {
 		return &Error{Code: CodeExecutionFailed, Message: "the command failed"}
