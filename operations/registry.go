@@ -124,7 +124,8 @@ func (c CommandCall) Query(ctx context.Context, id string, params ...any) (Query
 	if err != nil {
 		return QueryResult{}, err
 	}
-	p := storage.QueryParams{QuerySpec: q.spec, Partition: c.Identity.Partition, Args: args, ClientID: c.ClientID}
+	// No ClientID: the command admitted its caller before the lock.
+	p := storage.QueryParams{QuerySpec: q.spec, Partition: c.Identity.Partition, Args: args}
 	if q.Mode == Scoped {
 		allowed, err := c.Rows.Allowed()
 		if err != nil {
