@@ -60,6 +60,10 @@ func TestRequestServing(t *testing.T) {
 	if err != nil || string(reply.Data) != "30" || len(served) != 3 || served[0] != "0" || served[2] != "2" {
 		t.Fatalf("reply %v %v, served %v", reply, err, served)
 	}
+	// The UNSUB is on the wire once the server answered a PING after it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := peer.Request(readSubject.Load().(string), []byte("1"), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("a read after the call: %v", err)
 	}
