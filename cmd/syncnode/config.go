@@ -190,6 +190,9 @@ type hookConfig struct {
 	// every request.
 	CacheTTL  duration `toml:"cache_ttl"`
 	CacheSize int      `toml:"cache_size"`
+	// Reads (validate) lets the hook read the commit's candidate state
+	// through its request's readSubject (hooks.ReadRequest).
+	Reads bool `toml:"reads"`
 }
 
 type storageConfig struct {
@@ -541,6 +544,9 @@ func (c *config) validate() error {
 		if h.c.CacheSize < 0 {
 			bad("hooks."+h.name+".cache_size", "must not be negative")
 		}
+		if h.c.Reads && h.name != "validate" {
+			bad("hooks."+h.name+".reads", "only the validate hook reads")
+		}
 	}
 	c.Realtime.validate(bad)
 	c.Runtime.validate(bad)
@@ -720,7 +726,7 @@ func (h hooksConfig) hooks() hooks.Config {
 		out.Scopes = &hooks.ScopesConfig{Timeout: h.Scopes.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Scopes.CacheTTL), Size: h.Scopes.CacheSize}}
 	}
 	if h.Validate.Enabled {
-		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration}
+		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration, Reads: h.Validate.Reads}
 	}
 	if h.Token.Enabled {
 		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Token.CacheTTL), Size: h.Token.CacheSize}}
