@@ -37,11 +37,27 @@ type Command struct {
 	Rows []storage.RowRef
 }
 
-// CommandReader reads the locked partition's rows for a command.
+// CommandReader reads the locked partition's rows for a command, inside
+// the command's transaction: what it reads is what the commit is judged
+// against, and a read through it never waits on the writer the command
+// is (a store read from inside the command would, on SQLite).
 type CommandReader interface {
 	// GetRow returns one row, ok=false when it is absent or its scopes
 	// are not granted to the actor.
 	GetRow(ctx context.Context, table, rowID string) (row Row, ok bool, err error)
+	// Allowed returns the actor's resolved scopes, the ones the command's
+	// writes are authorized by; a failed resolution is sync.forbidden
+	// (fail closed).
+	Allowed() (Allowed, error)
+	// Query runs a registered authoritative query (REMOTE.md §2) over the
+	// transaction's state, as CandidateReader.Query does (p.Partition is
+	// set to the command's partition). The caller authorizes p first:
+	// the operations package restricts a scoped query's relations to
+	// covered values it checked against Allowed. A store whose
+	// transactions run no registered queries returns
+	// ErrCandidateQueryUnsupported; a failing statement is a
+	// *storage.QueryError, which leaves the command usable.
+	Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error)
 }
 
 // CommandResult is a command's outcome: applied, or a stored result
@@ -255,7 +271,13 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 			replayed = &rec
 			return nil
 		}
-		ops, err := c.Operations(ctx, &commandReader{e: e, tx: tx, r: r})
+		rd := &commandReader{e: e, tx: tx, r: r}
+		ops, err := c.Operations(ctx, rd)
+		if rd.err != nil {
+			// The store failed under a read: the transaction is not
+			// usable whatever the command made of the error.
+			return internal("command read", rd.err)
+		}
 		if err != nil {
 			return &CommandError{Err: err}
 		}
@@ -346,9 +368,31 @@ func commandResult(rec storage.PushRecord) (CommandResult, error) {
 
 // commandReader is a CommandReader over the command's transaction.
 type commandReader struct {
-	e  *Engine
-	tx storage.Tx
-	r  *request
+	e   *Engine
+	tx  storage.Tx
+	r   *request
+	err error // a store failure under a registered query
+}
+
+func (c *commandReader) Allowed() (Allowed, error) {
+	if c.r.scopes.err != nil {
+		return nil, ssp2.Errorf(ssp2.CodeForbidden, "scope resolution failed")
+	}
+	return c.r.scopes.allowed, nil
+}
+
+func (c *commandReader) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
+	tq, ok := c.tx.(storage.TxQuerier)
+	if !ok {
+		return storage.QueryResult{}, ErrCandidateQueryUnsupported
+	}
+	p.Partition = c.r.id.Partition
+	res, err := tq.TxQuery(ctx, p)
+	var qe *storage.QueryError
+	if err != nil && !errors.As(err, &qe) {
+		c.err = err
+	}
+	return res, err
 }
 
 func (c *commandReader) GetRow(ctx context.Context, table, rowID string) (Row, bool, error) {

@@ -288,6 +288,13 @@ func (s *Service) cover(ctx context.Context, id engine.Identity, q *query, args 
 		}
 		return nil, err
 	}
+	return grantedCoverage(allowed, q, args)
+}
+
+// grantedCoverage is a scoped query's relation restriction (covered)
+// once every covered value is granted by allowed; an ungranted value is
+// operation.forbidden.
+func grantedCoverage(allowed engine.Allowed, q *query, args []any) (map[string]map[string][]string, error) {
 	out, err := covered(q, args)
 	if err != nil {
 		return nil, err
@@ -406,7 +413,8 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 	res, err := s.cfg.Engine.PushCommand(ctx, engine.Command{
 		Identity: id, CallerClientID: req.ClientID, ClientID: cid, ClientCommitID: ccid, Rows: declaredReads(c, req.Params),
 		Operations: func(ctx context.Context, rows engine.CommandReader) ([]ssp2.Operation, error) {
-			call := CommandCall{Identity: id, ClientID: req.ClientID, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows}
+			call := CommandCall{Identity: id, ClientID: req.ClientID, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows,
+				reg: s.cfg.Registry}
 			var muts []Mutation
 			var err error
 			if c.NATS {

@@ -142,6 +142,7 @@ var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "s
 
 // PartitionWipe implements storage.Admin under the partition's row lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	defer s.cache.Drop(partition)
 	err := s.writeTx(ctx, partition, func(t *tx) error {
 		if t.inst != nil {
 			for _, ts := range t.inst.tables {

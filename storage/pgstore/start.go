@@ -27,14 +27,34 @@ const qRequestStart = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, co
 const qIdempotencyMany = `SELECT client_commit_id, status, commit_seq, result, created_at_ms, coalesce(actor_id, '') FROM sync_idempotency
 	WHERE partition = $1 AND client_id = $2 AND client_commit_id = ANY($3::text[])`
 
-// RequestStart implements storage.RequestStarter in one round trip: the
-// partition row, the client record and the first commit's stored result
-// in one statement, the other commits' results (a request of several
-// commits) in a second one of the same pipeline; then the touch's rule
+// RequestStart implements storage.RequestStarter. A sole writer
+// (solewriter.go) serves a partition row and client record it holds from
+// its start cache, without a round trip and without the commits' stored
+// results (the write transaction reads them under the lock). Otherwise
+// it is one round trip: the partition row, the client record and the
+// first commit's stored result in one statement, the other commits'
+// results (a request of several commits) in a second one of the same
+// pipeline, which fill the cache of a sole writer; then the touch's rule
 // for last-seen. A commit id found nowhere is hinted, as IdempotencyGet
 // hints a miss, so the write transaction reads its result with the lock.
 func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) (storage.RequestStart, error) {
+	caching := s.caching()
+	if caching && !q.Fresh {
+		if p, cl, ok := s.cache.Get(q.Partition, q.ClientID); ok {
+			// Every commit counts as a miss of the optimistic lookup:
+			// hinted, its result comes with the write lock.
+			for _, id := range q.CommitIDs {
+				s.hints.add(q.Partition, idemKey{q.ClientID, id})
+			}
+			p, err := s.touched(ctx, q.Partition, q.NowMs, p, true)
+			if err != nil {
+				return storage.RequestStart{}, err
+			}
+			return storage.RequestStart{Partition: p, Client: cl, HasClient: true, Cached: true}, nil
+		}
+	}
 	var (
+		gen    = s.cache.Gen()
 		st     = storage.RequestStart{Client: storage.Client{Partition: q.Partition, ClientID: q.ClientID}}
 		ok     bool
 		first  string
@@ -103,6 +123,9 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 		} else {
 			st.Client = storage.Client{}
 		}
+	}
+	if ok && caching {
+		s.cache.Fill(gen, st.Partition, st.Client, st.HasClient)
 	}
 	for _, id := range q.CommitIDs {
 		if _, found := st.Pushes[id]; !found {

@@ -358,7 +358,9 @@ func testRequestStartCurrent(t *testing.T, e *env) {
 	}
 	stores := []storage.Store{s}
 	if tw, ok := s.(Twinner); ok {
-		stores = append(stores, tw.HookTwin(t))
+		if twin := tw.HookTwin(t); twin != nil {
+			stores = append(stores, twin)
+		}
 	}
 	ctx := t.Context()
 	const part, now = "cur", 7_000_000
