@@ -39,12 +39,16 @@ const qIdempotencyMany = `SELECT client_commit_id, status, commit_seq, result, c
 // hints a miss, so the write transaction reads its result with the lock.
 func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) (storage.RequestStart, error) {
 	caching := s.caching()
+	pushClient := q.PushClientID
+	if pushClient == "" {
+		pushClient = q.ClientID
+	}
 	if caching && !q.Fresh {
 		if p, cl, ok := s.cache.Get(q.Partition, q.ClientID); ok {
 			// Every commit counts as a miss of the optimistic lookup:
 			// hinted, its result comes with the write lock.
 			for _, id := range q.CommitIDs {
-				s.hints.add(q.Partition, idemKey{q.ClientID, id})
+				s.hints.add(q.Partition, idemKey{pushClient, id})
 			}
 			p, err := s.touched(ctx, q.Partition, q.NowMs, p, true)
 			if err != nil {
@@ -67,10 +71,6 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 	)
 	if len(q.CommitIDs) > 0 {
 		first = q.CommitIDs[0]
-	}
-	pushClient := q.PushClientID
-	if pushClient == "" {
-		pushClient = q.ClientID
 	}
 	rec := storage.PushRecord{ClientID: pushClient, ClientCommitID: first}
 	b := &pgx.Batch{}
