@@ -152,6 +152,7 @@ func (s *Store) PartitionWipeFrom(ctx context.Context, partition, fromEpoch stri
 }
 
 func (s *Store) wipe(ctx context.Context, partition string, fence *storage.WipeFence) error {
+	defer s.cache.Drop(partition)
 	err := s.writeTx(ctx, partition, func(t *tx) error {
 		if err := fence.Check(partition, t.Locked()); err != nil {
 			return err
