@@ -21,6 +21,8 @@ import (
 //	stored subjects  edge.<edge>.sync.<partition>.commit.<table>
 //	source consumer  HUB_SOURCE                     (durable, on the edge's SYNC_COMMITS)
 //	delivered on     syncedge.<edge>.source
+//	replica notes    syncrt.=edge.<edge>.replica    (hub nodes among themselves: the lease
+//	                                                 holder's word on each replica it moved)
 //
 // The service subjects belong to the deployment, like the admin API's;
 // the stream, consumer and stored subjects follow the namespace.
@@ -88,6 +90,16 @@ func (n Names) EdgeStream(edge string) string { return n.name("EDGE_" + edge + "
 // syncedge.<edge>.source.
 func (n Names) EdgeDeliverSubject(edge string) string {
 	return n.subject(edgeDeliverPrefix + edge + ".source")
+}
+
+// EdgeReplicaSubject is where the hub node replicating an edge tells the
+// other hub nodes what it made of each replica (a position and whether it
+// may be served there), and answers their asks: syncrt.=edge.<edge>.replica.
+// It is hub-local, under the realtime prefix every leaf remote keeps off
+// the link (LeafIsolated), so an edge can neither see nor forge it; "=edge"
+// is never a partition token.
+func (n Names) EdgeReplicaSubject(edge string) string {
+	return n.subject(realtimePrefix + "=edge." + edge + ".replica")
 }
 
 // EdgeStoredPrefix is what the source transform puts before an edge's

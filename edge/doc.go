@@ -69,11 +69,13 @@
 // Hub nodes sharing one database (storage.Locker) replicate an edge one
 // at a time: the loop applies pages only while its node holds the lock
 // LeaseName(edge) (lease.go); the others keep the link state, serve the
-// replica from SQL and forward writes. A holder deposed before it noticed
-// is fenced: a rebuild's placeholder epoch is checked under the partition
-// lock by each of its writes and compared-and-set by its rebase
-// (snapshot.go), and a wipe first checks that SQL holds the replica the
-// node last saw (rebuild.go).
+// replica from SQL at positions the holder vouched for (its notes on
+// syncrt.=edge.<edge>.replica, follower.go) and forward writes. A holder
+// deposed before it noticed is fenced: a rebuild's placeholder epoch is
+// checked under the partition lock by each of its writes and
+// compared-and-set by its rebase (snapshot.go), and its wipe is fenced in
+// its own transaction on the replica the node last saw
+// (storage.Admin.PartitionWipeFrom).
 //
 // # The gate at the home
 //

@@ -23,7 +23,9 @@ const fenceSchema = `{"version": 1, "tables": [
 // holder, started a rebuild of its own (its placeholder epoch replaced
 // A's). A's remaining writes — a snapshot page, the rebase that would
 // make the replica servable, the wipe of a rebuild — are refused with
-// errFenced and change nothing; B's go through. A lease A knows it lost
+// errFenced and change nothing (the wipe even when A passed the early
+// check just before B's wipe: it is fenced in its own transaction); B's
+// go through. A lease A knows it lost
 // refuses them before the database is asked; an apply over a replica
 // another node moved reloads it instead of failing the replica.
 func TestDeposedHolderFenced(t *testing.T) {
@@ -89,7 +91,7 @@ func TestDeposedHolderFenced(t *testing.T) {
 
 			// A's rebuild registered its placeholder and wrote a page.
 			phA, phB := placeholderPrefix+"a", placeholderPrefix+"b"
-			if err := a.reregister(ctx, part, phA); err != nil {
+			if err := a.reregister(ctx, la, &replicaState{loaded: true}, part, phA); err != nil {
 				t.Fatal(err)
 			}
 			sa := &replicaState{loaded: true, epoch: phA}
@@ -101,7 +103,7 @@ func TestDeposedHolderFenced(t *testing.T) {
 			if err := b.unchanged(lb, sb, part, held); err != nil {
 				t.Fatalf("B's fence before its wipe: %v", err)
 			}
-			if err := b.reregister(ctx, part, phB); err != nil {
+			if err := b.reregister(ctx, lb, sb, part, phB); err != nil {
 				t.Fatal(err)
 			}
 			sb.epoch = phB
@@ -122,6 +124,13 @@ func TestDeposedHolderFenced(t *testing.T) {
 			sa = &replicaState{loaded: true, epoch: phA}
 			if err := a.unchanged(la, sa, part, held); !errors.Is(err, errFenced) || sa.loaded {
 				t.Fatalf("A's fence before a wipe: %v (loaded %v), want errFenced and a reload", err, sa.loaded)
+			}
+			// A passed that check just before B's wipe (the instant
+			// between them): its own wipe, fenced in its transaction,
+			// still wipes nothing of B's.
+			sa = &replicaState{loaded: true, epoch: phA}
+			if err := a.reregister(ctx, la, sa, part, placeholderPrefix+"a2"); !errors.Is(err, errFenced) || sa.loaded || sa.err != nil {
+				t.Fatalf("A's wipe after B's: %v, state %+v; want errFenced, a reload and no failure", err, sa)
 			}
 			if p, err := st.PartitionGet(ctx, part); err != nil || p.LogEpoch != phB || count() != 1 {
 				t.Fatalf("after A's attempts: partition %+v %v, %d rows; want B's placeholder and B's row only", p, err, count())

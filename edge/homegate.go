@@ -78,7 +78,8 @@ func (l *link) homePending(partition string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s := l.parts[partition]; s != nil && len(s.homePending) > 0 {
-		return notReady(l.edge, "home_checkpoint_pending", "a schema migration of this partition is in progress at its home, edge "+l.edge+"; retry")
+		reason, msg := l.refusalLocked(s)
+		return notReady(l.edge, reason, msg)
 	}
 	return nil
 }

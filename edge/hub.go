@@ -79,6 +79,11 @@ type link struct {
 	leased   <-chan struct{}
 	parts    map[string]*replicaState
 	progress chan struct{} // closed and replaced whenever a replica advances
+	// notes are the holder's last word on each replica, kept while this
+	// node follows (follower.go); noted is closed and replaced on each.
+	notes    map[string]replicaNote
+	noted    chan struct{}
+	notesSub *nats.Subscription
 }
 
 // replicaState is one partition's replica.
@@ -111,7 +116,8 @@ func NewHub(cfg Config) (*Hub, error) {
 	homes, _ := ParseHomes(cfg.Homes)
 	h := &Hub{cfg: cfg, homes: homes, log: cfg.Logger, links: map[string]*link{}}
 	for _, e := range homes.Edges() {
-		h.links[e] = &link{edge: e, wake: make(chan struct{}, 1), parts: map[string]*replicaState{}, progress: make(chan struct{})}
+		h.links[e] = &link{edge: e, wake: make(chan struct{}, 1), parts: map[string]*replicaState{}, progress: make(chan struct{}),
+			notes: map[string]replicaNote{}, noted: make(chan struct{})}
 	}
 	return h, nil
 }
@@ -122,6 +128,12 @@ func (h *Hub) Start(ctx context.Context) error {
 	return h.life.Start(func() error {
 		if h.cfg.Conn == nil || h.cfg.JetStream == nil || h.cfg.Store == nil || h.cfg.Schema == nil {
 			return errors.New("edge: Hub needs Conn, JetStream, Store and Schema")
+		}
+		for _, l := range h.links {
+			if err := h.subscribeNotes(l); err != nil {
+				h.unsubscribeNotes()
+				return err
+			}
 		}
 		h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		for _, l := range h.links {
@@ -136,6 +148,7 @@ func (h *Hub) Start(ctx context.Context) error {
 func (h *Hub) Stop(ctx context.Context) error {
 	return h.life.Stop(func() error {
 		h.cancel()
+		h.unsubscribeNotes()
 		for _, l := range h.links {
 			l.mu.Lock()
 			if l.consume != nil {
@@ -152,6 +165,14 @@ func (h *Hub) Stop(ctx context.Context) error {
 			return fmt.Errorf("edge hub: stop: %w", ctx.Err())
 		}
 	})
+}
+
+func (h *Hub) unsubscribeNotes() {
+	for _, l := range h.links {
+		if l.notesSub != nil {
+			_ = l.notesSub.Unsubscribe()
+		}
+	}
 }
 
 // Metrics returns the hub's counters.
@@ -387,7 +408,11 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 			return err
 		}
 	}
+	// The followers hear of every move of the replica: its position and
+	// the refusal that holds there (follower.go).
+	defer h.announce(l, p.ID)
 	h.notePending(h.ctx, l, p.ID, p.Pending, p.MaxCommitSeq, s.applied)
+	h.announce(l, p.ID)
 	for s.applied < p.MaxCommitSeq {
 		select {
 		case <-lease:
@@ -419,6 +444,7 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 			if err := h.snapshot(l, s, p, lease); err != nil {
 				return err
 			}
+			h.announce(l, p.ID)
 			continue
 		}
 		if len(page.Commits) == 0 {
@@ -433,6 +459,7 @@ func (h *Hub) catchUp(l *link, p partitionStatus, lease <-chan struct{}) error {
 			return err
 		}
 		h.notePending(h.ctx, l, p.ID, page.Pending, page.MaxCommitSeq, s.applied)
+		h.announce(l, p.ID)
 		p.MaxCommitSeq = max(p.MaxCommitSeq, page.MaxCommitSeq)
 		l.mu.Lock()
 		s.edgeMax = max(s.edgeMax, page.MaxCommitSeq)
@@ -587,26 +614,27 @@ func notReady(edge, reason, msg string) error {
 }
 
 // Ready implements engine.Router: the replica must hold the edge's epoch
-// and be free of replication errors.
+// and be free of replication errors. A hub node without the edge's
+// lease serves it only where the holder vouched for it (follower.go).
 func (h *Hub) Ready(ctx context.Context, partition string) error {
 	l := h.links[h.homes.Of(partition)]
 	if err := l.homePending(partition); err != nil {
 		return err
 	}
 	l.mu.Lock()
+	holder := l.holder
 	s := l.parts[partition]
-	var epoch string
-	var err error
-	var rebuilding bool
+	var epoch, reason, msg string
 	if s != nil {
-		epoch, err, rebuilding = s.epoch, s.err, s.rebuilding
+		epoch = s.epoch
+		reason, msg = l.refusalLocked(s)
 	}
 	l.mu.Unlock()
-	if err != nil {
-		return notReady(l.edge, "replica_failed", "the hub's replica of this partition stopped: "+err.Error())
+	if !holder {
+		return h.followerReady(ctx, l, partition)
 	}
-	if rebuilding {
-		return notReady(l.edge, "replica_rebuilding", "the hub is rebuilding its replica of this partition under the edge's new log epoch; retry")
+	if reason != "" {
+		return notReady(l.edge, reason, msg)
 	}
 	if epoch != "" {
 		return nil
@@ -619,6 +647,22 @@ func (h *Hub) Ready(ctx context.Context, partition string) error {
 		return nil
 	}
 	return notReady(l.edge, "replica_not_ready", "the hub holds no replica of this partition yet; retry")
+}
+
+// refusalLocked is the reason (and message) the holder refuses a
+// replica for, "" while it may be served. The caller holds l.mu.
+func (l *link) refusalLocked(s *replicaState) (reason, msg string) {
+	switch {
+	case len(s.homePending) > 0:
+		return "home_checkpoint_pending", "a schema migration of this partition is in progress at its home, edge " + l.edge + "; retry"
+	case s.err != nil:
+		return "replica_failed", "the hub's replica of this partition stopped: " + s.err.Error()
+	case s.rebuilding:
+		return "replica_rebuilding", "the hub is rebuilding its replica of this partition under the edge's new log epoch; retry"
+	case isPlaceholder(s.epoch):
+		return "replica_rebuilding", "the hub is rebuilding its replica of this partition from the edge's rows; retry"
+	}
+	return "", ""
 }
 
 // Forward implements engine.Router: the request's commits go to the

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,12 +14,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncnode/syncnode/backfill"
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
+	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
@@ -50,7 +54,7 @@ func freePort(t testing.TB) int {
 // JetStream loses its quorum with either, and the survivor could no
 // longer publish or stop cleanly — a hub cluster needs three NATS
 // servers, whatever the number of syncnodes.
-func startHubCluster(t testing.TB, n int) *hubCluster {
+func startHubCluster(t testing.TB, n int, mods ...func(i int, c *node.Config)) *hubCluster {
 	t.Helper()
 	pgURL, pgSchema := pgtest.Schema(t)
 	hc := &hubCluster{t: t, pgURL: pgURL, pgSchema: pgSchema, hubs: make([]*node.Node, n), stopped: make([]bool, n)}
@@ -87,6 +91,9 @@ func startHubCluster(t testing.TB, n int) *hubCluster {
 			c.Store.Postgres = pgstore.Config{URL: pgURL, Schema: pgSchema}
 			c.Edge = edge.Config{Homes: homes, PingInterval: 50 * time.Millisecond}
 			c.Realtime.Hub.FallbackPollInterval = 20 * time.Millisecond
+			for _, mod := range mods {
+				mod(i, c)
+			}
 		})
 		wg.Go(func() {
 			nd, err := node.New(cfg)
@@ -310,5 +317,101 @@ func terminateLeaseSession(t testing.TB, url, schema string) {
 	}
 	if n != 1 {
 		t.Fatalf("terminated %d lease sessions, want 1", n)
+	}
+}
+
+// TestHubFollowerRefusesMigrationAtOnce: a hub node without the edge's
+// lease (a follower) refuses the replica as soon as the holder applied a
+// batch of a migration at the edge — not when its own status ping, here
+// an hour apart, would tell it — because it serves only positions the
+// holder vouched for (edge/follower.go); it serves again, backfill
+// included, once the holder applied the activation.
+func TestHubFollowerRefusesMigrationAtOnce(t *testing.T) {
+	const follower = 1
+	hc := startHubCluster(t, 2, func(i int, c *node.Config) {
+		if i == follower {
+			c.Edge.PingInterval = time.Hour
+			// A bound on the wait for the holder's note, not a timing:
+			// the refusal's reason must be the holder's.
+			c.Edge.RequestTimeout = waitShort
+		}
+	})
+	ctx := context.Background()
+	if hc.waitHolder() == follower {
+		// The lock goes to the hub waiting for it; the follower waits
+		// again behind it.
+		terminateLeaseSession(t, hc.pgURL, hc.pgSchema)
+		poll.Until(t, waitLong, "the other hub replicating", func() bool {
+			h := hc.holders()
+			return len(h) == 1 && h[0] != follower
+		})
+	}
+	pushTodos(t, clientOf(t, hc.edg, edgePart, &client.MemoryStore{}, "edge-writer"), "seed", 2)
+	hc.waitReplica()
+	reader := clientOf(t, hc.hubs[follower], edgePart, &client.MemoryStore{Rows: true}, "follower-reader")
+	syncOK(t, reader)
+	if reader.Count("todos") != 2 {
+		t.Fatalf("the follower served %d rows, want 2", reader.Count("todos"))
+	}
+
+	todos, _ := nodetest.Schema(t).Table("todos")
+	row := func(id string) ssp2.Operation {
+		b, err := todos.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte(project)}, {Bytes: []byte("backfilled")}, {Bool: false}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ssp2.Operation{Table: "todos", RowID: id, Op: ssp2.OpUpsert, Payload: b}
+	}
+	runner, err := hc.edg.Backfiller(backfill.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	second := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, backfill.Job{Partition: edgePart, Name: "todo_titles", Sources: []string{"todos"},
+			Batch: func(_ context.Context, _ storage.Tx, cursor string) ([]ssp2.Operation, string, bool, error) {
+				if cursor == "" {
+					return []ssp2.Operation{row("bf-1")}, "1", false, nil
+				}
+				close(second)
+				<-release
+				return []ssp2.Operation{row("bf-2")}, "2", true, nil
+			}})
+		done <- err
+	}()
+	<-second
+	// The first batch (seq 3) is in the replica: the follower's very next
+	// request is refused, with the holder's reason.
+	hc.waitReplica()
+	if hp, _ := hc.hubs[follower].Store.PartitionGet(ctx, edgePart); hp.MaxCommitSeq != 3 {
+		t.Fatalf("replica at seq %d, want 3 (the first batch)", hp.MaxCommitSeq)
+	}
+	_, err = reader.SyncUntilIdle(ctx)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != ssp2.CodeSchemaNotReady || !ce.Retryable || !strings.Contains(string(ce.Details), `"home_checkpoint_pending"`) {
+		t.Fatalf("the follower answered %v mid-migration, want the retryable sync.schema_not_ready (home_checkpoint_pending)", err)
+	}
+	if reader.Count("todos") != 2 {
+		t.Fatalf("the follower served %d rows mid-migration, want the 2 from before it", reader.Count("todos"))
+	}
+
+	unblock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitLong, "the follower serves the partition again", func() bool {
+		_, err := reader.SyncUntilIdle(ctx)
+		return err == nil
+	})
+	if reader.Count("todos") != 4 {
+		t.Fatalf("the follower's reader holds %d rows after the migration, want 4", reader.Count("todos"))
+	}
+	if got := hc.hubs[follower].EdgeHub.Metrics().FollowerUnconfirmed.Load(); got != 0 {
+		t.Fatalf("the follower refused %d requests unconfirmed, want 0 (the holder answers)", got)
 	}
 }

@@ -26,6 +26,11 @@ type Metrics struct {
 	ForwardRefused atomic.Int64
 	// LeaseTaken counts the edge replication leases this node took.
 	LeaseTaken atomic.Int64
+	// FollowerWaits counts the waits of a hub node without the lease for
+	// the holder's note on a replica position (follower.go);
+	// FollowerUnconfirmed those that ended refused, no note in time.
+	FollowerWaits       atomic.Int64
+	FollowerUnconfirmed atomic.Int64
 }
 
 // Collector exports the hub's link state, replica lag and counters:
@@ -41,6 +46,7 @@ type Metrics struct {
 //	syncnode_edge_blobs_fetched_total         blobs read from the edges for the replicas
 //	syncnode_edge_replicating{edge}           1 on the hub node holding the edge's replication lease
 //	syncnode_edge_lease_taken_total           replication leases this node took
+//	syncnode_edge_follower_unconfirmed_total  requests refused at a follower: the holder vouched for no position in time
 func (h *Hub) Collector() prometheus.Collector { return hubCollector{h} }
 
 type hubCollector struct{ h *Hub }
@@ -57,10 +63,11 @@ var (
 	descBlobs     = prometheus.NewDesc("syncnode_edge_blobs_fetched_total", "Blobs read from the edges for the hub's replicas.", nil, nil)
 	descHolder    = prometheus.NewDesc("syncnode_edge_replicating", "1 while this hub node holds the edge's replication lease.", []string{"edge"}, nil)
 	descLeases    = prometheus.NewDesc("syncnode_edge_lease_taken_total", "Edge replication leases this hub node took.", nil, nil)
+	descUnconf    = prometheus.NewDesc("syncnode_edge_follower_unconfirmed_total", "Requests this hub node refused without the lease: the holder confirmed no replica position in time.", nil, nil)
 )
 
 func (c hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots, descBlobs, descHolder, descLeases} {
+	for _, d := range []*prometheus.Desc{descLinkUp, descLag, descApplied, descSourced, descChanges, descForwarded, descRebuilds, descSnapshots, descBlobs, descHolder, descLeases, descUnconf} {
 		ch <- d
 	}
 }
@@ -90,4 +97,5 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.Forwarded.Load()), "answered")
 	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(m.ForwardRefused.Load()), "refused")
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.CounterValue, float64(m.LeaseTaken.Load()))
+	ch <- prometheus.MustNewConstMetric(descUnconf, prometheus.CounterValue, float64(m.FollowerUnconfirmed.Load()))
 }

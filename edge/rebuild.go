@@ -38,8 +38,8 @@ func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus, lease <-chan 
 	l.mu.Lock()
 	s.rebuilding, s.rebuildTo, s.err = true, p.MaxCommitSeq, nil
 	l.mu.Unlock()
-	if err := h.reregister(h.ctx, p.ID, p.LogEpoch); err != nil {
-		return l.fail(s, err)
+	if err := h.reregister(h.ctx, l, s, p.ID, p.LogEpoch); err != nil {
+		return err
 	}
 	h.metrics.Rebuilds.Add(1)
 	l.mu.Lock()
@@ -54,15 +54,13 @@ func (h *Hub) rebuild(l *link, s *replicaState, p partitionStatus, lease <-chan 
 	return nil
 }
 
-// unchanged is the fence before a rebuild drops the replica: this node
-// must still hold lease, and the replica in SQL must be the one it last
-// saw. A node that lost the lease before noticing, while the new holder
-// rebuilt the replica, would otherwise wipe the new holder's work; it
-// gets errFenced instead and reloads the replica. (What remains is the
-// instant between this read and the wipe, which the next apply's check
-// turns into a reload, never into a served partial replica: only a
-// rebase makes a rebuilt replica servable, and it is a compare-and-set
-// on the rebuild's own epoch.)
+// unchanged is the early check before a rebuild drops the replica: this
+// node must still hold lease, and the replica in SQL must be the one it
+// last saw. A node that lost the lease before noticing, while the new
+// holder rebuilt the replica, gets errFenced and reloads the replica
+// before it starts; the wipe itself is fenced on the same condition in
+// its own transaction (reregister), so the instant between this read
+// and the wipe can harm nothing either.
 func (h *Hub) unchanged(l *link, s *replicaState, partition string, lease <-chan struct{}) error {
 	if err := leaseHeld(lease); err != nil {
 		return err

@@ -95,8 +95,8 @@ func (h *Hub) snapshot(l *link, s *replicaState, p partitionStatus, lease <-chan
 	l.mu.Unlock()
 	h.log.Info("edge: the edge pruned commits the replica has not applied; rebuilding it from a snapshot of the edge's rows",
 		"edge", l.edge, "partition", p.ID, "replica_seq", s.applied, "edge_horizon", p.HorizonSeq, "edge_seq", p.MaxCommitSeq)
-	if err := h.reregister(ctx, p.ID, placeholder); err != nil {
-		return l.fail(s, err)
+	if err := h.reregister(ctx, l, s, p.ID, placeholder); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	s.epoch, s.applied = placeholder, 0
@@ -273,23 +273,35 @@ func (h *Hub) putRow(ctx context.Context, tx storage.Tx, s *replicaState, table,
 }
 
 // reregister drops the partition's replica and registers it afresh
-// under epoch. A request that passed Ready just before the wipe may
-// register the partition under an epoch of the hub's (a touch) before
-// the adopt; the wipe is then repeated.
-func (h *Hub) reregister(ctx context.Context, partition, epoch string) error {
+// under epoch. The wipe is fenced in its own transaction on the replica
+// this node last saw (s's epoch and position, PartitionWipeFrom): a node
+// that lost the replica to another — the lease lost before it noticed,
+// between unchanged's read and here — wipes nothing of the other's, and
+// reloads instead (errFenced). A request that passed Ready just before
+// the wipe may register the partition under an epoch of the hub's (a
+// touch) before the adopt; the wipe is then repeated, fenced on that.
+func (h *Hub) reregister(ctx context.Context, l *link, s *replicaState, partition, epoch string) error {
+	l.mu.Lock()
+	fromEpoch, fromSeq := s.epoch, s.applied
+	l.mu.Unlock()
 	for try := 0; try < maxRebuildTries; try++ {
-		if err := h.cfg.Store.PartitionWipe(ctx, partition); err != nil {
-			return fmt.Errorf("drop replica: %w", err)
+		if err := h.cfg.Store.PartitionWipeFrom(ctx, partition, fromEpoch, fromSeq); err != nil {
+			if ssp2.CodeOf(err) == ssp2.CodeStoragePruneEpochMismatch {
+				l.reload(s)
+				return fmt.Errorf("drop replica: %w: %w", errFenced, err)
+			}
+			return l.fail(s, fmt.Errorf("drop replica: %w", err))
 		}
 		got, err := h.cfg.Store.PartitionAdopt(ctx, partition, epoch, time.Now().UnixMilli())
 		if err != nil {
-			return fmt.Errorf("drop replica: %w", err)
+			return l.fail(s, fmt.Errorf("drop replica: %w", err))
 		}
 		if got.LogEpoch == epoch && got.MaxCommitSeq == 0 {
 			return nil
 		}
+		fromEpoch, fromSeq = got.LogEpoch, got.MaxCommitSeq
 	}
-	return fmt.Errorf("drop replica: the partition was re-registered under another epoch %d times", maxRebuildTries)
+	return l.fail(s, fmt.Errorf("drop replica: the partition was re-registered under another epoch %d times", maxRebuildTries))
 }
 
 // isPlaceholder reports an epoch of a replica being rebuilt from a

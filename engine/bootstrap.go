@@ -123,18 +123,24 @@ func (e *Engine) bootstrap(ctx context.Context, r *request, sub *ssp2.Subscripti
 			ScopeDigest: digest, AsOfCommitSeq: asOf, RowCursor: cursor, PageRows: lim.rows,
 		}
 		build := e.pageBuilder(r.id.Partition, t, eff, cursor, lim.rows)
-		pub, data, err := e.page(ctx, key, r.now, build)
+		pub, data, err := e.page(ctx, key, r.now, build, inlineOK)
 		if err != nil {
 			return 0, false, err
 		}
 		e.metrics.RowsBootstrapped.Add(pub.RowCount)
-		if inlineOK && (!refOK || pub.ByteLength < e.inlineMax) {
+		// Bytes at hand from the store-less or fallback build exist
+		// nowhere else: they go inline.
+		unstored := data != nil && e.cfg.Segments != nil
+		if inlineOK && (!refOK || unstored || pub.ByteLength < e.inlineMax) {
 			frame := &ssp2.SegmentInline{Payload: data}
 			if data == nil {
-				if data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID); err != nil {
-					return 0, false, internal("read segment", err)
-				}
-				if frame, err = e.inline.frame(pub.SegmentID, data); err != nil {
+				data, err = e.cfg.Segments.Bytes(ctx, pub.SegmentID)
+				if err != nil {
+					if pub, data, err = e.fallback(ctx, key, build, err); err != nil {
+						return 0, false, err
+					}
+					frame.Payload = data
+				} else if frame, err = e.inline.frame(pub.SegmentID, data); err != nil {
 					return 0, false, internal("stored segment", err)
 				}
 			}
@@ -187,23 +193,21 @@ var errNoSegmentStore = ssp2.Errorf(ssp2.CodeInternalError, "the client accepts 
 
 // page returns one page's publication, through the segment store when
 // there is one (build once, reuse by key), else built in memory. data is
-// the segment's bytes when they are at hand.
-func (e *Engine) page(ctx context.Context, key storage.SegmentKey, now int64, build BuildFunc) (storage.SegmentPublication, []byte, error) {
+// the segment's bytes when they are at hand. A segment store that fails
+// — right after a cluster member died its Object Store or KV may have no
+// stream leader for a moment — does not fail a bootstrap the client
+// takes inline: the page is built in memory (fallback) and data is set,
+// the bytes that then exist nowhere else.
+func (e *Engine) page(ctx context.Context, key storage.SegmentKey, now int64, build BuildFunc, inlineOK bool) (storage.SegmentPublication, []byte, error) {
 	if e.cfg.Segments == nil {
-		var buf bytes.Buffer
-		n, next, err := build(ctx, &buf)
-		if err != nil {
-			return storage.SegmentPublication{}, nil, internal("build segment", err)
-		}
-		e.metrics.SegmentsBuilt.Add(1)
-		return storage.SegmentPublication{
-			SegmentID: ssp2.SegmentID(buf.Bytes()), SegmentKey: key, NextRowCursor: next,
-			RowCount: n, ByteLength: int64(buf.Len()),
-		}, buf.Bytes(), nil
+		return e.memoryPage(ctx, key, build)
 	}
 	pub, built, err := e.cfg.Segments.GetOrBuild(ctx, key, now, build)
 	if err != nil {
-		return storage.SegmentPublication{}, nil, internal("build segment", err)
+		if !inlineOK {
+			return storage.SegmentPublication{}, nil, internal("build segment", err)
+		}
+		return e.fallback(ctx, key, build, err)
 	}
 	if built {
 		e.metrics.SegmentsBuilt.Add(1)
@@ -211,6 +215,31 @@ func (e *Engine) page(ctx context.Context, key storage.SegmentKey, now int64, bu
 		e.metrics.SegmentsReused.Add(1)
 	}
 	return pub, nil, nil
+}
+
+// fallback builds a page in memory after the segment store failed with
+// cause (logged and counted): the bytes go inline.
+func (e *Engine) fallback(ctx context.Context, key storage.SegmentKey, build BuildFunc, cause error) (storage.SegmentPublication, []byte, error) {
+	if ctx.Err() != nil {
+		return storage.SegmentPublication{}, nil, internal("build segment", cause)
+	}
+	e.metrics.SegmentFallbacks.Add(1)
+	e.log.Warn("segment store failed; the bootstrap page is built in memory and sent inline", "partition", key.Partition, "table", key.Table, "err", cause)
+	return e.memoryPage(ctx, key, build)
+}
+
+// memoryPage builds a page in memory, stored nowhere.
+func (e *Engine) memoryPage(ctx context.Context, key storage.SegmentKey, build BuildFunc) (storage.SegmentPublication, []byte, error) {
+	var buf bytes.Buffer
+	n, next, err := build(ctx, &buf)
+	if err != nil {
+		return storage.SegmentPublication{}, nil, internal("build segment", err)
+	}
+	e.metrics.SegmentsBuilt.Add(1)
+	return storage.SegmentPublication{
+		SegmentID: ssp2.SegmentID(buf.Bytes()), SegmentKey: key, NextRowCursor: next,
+		RowCount: n, ByteLength: int64(buf.Len()),
+	}, buf.Bytes(), nil
 }
 
 // pageBuilder returns the BuildFunc of one page: a keyset scan of the

@@ -31,13 +31,33 @@ type Command struct {
 	// actor's resolved scopes authorize). An error rolls back and is
 	// returned as a *CommandError; no operations is ErrEmptyCommand.
 	Operations func(ctx context.Context, r CommandReader) ([]ssp2.Operation, error)
+	// Rows are the rows Operations will probably read (a NATS command's
+	// declared reads): a store that reads rows ahead
+	// (storage.RowPrefetcher) reads them with the lock. Optional.
+	Rows []storage.RowRef
 }
 
-// CommandReader reads the locked partition's rows for a command.
+// CommandReader reads the locked partition's rows for a command, inside
+// the command's transaction: what it reads is what the commit is judged
+// against, and a read through it never waits on the writer the command
+// is (a store read from inside the command would, on SQLite).
 type CommandReader interface {
 	// GetRow returns one row, ok=false when it is absent or its scopes
 	// are not granted to the actor.
 	GetRow(ctx context.Context, table, rowID string) (row Row, ok bool, err error)
+	// Allowed returns the actor's resolved scopes, the ones the command's
+	// writes are authorized by; a failed resolution is sync.forbidden
+	// (fail closed).
+	Allowed() (Allowed, error)
+	// Query runs a registered authoritative query (REMOTE.md §2) over the
+	// transaction's state, as CandidateReader.Query does (p.Partition is
+	// set to the command's partition). The caller authorizes p first:
+	// the operations package restricts a scoped query's relations to
+	// covered values it checked against Allowed. A store whose
+	// transactions run no registered queries returns
+	// ErrCandidateQueryUnsupported; a failing statement is a
+	// *storage.QueryError, which leaves the command usable.
+	Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error)
 }
 
 // CommandResult is a command's outcome: applied, or a stored result
@@ -71,32 +91,10 @@ func CheckCallerClientID(id string) error {
 	return nil
 }
 
-// BindCaller binds the caller's client id to the actor, as every request
-// does, and refuses an id bound to another actor.
-func (e *Engine) BindCaller(ctx context.Context, id Identity, clientID string) error {
-	if err := checkIdentity(id); err != nil {
-		return err
-	}
-	if err := CheckCallerClientID(clientID); err != nil {
-		return err
-	}
-	c, ok, err := e.cfg.Store.ClientGet(ctx, id.Partition, clientID)
-	if err != nil {
-		return internal("read client record", err)
-	}
-	if !ok {
-		if err := e.guardRemote(ctx, id.Partition, false); err != nil {
-			return err
-		}
-		if _, err := e.cfg.Store.PartitionTouch(ctx, id.Partition, e.nowMs()); err != nil {
-			return internal("touch partition", err)
-		}
-	}
-	return e.bindCaller(ctx, id, clientID, c, ok)
-}
-
-// AdmitCaller is BindCaller then Admit with one read of the partition
-// and client records: the entry of a registered query.
+// AdmitCaller binds the caller's client id to the actor, as every
+// request does (refusing an id bound to another actor), then admits it
+// as Admit does, with one read of the partition and client records: the
+// entry of a registered query.
 func (e *Engine) AdmitCaller(ctx context.Context, id Identity, clientID string) error {
 	if err := checkIdentity(id); err != nil {
 		return err
@@ -207,15 +205,24 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 			return CommandResult{}, ssp2.Errorf(ssp2.CodeInvalidRequest, "%v", err)
 		}
 	}
-	if err := e.BindCaller(ctx, c.Identity, c.CallerClientID); err != nil {
+	if err := CheckCaller(c.Identity, c.CallerClientID); err != nil {
 		return CommandResult{}, err
 	}
 	if err := e.guardRemote(ctx, c.Identity.Partition, true); err != nil {
 		return CommandResult{}, err
 	}
-	part, err := e.cfg.Store.PartitionTouch(ctx, c.Identity.Partition, e.nowMs())
+	now := e.nowMs()
+	st, err := e.commandStart(ctx, c, now, false)
+	if err == nil && st.Cached && st.HasClient && st.Client.ActorID != c.Identity.ActorID {
+		// A refusal is answered only on what the database says.
+		st, err = e.commandStart(ctx, c, now, true)
+	}
 	if err != nil {
-		return CommandResult{}, internal("touch partition", err)
+		return CommandResult{}, err
+	}
+	part := st.Partition
+	if err := e.bindCaller(ctx, c.Identity, c.CallerClientID, st.Client, st.HasClient); err != nil {
+		return CommandResult{}, err
 	}
 	ticket, err := e.admit(ctx, part)
 	if err != nil {
@@ -231,7 +238,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		part:   part,
 		scopes: rs,
 		ticket: ticket,
-		now:    e.nowMs(),
+		now:    now,
 	}
 	replay := func(rec storage.PushRecord) (CommandResult, error) {
 		if foreign(r, rec) {
@@ -243,9 +250,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		}
 		return out, err
 	}
-	if rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, part.ID, c.ClientID, c.ClientCommitID); err != nil {
-		return CommandResult{}, internal("idempotency lookup", err)
-	} else if ok {
+	if rec, ok := st.Pushes[c.ClientCommitID]; ok {
 		e.metrics.PushCached.Add(1)
 		return replay(rec)
 	}
@@ -253,7 +258,7 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		done     applied
 		replayed *storage.PushRecord
 	)
-	err = e.cfg.Store.WriteTx(ctx, part.ID, func(tx storage.Tx) error {
+	err = e.writeTx(ctx, part.ID, c.Rows, func(tx storage.Tx) error {
 		if err := ticket.Check(ctx, tx); err != nil {
 			return internal("serve gate", err)
 		}
@@ -266,7 +271,13 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 			replayed = &rec
 			return nil
 		}
-		ops, err := c.Operations(ctx, &commandReader{e: e, tx: tx, r: r})
+		rd := &commandReader{e: e, tx: tx, r: r}
+		ops, err := c.Operations(ctx, rd)
+		if rd.err != nil {
+			// The store failed under a read: the transaction is not
+			// usable whatever the command made of the error.
+			return internal("command read", rd.err)
+		}
 		if err != nil {
 			return &CommandError{Err: err}
 		}
@@ -276,7 +287,16 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 		if len(ops) > *e.cfg.MaxOperations {
 			return ssp2.Errorf(ssp2.CodeTooManyOperations, "%d operations exceed the cap of %d per request", len(ops), *e.cfg.MaxOperations)
 		}
-		done, err = e.apply(ctx, r, tx, &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops})
+		pc := &ssp2.PushCommit{ClientCommitID: c.ClientCommitID, Operations: ops}
+		if rp, ok := tx.(storage.TxRowPrefetcher); ok && len(ops) > 1 {
+			// The rows the operations read first, in one round trip
+			// rather than one each (a push names them ahead; a command
+			// knows them only now).
+			if err := rp.PrefetchRows(ctx, pushRows(pc)); err != nil {
+				return internal("read rows ahead", err)
+			}
+		}
+		done, err = e.apply(ctx, r, tx, pc)
 		return err
 	})
 	if err != nil {
@@ -302,6 +322,38 @@ func (e *Engine) PushCommand(ctx context.Context, c Command) (CommandResult, err
 	return out, err
 }
 
+// commandStart reads what a command starts with — the partition row
+// (touched), the caller's client record and the optimistic lookup of the
+// command's key — in one read on a storage.RequestStarter, as a sync
+// request's start is read (engine.start). A start the store's cache
+// answered holds no result (storage.RequestStart): the locked re-check
+// finds a stored one.
+func (e *Engine) commandStart(ctx context.Context, c Command, now int64, fresh bool) (st storage.RequestStart, err error) {
+	p := c.Identity.Partition
+	if rs, ok := e.cfg.Store.(storage.RequestStarter); ok {
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: p, ClientID: c.CallerClientID,
+			PushClientID: c.ClientID, CommitIDs: []string{c.ClientCommitID}, NowMs: now, Fresh: fresh})
+		if err != nil {
+			return st, internal("start command", err)
+		}
+		if st.Cached {
+			e.metrics.StartsCached.Add(1)
+		}
+		return st, nil
+	}
+	if st.Partition, st.Client, st.HasClient, err = e.cfg.Store.PartitionTouchClient(ctx, p, c.CallerClientID, now); err != nil {
+		return st, internal("touch partition", err)
+	}
+	rec, ok, err := e.cfg.Store.IdempotencyGet(ctx, p, c.ClientID, c.ClientCommitID)
+	if err != nil {
+		return st, internal("idempotency lookup", err)
+	}
+	if ok {
+		st.Pushes = map[string]storage.PushRecord{c.ClientCommitID: rec}
+	}
+	return st, nil
+}
+
 func commandResult(rec storage.PushRecord) (CommandResult, error) {
 	res, _, err := decodeRecord(rec)
 	if err != nil {
@@ -316,9 +368,31 @@ func commandResult(rec storage.PushRecord) (CommandResult, error) {
 
 // commandReader is a CommandReader over the command's transaction.
 type commandReader struct {
-	e  *Engine
-	tx storage.Tx
-	r  *request
+	e   *Engine
+	tx  storage.Tx
+	r   *request
+	err error // a store failure under a registered query
+}
+
+func (c *commandReader) Allowed() (Allowed, error) {
+	if c.r.scopes.err != nil {
+		return nil, ssp2.Errorf(ssp2.CodeForbidden, "scope resolution failed")
+	}
+	return c.r.scopes.allowed, nil
+}
+
+func (c *commandReader) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
+	tq, ok := c.tx.(storage.TxQuerier)
+	if !ok {
+		return storage.QueryResult{}, ErrCandidateQueryUnsupported
+	}
+	p.Partition = c.r.id.Partition
+	res, err := tq.TxQuery(ctx, p)
+	var qe *storage.QueryError
+	if err != nil && !errors.As(err, &qe) {
+		c.err = err
+	}
+	return res, err
 }
 
 func (c *commandReader) GetRow(ctx context.Context, table, rowID string) (Row, bool, error) {

@@ -229,6 +229,10 @@ type Metrics struct {
 	SegmentsInline   atomic.Int64
 	SegmentRefs      atomic.Int64
 	RowsBootstrapped atomic.Int64
+	// SegmentFallbacks counts bootstrap pages built in memory and sent
+	// inline because the segment store failed (its Object Store or KV
+	// without a stream leader right after a cluster member died).
+	SegmentFallbacks atomic.Int64
 	// ImagesBuilt and ImagesReused count SQLite-image segments, ImageRefs
 	// the image descriptors sent, SignedURLs the urls minted and
 	// SignedRefusals the signed downloads refused.

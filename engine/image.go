@@ -73,11 +73,14 @@ func (e *Engine) image(ctx context.Context, r *request, t *schema.Table, eff map
 			SchemaVersion: e.cfg.Schema.Version, MediaType: ssp2.MediaRows,
 			ScopeDigest: digest, AsOfCommitSeq: asOf, PageRows: lim.rows,
 		}
-		p, _, err := e.page(ctx, first, r.now, e.pageBuilder(r.id.Partition, t, eff, "", lim.rows))
+		inlineOK := lim.accept&ssp2.AcceptInlineRows != 0
+		p, data, err := e.page(ctx, first, r.now, e.pageBuilder(r.id.Partition, t, eff, "", lim.rows), inlineOK)
 		if err != nil {
 			return pub, false, err
 		}
-		if p.NextRowCursor == "" {
+		// A page built in memory: the segment store failed, and the
+		// rows lane serves the table inline.
+		if p.NextRowCursor == "" || data != nil {
 			return pub, false, nil
 		}
 	}

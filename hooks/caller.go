@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/syncnode/syncnode/bus"
 )
 
 // Errors of a hook request. Each is wrapped with the hook and subject;
@@ -79,6 +81,29 @@ func (c *caller) call(ctx context.Context, subject string, req any, resp reply) 
 	defer cancel()
 	start := time.Now()
 	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	reason, err := c.classify(subject, msg, err, resp)
+	c.m.observe(c.hook, time.Since(start), reason)
+	return err
+}
+
+// callServing is call for a request whose hook reads through
+// readSubject meanwhile (bus.RequestServing): each read is answered with
+// serve's value as JSON, on the calling goroutine.
+func (c *caller) callServing(ctx context.Context, subject, readSubject string, req any, resp reply, serve func(data []byte) any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("hook %s: encode request: %w", c.hook, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	msg, err := bus.RequestServing(ctx, c.nc, subject, readSubject, body, func(data []byte) []byte {
+		b, err := json.Marshal(serve(data))
+		if err != nil {
+			b, _ = json.Marshal(ErrorReply{Error: &ReplyError{Code: "operation.execution_failed", Message: "the read's answer could not be encoded"}})
+		}
+		return b
+	})
 	reason, err := c.classify(subject, msg, err, resp)
 	c.m.observe(c.hook, time.Since(start), reason)
 	return err

@@ -17,6 +17,11 @@
 // a hook process may serve some tenants only, and NATS permissions can be
 // granted per tenant.
 //
+// With ValidateConfig.Reads, a validate request carries a readSubject the
+// hook may send ReadRequests to until it answers: registered queries and
+// rows by key over the commit's candidate state, answered from inside the
+// commit's transaction (bus.RequestServing).
+//
 // Scopes implements engine.Resolver, Validator.Validate is an
 // engine.CommitValidator and Tokens an httpapi.Authenticator: the hooks
 // are the engine's own extension points, reached over the bus.

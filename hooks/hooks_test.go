@@ -19,8 +19,10 @@ import (
 	"github.com/syncnode/syncnode/internal/clock"
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/operations"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -281,4 +283,57 @@ func TestTokenHook(t *testing.T) {
 	}
 	wantMetric(t, metrics(t, n), `syncnode_hook_errors_total{hook="token",reason="error_reply"}`)
 	wantMetric(t, metrics(t, n), `syncnode_hook_cache_hits_total{hook="token"}`)
+}
+
+// TestValidateHookReads: with reads on, the validate hook (the process,
+// as the documented hooks user) reads the commit's candidate state
+// through its request's read subject on either store: a registered query
+// that counts the commit's own new row, and the row by key. The hook
+// rejects a third todo in a project; the read runs inside the push
+// transaction — on SQLite a remote operation from the hook would wait on
+// the writer the push holds until the hook's deadline.
+func TestValidateHookReads(t *testing.T) {
+	t.Parallel()
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			n, _ := startNode(t, func(c *node.Config) {
+				if store == "postgres" {
+					c.Store.Postgres.URL, c.Store.Postgres.Schema = pgtest.Schema(t)
+				}
+				c.Hooks.Validate = &hooks.ValidateConfig{Timeout: 10 * time.Second, Reads: true}
+				c.Operations.Registry = operations.File{Queries: []operations.Query{{ID: "openTodos",
+					SQL: "SELECT id FROM todos WHERE project_id = ? AND NOT done ORDER BY id", Tables: []string{"todos"},
+					MaxRows: 100, Mode: operations.Scoped, Columns: []operations.Column{{Name: "id", Type: "string"}},
+					Coverage: []operations.Coverage{{Table: "todos", Scopes: map[string][]int{"project_id": {0}}}}}}}
+			})
+			ctx := ctxT(t)
+			c := nodetest.Client(t, n, nodetest.Token(t, "alice", "acme", map[string][]string{"project_id": {"p1", "p2"}}))
+			push := func(id, project string) []*client.Rejection {
+				t.Helper()
+				if _, err := c.Upsert(ctx, "todos", nodetest.Todo(id, project, "limit "+id)); err != nil {
+					t.Fatal(err)
+				}
+				res, err := c.Sync(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Rejected
+			}
+			for _, id := range []string{"a", "b"} {
+				if rj := push(id, "p1"); len(rj) != 0 {
+					t.Fatalf("todo %s: rejected %+v", id, rj)
+				}
+			}
+			if rj := push("c", "p1"); len(rj) != 1 || rj[0].Code != "todo.too_many" || rj[0].Message != "3 todos" {
+				t.Fatalf("third todo of p1: %+v, want todo.too_many counting the commit's own row", rj)
+			}
+			if rj := push("d", "p2"); len(rj) != 0 {
+				t.Fatalf("first todo of p2: rejected %+v", rj)
+			}
+			rs, err := n.Store.RowList(ctx, storage.RowListParams{Partition: "acme", Table: "todos", Limit: 10})
+			if err != nil || len(rs) != 3 {
+				t.Fatalf("rows after the hook's rejections: %d, %v", len(rs), err)
+			}
+		})
+	}
 }

@@ -82,14 +82,24 @@ func hookProcess() int {
 				Operations []struct {
 					OpIndex int            `json:"opIndex"`
 					Op      string         `json:"op"`
+					RowID   string         `json:"rowId"`
 					Row     map[string]any `json:"row"`
 				} `json:"operations"`
+				ReadSubject string `json:"readSubject"`
 			}
 			if err := json.Unmarshal(m.Data, &req); err != nil {
 				reply(m, map[string]any{"error": map[string]string{"code": "bad_request", "message": err.Error()}})
 				return
 			}
 			for _, op := range req.Operations {
+				if title, _ := op.Row["title"].(string); op.Op == "upsert" && strings.HasPrefix(title, "limit") {
+					// Read the candidate state through the request's read
+					// subject: at most 2 todos of the row's project.
+					if rj := limitTodos(nc, req.ReadSubject, op.OpIndex, op.RowID, op.Row); rj != nil {
+						reply(m, map[string]any{"reject": rj})
+						return
+					}
+				}
 				if title, _ := op.Row["title"].(string); op.Op == "upsert" && strings.HasPrefix(title, "bad") {
 					reply(m, map[string]any{"reject": map[string]any{
 						"opIndex": op.OpIndex, "code": "todo.bad_title", "message": "a title must not start with bad",
@@ -154,6 +164,59 @@ func hookProcess() int {
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// limitTodos is the validate hook's read check: the registered query
+// openTodos over the commit's candidate state (the commit's own rows
+// included) must find at most 2 todos in the row's project, and the row
+// read back by key must be the one the commit writes. A failed read is a
+// rejection naming it, so the test sees it.
+func limitTodos(nc *nats.Conn, readSubject string, opIndex int, rowID string, row map[string]any) map[string]any {
+	read := func(req, out any) error {
+		b, _ := json.Marshal(req)
+		m, err := nc.Request(readSubject, b, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		var e struct {
+			Error *struct{ Code, Message string }
+		}
+		if json.Unmarshal(m.Data, &e); e.Error != nil {
+			return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+		}
+		return json.Unmarshal(m.Data, out)
+	}
+	fail := func(err error) map[string]any {
+		return map[string]any{"opIndex": opIndex, "code": "todo.read_failed", "message": err.Error()}
+	}
+	if readSubject == "" {
+		return fail(fmt.Errorf("no readSubject"))
+	}
+	var q struct {
+		Rows []struct {
+			ID string `json:"id"`
+		} `json:"rows"`
+	}
+	if err := read(map[string]any{"kind": "query", "operationId": "openTodos", "params": []any{row["project_id"]}}, &q); err != nil {
+		return fail(err)
+	}
+	var got struct {
+		Row           map[string]any `json:"row"`
+		ServerVersion int64          `json:"serverVersion"`
+	}
+	if err := read(map[string]any{"kind": "getRow", "table": "todos", "rowId": rowID}, &got); err != nil {
+		return fail(err)
+	}
+	if got.Row["title"] != row["title"] || got.ServerVersion < 1 {
+		return fail(fmt.Errorf("getRow %s = %v (version %d), not the commit's row", rowID, got.Row, got.ServerVersion))
+	}
+	if err := read(map[string]any{"kind": "query", "operationId": "nope", "params": []any{}}, &q); err == nil || !strings.HasPrefix(err.Error(), "operation.unknown") {
+		return fail(fmt.Errorf("an unknown query read: %v", err))
+	}
+	if len(q.Rows) > 2 {
+		return map[string]any{"opIndex": opIndex, "code": "todo.too_many", "message": fmt.Sprintf("%d todos", len(q.Rows))}
+	}
+	return nil
 }
 
 // hookProc is a running hook process and a connection to steer it.

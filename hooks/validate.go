@@ -1,11 +1,14 @@
 package hooks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +26,56 @@ type ValidateRequest struct {
 	ClientID       string      `json:"clientId"`
 	ClientCommitID string      `json:"clientCommitId"`
 	Operations     []Operation `json:"operations"`
+	// ReadSubject (with ValidateConfig.Reads) is where the hook may read
+	// the commit's candidate state until it replies: see ReadRequest.
+	ReadSubject string `json:"readSubject,omitempty"`
+}
+
+// ReadRequest is a read a validate hook sends to its request's
+// ReadSubject, answered from inside the commit's transaction — the
+// stored rows of the partition with the commit's writes applied, the
+// state the hook is judging — never from another snapshot, and without
+// waiting on the writer the commit holds (a remote operation from the
+// hook would, on SQLite, until the hook's deadline):
+//
+//	{"kind": "query", "operationId": "<registered query>", "params": [...]}
+//	  → {"rows": [{column: value}], "maxCommitSeq": n}
+//	{"kind": "getRow", "table": "...", "rowId": "..."}
+//	  → {"row": {...} | null, "serverVersion": n}
+//
+// or {"error": {"code", "message"}} (operation.* codes for a query). A
+// query is the server's own read, as a Go validator's: a scoped query's
+// relations hold the rows of the values its coverage names in params,
+// granted to the pushing actor or not. Params are JSON scalars (integers
+// without a fraction or exponent are integers); values in answers are
+// rendered like the request's rows. At most MaxValidateReads per request.
+type ReadRequest struct {
+	Kind        string            `json:"kind"`
+	OperationID string            `json:"operationId,omitempty"`
+	Params      []json.RawMessage `json:"params,omitempty"`
+	Table       string            `json:"table,omitempty"`
+	RowID       string            `json:"rowId,omitempty"`
+}
+
+// MaxValidateReads bounds the reads of one validate request.
+const MaxValidateReads = 1000
+
+// QueryResult is a registered query's result over the candidate state.
+type QueryResult struct {
+	Rows         []engine.Row `json:"rows"`
+	MaxCommitSeq int64        `json:"maxCommitSeq"`
+}
+
+// CandidateQuery runs the registered query id over a push's candidate
+// state (the node wires operations.Registry.QueryCandidate); a refusal
+// or failure is a ReplyError with its operation code.
+type CandidateQuery func(ctx context.Context, rd engine.CandidateReader, id string, params []any) (QueryResult, *ReplyError)
+
+type readReply struct {
+	ErrorReply
+	*QueryResult
+	Row           *engine.Row `json:"row,omitempty"`
+	ServerVersion int64       `json:"serverVersion,omitempty"`
 }
 
 // Operation is one operation of the commit, after the scope-column strip
@@ -79,8 +132,14 @@ const DefaultValidateTimeout = 500 * time.Millisecond
 type ValidateConfig struct {
 	// Conn is the node's NATS connection. Required.
 	Conn *nats.Conn
-	// Timeout bounds one request (default DefaultValidateTimeout).
+	// Timeout bounds one request (default DefaultValidateTimeout), the
+	// hook's reads included.
 	Timeout time.Duration
+	// Reads sends each request a ReadSubject the hook may read the
+	// candidate state through (ReadRequest); Query runs its registered
+	// queries (nil: a query read is operation.unknown).
+	Reads   bool
+	Query   CandidateQuery
 	Metrics *Metrics
 }
 
@@ -103,8 +162,10 @@ func (c ValidateConfig) Validate() error {
 // error answer or a malformed one rejects the commit with
 // sync.constraint_violation. Either way the commit rolls back whole.
 type Validator struct {
-	c caller
-	m *Metrics
+	c     caller
+	m     *Metrics
+	reads bool
+	query CandidateQuery
 }
 
 // NewValidator validates cfg and returns the hook client.
@@ -113,7 +174,8 @@ func NewValidator(cfg ValidateConfig) (*Validator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Validator{c: caller{nc: cfg.Conn, hook: bus.HookValidate, timeout: cfg.Timeout, m: cfg.Metrics}, m: cfg.Metrics}, nil
+	return &Validator{c: caller{nc: cfg.Conn, hook: bus.HookValidate, timeout: cfg.Timeout, m: cfg.Metrics}, m: cfg.Metrics,
+		reads: cfg.Reads, query: cfg.Query}, nil
 }
 
 // Validate implements engine.CommitValidator.
@@ -129,7 +191,19 @@ func (v *Validator) Validate(ctx context.Context, cv engine.CommitValidation) er
 			Row: jsonRow(o.Row), Stored: jsonRow(o.Stored), StoredServerVersion: o.StoredServerVersion, NextServerVersion: o.NextServerVersion}
 	}
 	var r ValidateReply
-	if err := v.c.call(ctx, bus.HookValidateSubject(p), req, &r); err != nil {
+	if v.reads && cv.Candidate != nil {
+		req.ReadSubject = bus.HookReadSubject(bus.ReadToken())
+		n := 0
+		err = v.c.callServing(ctx, bus.HookValidateSubject(p), req.ReadSubject, req, &r, func(data []byte) any {
+			if n++; n > MaxValidateReads {
+				return ErrorReply{Error: &ReplyError{Code: "operation.invalid_request", Message: fmt.Sprintf("a validate request reads at most %d times", MaxValidateReads)}}
+			}
+			return v.read(ctx, cv.Candidate, data)
+		})
+	} else {
+		err = v.c.call(ctx, bus.HookValidateSubject(p), req, &r)
+	}
+	if err != nil {
 		return err
 	}
 	if r.Reject == nil {
@@ -155,4 +229,68 @@ func jsonRow(r engine.Row) engine.Row {
 		return r
 	}
 	return out
+}
+
+// read answers one ReadRequest from the candidate state.
+func (v *Validator) read(ctx context.Context, rd engine.CandidateReader, data []byte) any {
+	var rq ReadRequest
+	bad := func(format string, args ...any) any {
+		return ErrorReply{Error: &ReplyError{Code: "operation.invalid_request", Message: fmt.Sprintf(format, args...)}}
+	}
+	if err := json.Unmarshal(data, &rq); err != nil {
+		return bad("a read is a JSON ReadRequest: %v", err)
+	}
+	switch rq.Kind {
+	case "query":
+		params := make([]any, len(rq.Params))
+		for i, raw := range rq.Params {
+			p, err := jsonParam(raw)
+			if err != nil {
+				return bad("params[%d]: %v", i, err)
+			}
+			params[i] = p
+		}
+		if v.query == nil {
+			return ErrorReply{Error: &ReplyError{Code: "operation.unknown", Message: "this node registers no queries"}}
+		}
+		res, rerr := v.query(ctx, rd, rq.OperationID, params)
+		if rerr != nil {
+			return ErrorReply{Error: rerr}
+		}
+		for i, row := range res.Rows {
+			res.Rows[i] = jsonRow(row)
+		}
+		return readReply{QueryResult: &res}
+	case "getRow":
+		row, version, ok, err := rd.GetRow(ctx, rq.Table, rq.RowID)
+		if err != nil {
+			return bad("%v", err)
+		}
+		if !ok {
+			return json.RawMessage(`{"row":null}`)
+		}
+		row = jsonRow(row)
+		return readReply{Row: &row, ServerVersion: version}
+	}
+	return bad("a read is of kind query or getRow, not %q", rq.Kind)
+}
+
+// jsonParam reads one JSON scalar param: an integer literal is an int64.
+func jsonParam(raw json.RawMessage) (any, error) {
+	var x any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&x); err != nil {
+		return nil, err
+	}
+	switch n := x.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
+			return i, nil
+		}
+		return n.Float64()
+	case nil, bool, string:
+		return x, nil
+	}
+	return nil, errors.New("not a JSON scalar")
 }

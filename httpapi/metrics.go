@@ -57,6 +57,7 @@ func newMetrics(reg *prometheus.Registry, em *engine.Metrics, budget *bodyBudget
 		{"syncnode_segments_built_total", "Bootstrap segments built.", em.SegmentsBuilt.Load},
 		{"syncnode_segments_reused_total", "Bootstrap segments reused from an earlier build.", em.SegmentsReused.Load},
 		{"syncnode_segments_inline_total", "Segments delivered inline.", em.SegmentsInline.Load},
+		{"syncnode_segment_fallbacks_total", "Bootstrap pages built in memory and sent inline because the segment store failed.", em.SegmentFallbacks.Load},
 		{"syncnode_segment_refs_total", "Segments delivered by reference.", em.SegmentRefs.Load},
 		{"syncnode_rows_bootstrapped_total", "Rows delivered in bootstrap segments.", em.RowsBootstrapped.Load},
 		{"syncnode_images_built_total", "SQLite-image segments built.", em.ImagesBuilt.Load},

@@ -48,11 +48,15 @@ func StartLocalNode(ctx context.Context, cfg LocalNodeConfig) (*LocalNode, error
 		return nil, fmt.Errorf("local node: %w", err)
 	}
 	args := []string{"serve", "--load-fixture", "--http", "127.0.0.1:0", "--data", dir, "--nats-port", "-1"}
+	env := []string{"SYNCNODE_LOG_LEVEL=warn"}
 	if cfg.Postgres != "" {
+		// The fixture node wipes and seeds its partitions: it is the
+		// schema's only writer, and says so.
 		args = append(args, "--postgres", cfg.Postgres)
+		env = append(env, "SYNCNODE_POSTGRES_SOLE_WRITER=true")
 	}
 	cmd := exec.Command(cfg.Binary, args...)
-	cmd.Env = append(append(os.Environ(), "SYNCNODE_LOG_LEVEL=warn"), cfg.Env...)
+	cmd.Env = append(append(os.Environ(), env...), cfg.Env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)

@@ -206,7 +206,11 @@ func (n *Node) start(ctx context.Context) (err error) {
 		ac.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	ec := cfg.Engine
-	if ac.Auth, ec.CommitValidator, err = n.startHooks(ac.Auth, ec.CommitValidator, ac.Registry); err != nil {
+	opsRegistry, err := n.loadOperations(ctx)
+	if err != nil {
+		return err
+	}
+	if ac.Auth, ec.CommitValidator, err = n.startHooks(ac.Auth, ec.CommitValidator, ac.Registry, candidateQuery(opsRegistry)); err != nil {
 		return err
 	}
 
@@ -264,7 +268,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if n.Realtime != nil {
 		ac.Realtime = n.Realtime
 	}
-	if ac.Operations, err = n.startOperations(ctx, ac.Auth, ac.Registry); err != nil {
+	if ac.Operations, err = n.startOperations(ctx, opsRegistry, ac.Auth, ac.Registry); err != nil {
 		return err
 	}
 

@@ -9,14 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/hooks"
 	"github.com/syncnode/syncnode/httpapi"
 	"github.com/syncnode/syncnode/operations"
 )
 
-// startOperations validates the registered operations against the schema
-// and the store, and returns the HTTP binding (nil when none is
-// registered).
-func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator, prom prometheus.Registerer) (http.Handler, error) {
+// loadOperations validates the registered operations against the schema
+// and the store (nil when none is registered). It runs before the hooks
+// start: the validate hook's reads run the registry's queries.
+func (n *Node) loadOperations(ctx context.Context) (*operations.Registry, error) {
 	oc := n.cfg.Operations
 	if !oc.enabled() {
 		return nil, nil
@@ -37,6 +38,40 @@ func (n *Node) startOperations(ctx context.Context, authn httpapi.Authenticator,
 	if err := reg.Prepare(ctx, n.Store); err != nil {
 		return nil, err
 	}
+	return reg, nil
+}
+
+// candidateQuery runs reg's queries for the validate hook's reads.
+func candidateQuery(reg *operations.Registry) hooks.CandidateQuery {
+	if reg == nil {
+		return nil
+	}
+	return func(ctx context.Context, rd engine.CandidateReader, id string, params []any) (hooks.QueryResult, *hooks.ReplyError) {
+		res, err := reg.QueryCandidate(ctx, rd, id, params...)
+		if err != nil {
+			e := operations.ErrorOf(err)
+			return hooks.QueryResult{}, &hooks.ReplyError{Code: e.Code, Message: e.Message}
+		}
+		out := hooks.QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]engine.Row, len(res.Rows))}
+		for i, row := range res.Rows {
+			r := make(engine.Row, len(row))
+			for _, f := range row {
+				r[f.Key] = f.Value
+			}
+			out.Rows[i] = r
+		}
+		return out, nil
+	}
+}
+
+// startOperations serves the registered operations (reg, from
+// loadOperations) and returns the HTTP binding (nil when none is
+// registered).
+func (n *Node) startOperations(ctx context.Context, reg *operations.Registry, authn httpapi.Authenticator, prom prometheus.Registerer) (http.Handler, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	oc := n.cfg.Operations
 	svc, err := operations.New(operations.Config{Schema: n.cfg.Schema, Store: n.Store, Engine: n.Engine, Registry: reg,
 		Conn: n.NATS.Conn(), Names: n.cfg.Names, Remote: n.remoteHome(), Logger: n.log})
 	if err != nil {

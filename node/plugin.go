@@ -18,12 +18,18 @@ import (
 // authenticator and the whole-commit validator with them in place: the
 // token hook authenticates, the scopes hook replaces the identity's
 // resolver, and the validate hook runs after the host's own validator.
-func (n *Node) startHooks(authn httpapi.Authenticator, cv engine.CommitValidator, reg prometheus.Registerer) (httpapi.Authenticator, engine.CommitValidator, error) {
+func (n *Node) startHooks(authn httpapi.Authenticator, cv engine.CommitValidator, reg prometheus.Registerer, query hooks.CandidateQuery) (httpapi.Authenticator, engine.CommitValidator, error) {
 	m, err := hooks.NewMetrics(reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hook metrics: %w", err)
 	}
-	if n.Hooks, err = hooks.New(n.NATS.Conn(), n.cfg.Hooks, m, n.cfg.Clock); err != nil {
+	hc := n.cfg.Hooks
+	if hc.Validate != nil && hc.Validate.Reads {
+		vc := *hc.Validate
+		vc.Query = query
+		hc.Validate = &vc
+	}
+	if n.Hooks, err = hooks.New(n.NATS.Conn(), hc, m, n.cfg.Clock); err != nil {
 		return nil, nil, err
 	}
 	if n.Hooks.Tokens != nil {

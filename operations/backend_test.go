@@ -41,23 +41,38 @@ func (b backend) with(t *testing.T, mod func(*node.Config)) func(*node.Config) {
 }
 
 // TestNodeRefusesEscapingRegistration: on either store, a node whose
-// operations name an internal table does not start, and says which query
-// and field (the escapes one by one: TestRegistrationRefusesEscapes).
+// operations hold one of the issue's escapes — a schema-qualified main
+// table, the commit log, ATTACH, a CTE naming an internal table, a
+// writing statement, a second statement — does not start, and says which
+// query and field (every escape and malformed declaration one by one:
+// TestRegistrationRefusesEscapes).
 func TestNodeRefusesEscapingRegistration(t *testing.T) {
+	escapes := []struct{ name, sql, want string }{
+		{"main.todos", "SELECT id FROM main.todos WHERE project_id = ?", "no such table"},
+		{"sync_commits", "SELECT client_id AS id FROM sync_commits WHERE partition = ?", "sync_commits"},
+		{"attach", "ATTACH DATABASE 'x.db' AS x", "only SELECT"},
+		{"cte", "WITH c AS (SELECT client_id FROM sync_client_records) SELECT id FROM todos WHERE project_id = ?", "sync_client_records"},
+		{"write", "UPDATE todos SET title = 'x' WHERE project_id = ?", "only SELECT"},
+		{"second", "SELECT id FROM todos WHERE project_id = ?; DELETE FROM todos", "second statement"},
+	}
 	eachBackend(t, func(t *testing.T, b backend) {
-		bad := operations.File{Queries: []operations.Query{{ID: "log", SQL: "SELECT client_id AS id FROM sync_commits WHERE partition = ?",
-			Tables: []string{"todos"}, MaxRows: 10, Mode: operations.Privileged, AllowActors: []string{"*"},
-			Columns: []operations.Column{{Name: "id", Type: "string"}}}}}
-		n, err := node.New(nodetest.Config(t, b.with(t, func(c *node.Config) { c.Operations.Registry = bad })))
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err = n.Start(ctx); err == nil {
-				_ = n.Stop(ctx)
-			}
-		}
-		if err == nil || !strings.Contains(err.Error(), `queries[0] ("log").sql`) || !strings.Contains(err.Error(), "sync_commits") {
-			t.Fatalf("a node with a query over sync_commits: %v", err)
+		for _, esc := range escapes {
+			t.Run(esc.name, func(t *testing.T) {
+				bad := operations.File{Queries: []operations.Query{{ID: "esc", SQL: esc.sql,
+					Tables: []string{"todos"}, MaxRows: 10, Mode: operations.Privileged, AllowActors: []string{"*"},
+					Columns: []operations.Column{{Name: "id", Type: "string"}}}}}
+				n, err := node.New(nodetest.Config(t, b.with(t, func(c *node.Config) { c.Operations.Registry = bad })))
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					if err = n.Start(ctx); err == nil {
+						_ = n.Stop(ctx)
+					}
+				}
+				if err == nil || !strings.Contains(err.Error(), `queries[0] ("esc").sql`) || !strings.Contains(err.Error(), esc.want) {
+					t.Fatalf("a node with %q: %v", esc.sql, err)
+				}
+			})
 		}
 	})
 }

@@ -241,21 +241,22 @@ func BenchmarkQuery100(b *testing.B) {
 
 // BenchmarkCommandRound is a Go command of one upsert (command) against a
 // push of the same operation through the same pipeline (push), on each
-// store. Target: command ≤ 1.2× push. cpu-µs/op is this process's CPU
-// (PostgreSQL's server is not in it).
+// store. Target: command ≤ 1.2× push. Besides wall time it reports CPU
+// per op (cpuMeter: this process's, and PostgreSQL's server's).
 func BenchmarkCommandRound(b *testing.B) {
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
+			open, _, meter := benchStore(b, name)
 			var n int
 			f := File{Commands: []Command{{ID: "add",
 				Authorize: func(context.Context, engine.Identity, any) (bool, error) { return true, nil },
 				Run: func(_ context.Context, c CommandCall) ([]Mutation, error) {
 					return []Mutation{task(c.RequestID, "a", "title", 1, false)}, nil
 				}}}}
-			e := newEnv(b, stores[name], f, nil)
+			e := newEnv(b, open, f, nil)
 			id := caller("p", "u", engine.Allowed{"project_id": {"a"}})
 			b.Run("command", func(b *testing.B) {
-				cpu0 := cpuTime(b)
+				m := meter(b)
 				for b.Loop() {
 					n++
 					res, err := e.svc.Command(e.ctx, id, Request{Kind: "command", ClientID: "svc", OperationID: "add", RequestID: fmt.Sprintf("c%d", n), Params: Object{}})
@@ -263,10 +264,10 @@ func BenchmarkCommandRound(b *testing.B) {
 						b.Fatal(res, err)
 					}
 				}
-				b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				m.report()
 			})
 			b.Run("push", func(b *testing.B) {
-				cpu0 := cpuTime(b)
+				m := meter(b)
 				for b.Loop() {
 					n++
 					ops, err := e.svc.operations([]Mutation{task(fmt.Sprintf("p%d", n), "a", "title", 1, false)})
@@ -278,7 +279,7 @@ func BenchmarkCommandRound(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				m.report()
 			})
 		})
 	}

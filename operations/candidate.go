@@ -29,18 +29,7 @@ import (
 // the push goes on; anything else is the store's failure, and the push
 // fails with sync.internal_error whatever the validator returns.
 func (r *Registry) QueryCandidate(ctx context.Context, rd engine.CandidateReader, id string, params ...any) (QueryResult, error) {
-	q, ok := r.queries[id]
-	if !ok {
-		return QueryResult{}, errorf(CodeUnknown, "no query %q is registered", id)
-	}
-	vals := make([]any, len(params))
-	for i, p := range params {
-		if n, ok := p.(int); ok {
-			p = int64(n)
-		}
-		vals[i] = p
-	}
-	args, err := queryArgs(vals, q.params)
+	q, args, err := r.lookup(id, params)
 	if err != nil {
 		return QueryResult{}, err
 	}
@@ -55,6 +44,27 @@ func (r *Registry) QueryCandidate(ctx context.Context, rd engine.CandidateReader
 		return QueryResult{}, err
 	}
 	return q.result(res)
+}
+
+// lookup finds the registered query id and checks its positional params
+// given in Go (an int is an int64).
+func (r *Registry) lookup(id string, params []any) (*query, []any, error) {
+	q, ok := r.queries[id]
+	if !ok {
+		return nil, nil, errorf(CodeUnknown, "no query %q is registered", id)
+	}
+	vals := make([]any, len(params))
+	for i, p := range params {
+		if n, ok := p.(int); ok {
+			p = int64(n)
+		}
+		vals[i] = p
+	}
+	args, err := queryArgs(vals, q.params)
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, args, nil
 }
 
 // covered returns a scoped query's relation restriction: per table and

@@ -34,6 +34,11 @@ func errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// ErrorOf is the operation error a failure is answered with (an
+// *Error's own code, a query's operation.query_failed, …): what a binding
+// of another package sends for an error of this one.
+func ErrorOf(err error) *Error { return toError(err) }
+
 // toError maps any failure of an operation to its response error. The
 // causes of internal failures are logged by the caller, never sent.
 func toError(err error) *Error {
@@ -48,6 +53,9 @@ func toError(err error) *Error {
 			msg = qe.Error()
 		}
 		return &Error{Code: CodeQueryFailed, Message: msg}
+	}
+	if errors.Is(err, engine.ErrCandidateQueryUnsupported) {
+		return &Error{Code: CodeStorageUnsupported, Message: "the store runs no registered queries inside a transaction"}
 	}
 	var ce *engine.CommandError
 	if errors.As(err, &ce) {

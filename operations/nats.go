@@ -26,10 +26,15 @@ import (
 // Names.OperationCommand(id), under the partition lock, an encoded object
 //
 //	{revision: 1, kind: "commandCall", operationId, requestId, partition,
-//	 actorId, clientId, params, rows: [{table, rowId, row: object|null}]}
+//	 actorId, clientId, params, rows: [{table, rowId, row: object|null}],
+//	 readSubject}
 //
 // where rows are the command's declared reads (rows the caller's scopes
-// do not grant are null), and commits what the handler replies,
+// do not grant are null). Until it replies, the handler may send requests
+// to readSubject (bus.RequestServing; at most MaxCommandReads), each
+// answered from inside the command's transaction with the caller's
+// authorization (commandRead): a registered query, or a row by key. The
+// node then commits what the handler replies,
 //
 //	{revision: 1, kind: "mutations", mutations: [{op: "upsert"|"delete",
 //	 table, rowId?, row?: object}]}
@@ -168,19 +173,84 @@ func (s *Service) natsCommand(ctx context.Context, c *command, call CommandCall)
 		}
 		rows = append(rows, Object{{"table", rd.Table}, {"rowId", rowID}, {"row", rv}})
 	}
+	readSubject := s.cfg.Names.OperationRead(bus.ReadToken())
 	body, err := Encode(Object{{"revision", int64(Revision)}, {"kind", "commandCall"}, {"operationId", call.OperationID},
 		{"requestId", call.RequestID}, {"partition", call.Identity.Partition}, {"actorId", call.Identity.ActorID},
-		{"clientId", call.ClientID}, {"params", call.Params}, {"rows", rows}})
+		{"clientId", call.ClientID}, {"params", call.Params}, {"rows", rows}, {"readSubject", readSubject}})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	reply, err := s.cfg.Conn.RequestWithContext(ctx, subject, body)
+	reads := 0
+	reply, err := bus.RequestServing(ctx, s.cfg.Conn, subject, readSubject, body, func(data []byte) []byte {
+		reads++
+		var out Object
+		if reads > MaxCommandReads {
+			out = ErrorObject(errorf(CodeInvalidRequest, "a command call reads at most %d times", MaxCommandReads))
+		} else {
+			out = s.commandRead(ctx, call, data)
+		}
+		b, err := Encode(out)
+		if err != nil {
+			b, _ = Encode(ErrorObject(errorf(CodeExecutionFailed, "the read's answer could not be encoded")))
+		}
+		return b
+	})
 	if err != nil {
 		return nil, fmt.Errorf("NATS command %s: %w", c.ID, err)
 	}
 	return decodeMutations(reply.Data)
+}
+
+// MaxCommandReads bounds the reads one NATS command call may send to its
+// read subject: the partition's writes wait while the handler reads.
+const MaxCommandReads = 1000
+
+// commandRead answers one read a NATS command handler sent to its call's
+// read subject, inside the command's transaction and with the caller's
+// authorization: {kind: "query", operationId, params} runs a registered
+// query as CommandCall.Query does and answers the query's success object;
+// {kind: "getRow", table, rowId} answers {kind: "row", table, rowId,
+// row: object|null} (null when absent or not granted to the caller).
+// Anything else, and every refusal, is an error object.
+func (s *Service) commandRead(ctx context.Context, call CommandCall, data []byte) Object {
+	v, err := Decode(data)
+	if err != nil {
+		return ErrorObject(errorf(CodeInvalidRequest, "%v", err))
+	}
+	o, _ := v.(Object)
+	str := func(k string) string { x, _ := o.Get(k); v, _ := x.(string); return v }
+	switch kind := str("kind"); kind {
+	case "query":
+		id := str("operationId")
+		p, _ := o.Get("params")
+		params, ok := p.([]any)
+		if !ok {
+			return ErrorObject(errorf(CodeInvalidRequest, "a query read's params are an array"))
+		}
+		res, err := call.Query(ctx, id, params...)
+		if err != nil {
+			return ErrorObject(toError(err))
+		}
+		return res.object(id)
+	case "getRow":
+		table, rowID := str("table"), str("rowId")
+		if _, ok := s.cfg.Schema.Table(table); !ok || rowID == "" {
+			return ErrorObject(errorf(CodeInvalidRequest, "a getRow read names a table of the schema and a rowId"))
+		}
+		row, found, err := call.Rows.GetRow(ctx, table, rowID)
+		if err != nil {
+			return ErrorObject(toError(err))
+		}
+		var rv any
+		if found {
+			rv = s.rowObject(table, row)
+		}
+		return Object{{"revision", int64(Revision)}, {"kind", "row"}, {"table", table}, {"rowId", rowID}, {"row", rv}}
+	default:
+		return ErrorObject(errorf(CodeInvalidRequest, "a read is of kind query or getRow, not %q", kind))
+	}
 }
 
 // rowObject renders a row in the table's column order.

@@ -3,6 +3,7 @@ package operations_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
@@ -43,9 +44,11 @@ func natsCall(t *testing.T, nc *nats.Conn, subject, token string, req operations
 // TestNATSCommandHandlerProcess: a command implemented by another process
 // on the bus (testdata/cmdhandler, built and run here) is called over
 // the NATS request binding: the node reads the declared row under the
-// lock, sends it, and commits the handler's mutation; a retry is cached
-// without asking the handler; a caller without a token is refused and
-// nothing runs.
+// lock, sends it, and commits the handler's mutation; a handler reads
+// through its call's read subject (a registered query and rows by key,
+// in the command's transaction, with the caller's grant; an ungranted
+// project refused); a retry is cached without asking the handler; a
+// caller without a token is refused and nothing runs.
 func TestNATSCommandHandlerProcess(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "cmdhandler")
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/cmdhandler").CombinedOutput(); err != nil {
@@ -58,7 +61,8 @@ func testNATSCommandHandlerProcess(t *testing.T, b backend, bin string) {
 	var runs atomic.Int64
 	ops := goOps(&runs)
 	ops.Commands = append(ops.Commands, operations.Command{ID: "renameTodo", NATS: true, AllowActors: []string{"svc"},
-		Reads: []operations.Read{{Table: "todos", RowIDParam: "id"}}, TimeoutMs: 10000})
+		Reads: []operations.Read{{Table: "todos", RowIDParam: "id"}}, TimeoutMs: 10000},
+		operations.Command{ID: "finishProject", NATS: true, AllowActors: []string{"svc"}, TimeoutMs: 10000})
 	n := nodetest.Start(t, b.with(t, func(c *node.Config) { c.Operations.Registry = ops }))
 	subject, err := (bus.Names{}).OperationCommand("renameTodo")
 	if err != nil {
@@ -66,7 +70,11 @@ func testNATSCommandHandlerProcess(t *testing.T, b backend, bin string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	proc := exec.CommandContext(ctx, bin, n.NATS.ClientURL(), subject)
+	finish, err := (bus.Names{}).OperationCommand("finishProject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := exec.CommandContext(ctx, bin, n.NATS.ClientURL(), subject, finish)
 	stdout, _ := proc.StdoutPipe()
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
@@ -93,6 +101,36 @@ func testNATSCommandHandlerProcess(t *testing.T, b backend, bin string) {
 	if res := natsCall(t, nc, reqSubject, tok, rename); mustGet(res, "status") != "applied" || mustGet(res, "commitSeq") != float64(2) {
 		t.Fatalf("rename by the handler process: %v", res)
 	}
+	// finishProject reads through the call's read subject, inside the
+	// command's transaction with the caller's grant: the registered query
+	// for the project, then each open todo by key.
+	wide := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1", "p2"}})
+	for i, add := range []operations.Object{
+		{{Key: "id", Value: "t2"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "two"}},
+		{{Key: "id", Value: "t3"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "three"}},
+		{{Key: "id", Value: "t4"}, {Key: "project", Value: "p2"}, {Key: "title", Value: "four"}},
+	} {
+		if res := natsCall(t, nc, reqSubject, wide, commandObj("svc-1", "addTodo", fmt.Sprintf("seed-%d", i), add)); mustGet(res, "status") != "applied" {
+			t.Fatalf("seed: %v", res)
+		}
+	}
+	finished := commandObj("svc-1", "finishProject", "f1", operations.Object{{Key: "project", Value: "p1"}})
+	if res := natsCall(t, nc, reqSubject, tok, finished); mustGet(res, "status") != "applied" || len(mustGet(res, "results").([]any)) != 3 {
+		t.Fatalf("finishProject p1: %v", res)
+	}
+	// A read of a project the caller is not granted is refused inside the
+	// call: the handler fails, nothing is committed.
+	if res := natsCall(t, nc, reqSubject, tok, commandObj("svc-1", "finishProject", "f2", operations.Object{{Key: "project", Value: "p2"}})); mustGet(res, "code") != operations.CodeExecutionFailed {
+		t.Fatalf("finishProject of an ungranted project: %v", res)
+	}
+	for project, want := range map[string]bool{"p1": true, "p2": false} {
+		res := natsCall(t, nc, reqSubject, wide, queryObj("svc-1", "todos", project))
+		for _, r := range mustGet(res, "rows").([]any) {
+			if mustGet(r.(operations.Object), "done") != want {
+				t.Fatalf("%s after finishProject: %v", project, res)
+			}
+		}
+	}
 	// The retry is answered from the idempotency record even with the
 	// handler gone.
 	cancel()
@@ -102,7 +140,7 @@ func testNATSCommandHandlerProcess(t *testing.T, b backend, bin string) {
 	}
 	res := natsCall(t, nc, reqSubject, tok, queryObj("svc-1", "todos", "p1"))
 	rows, _ := mustGet(res, "rows").([]any)
-	if len(rows) != 1 || mustGet(rows[0].(operations.Object), "title") != "new" {
+	if len(rows) != 3 || mustGet(rows[0].(operations.Object), "title") != "new" {
 		t.Fatalf("query over NATS: %v", res)
 	}
 	// No handler now: a new request fails and stores nothing.

@@ -101,6 +101,47 @@ type CommandCall struct {
 	// Rows reads rows the caller's scopes authorize, in the command's
 	// transaction.
 	Rows engine.CommandReader
+	// reg runs Query's registered queries.
+	reg *Registry
+}
+
+// Query runs the registered query id inside the command's transaction,
+// under the partition lock: it reads the state the command's commit is
+// judged against (a remote query from inside a command would read
+// another snapshot, and on SQLite wait on the writer the command holds).
+// It is authorized as the caller's own remote call of it would be — a
+// scoped query's covered values must be granted to the caller (else
+// operation.forbidden) and its relations hold only their rows; a
+// privileged query asks its Authorize or AllowActors — and returns the
+// same typed rows, maxRows enforced. params are the positional values
+// (nil, bool, int, int64, float64, string, []byte). A failing statement
+// is a *storage.QueryError; a failure of the store fails the command.
+func (c CommandCall) Query(ctx context.Context, id string, params ...any) (QueryResult, error) {
+	if c.reg == nil || c.Rows == nil {
+		return QueryResult{}, errorf(CodeExecutionFailed, "this CommandCall runs no queries")
+	}
+	q, args, err := c.reg.lookup(id, params)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	// No ClientID: the command admitted its caller before the lock.
+	p := storage.QueryParams{QuerySpec: q.spec, Partition: c.Identity.Partition, Args: args}
+	if q.Mode == Scoped {
+		allowed, err := c.Rows.Allowed()
+		if err != nil {
+			return QueryResult{}, errorf(CodeForbidden, "the caller's scopes could not be resolved")
+		}
+		if p.Scopes, err = grantedCoverage(allowed, q, args); err != nil {
+			return QueryResult{}, err
+		}
+	} else if err := authorizeQuery(ctx, c.Identity, q, args); err != nil {
+		return QueryResult{}, err
+	}
+	res, err := c.Rows.Query(ctx, p)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	return q.result(res)
 }
 
 // Mutation is one full-row upsert or delete a command returns.

@@ -288,6 +288,13 @@ func (s *Service) cover(ctx context.Context, id engine.Identity, q *query, args 
 		}
 		return nil, err
 	}
+	return grantedCoverage(allowed, q, args)
+}
+
+// grantedCoverage is a scoped query's relation restriction (covered)
+// once every covered value is granted by allowed; an ungranted value is
+// operation.forbidden.
+func grantedCoverage(allowed engine.Allowed, q *query, args []any) (map[string]map[string][]string, error) {
 	out, err := covered(q, args)
 	if err != nil {
 		return nil, err
@@ -404,9 +411,10 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 	}
 	cid, ccid := CommandKey(id.ActorID, req.ClientID, req.OperationID, req.RequestID)
 	res, err := s.cfg.Engine.PushCommand(ctx, engine.Command{
-		Identity: id, CallerClientID: req.ClientID, ClientID: cid, ClientCommitID: ccid,
+		Identity: id, CallerClientID: req.ClientID, ClientID: cid, ClientCommitID: ccid, Rows: declaredReads(c, req.Params),
 		Operations: func(ctx context.Context, rows engine.CommandReader) ([]ssp2.Operation, error) {
-			call := CommandCall{Identity: id, ClientID: req.ClientID, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows}
+			call := CommandCall{Identity: id, ClientID: req.ClientID, OperationID: req.OperationID, RequestID: req.RequestID, Params: req.Params, Rows: rows,
+				reg: s.cfg.Registry}
 			var muts []Mutation
 			var err error
 			if c.NATS {
@@ -433,6 +441,24 @@ func (s *Service) Command(ctx context.Context, id engine.Identity, req Request) 
 		out.Status = "rejected"
 	}
 	return out, nil
+}
+
+// declaredReads names the rows a NATS command declares it reads, to be
+// read with the lock; a row id param that is not a string is refused when
+// the command runs (natsCommand), not here.
+func declaredReads(c *command, params any) []storage.RowRef {
+	if !c.NATS || len(c.Reads) == 0 {
+		return nil
+	}
+	p, _ := params.(Object)
+	var rows []storage.RowRef
+	for _, rd := range c.Reads {
+		v, _ := p.Get(rd.RowIDParam)
+		if id, ok := v.(string); ok {
+			rows = append(rows, storage.RowRef{Table: rd.Table, RowID: id})
+		}
+	}
+	return rows
 }
 
 func runCommand(ctx context.Context, run func(context.Context, CommandCall) ([]Mutation, error), call CommandCall) (muts []Mutation, err error) {

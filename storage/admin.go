@@ -1,6 +1,10 @@
 package storage
 
-import "context"
+import (
+	"context"
+
+	"github.com/syncnode/syncnode/ssp2"
+)
 
 // Admin is privileged maintenance outside the sync protocol: what a test
 // harness, a load fixture or an operator's tool needs and no client
@@ -39,6 +43,16 @@ type Admin interface {
 	// an unregistered partition does nothing.
 	PartitionWipe(ctx context.Context, partition string) error
 
+	// PartitionWipeFrom is PartitionWipe fenced in the same transaction:
+	// it wipes only while the partition, read under its write lock, has
+	// log epoch fromEpoch and a max commit seq of at least minSeq (an
+	// unregistered partition counts as epoch "" at seq 0, and wiping it
+	// does nothing). Otherwise nothing changes and the error is
+	// CodeStoragePruneEpochMismatch. A hub's replica rebuild wipes this
+	// way, so a node that lost the replica to another cannot wipe what
+	// the other wrote since it last looked.
+	PartitionWipeFrom(ctx context.Context, partition, fromEpoch string, minSeq int64) error
+
 	// ClientList returns the client records of one partition in ascending
 	// client id order (bytewise) after p.AfterClientID (exclusive), at
 	// most p.Limit records, for operators. A limit outside
@@ -75,4 +89,21 @@ type SeedParams struct {
 	// so Row must set every field; it may reuse w's slices, because the
 	// store consumes each row before asking for the next.
 	Row func(i int, w *RowWrite) error
+}
+
+// WipeFence is PartitionWipeFrom's condition: the partition's log epoch
+// and the least max commit seq it may have.
+type WipeFence struct {
+	Epoch  string
+	MinSeq int64
+}
+
+// Check is nil when p, read under the partition's write lock (the zero
+// Partition for an unregistered one), passes the fence; a nil fence
+// passes everything. Both stores' wipes share it.
+func (f *WipeFence) Check(partition string, p Partition) error {
+	if f == nil || p.LogEpoch == f.Epoch && p.MaxCommitSeq >= f.MinSeq {
+		return nil
+	}
+	return ssp2.Errorf(ssp2.CodeStoragePruneEpochMismatch, "partition %q is at %s@%d, the wipe expected %s@%d or later", partition, p.LogEpoch, p.MaxCommitSeq, f.Epoch, f.MinSeq)
 }

@@ -35,3 +35,15 @@ type RowRef struct{ Table, RowID string }
 type RowPrefetcher interface {
 	WriteTxRows(ctx context.Context, partition string, rows []RowRef, fn func(tx Tx) error) error
 }
+
+// TxRowPrefetcher is implemented by the write Tx of a store that reads
+// several rows in one round trip (PostgreSQL). It is optional. A server
+// command learns the rows it writes only once it ran under the lock, too
+// late for WriteTxRows; PrefetchRows reads them then, all at once.
+//
+// PrefetchRows reads the named rows of the locked partition now, so that
+// the transaction's next RowGet of each costs no round trip. What RowGet
+// returns is the same either way.
+type TxRowPrefetcher interface {
+	PrefetchRows(ctx context.Context, rows []RowRef) error
+}

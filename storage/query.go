@@ -37,8 +37,9 @@ type QuerySpec struct {
 	// Columns are the declared result columns, in result order.
 	Columns []QueryColumn
 	// Limit is the most rows a run reads: maxRows + 1, so the caller
-	// detects an oversize result. The store puts it in the statement
-	// (LIMIT), so an oversize result costs no more than Limit rows.
+	// detects an oversize result. The store bounds the statement by it
+	// (a LIMIT in SQL, or, on SQLite's query connections, stepping no
+	// further), so an oversize result returns no more than Limit rows.
 	Limit int
 }
 

@@ -19,7 +19,12 @@ type RequestStartParams struct {
 	// CommitIDs are the clientCommitIds of the request's commits whose
 	// stored results to read (ids the caller checked are storable).
 	CommitIDs []string
-	NowMs     int64
+	// PushClientID is the client id of the commits' idempotency keys when
+	// it is not ClientID: a server command is keyed under an id derived
+	// from its caller's, while the client record read is the caller's.
+	// Empty means ClientID.
+	PushClientID string
+	NowMs        int64
 	// Fresh reads the database even where the store could answer from
 	// its cache: the caller is about to refuse or reset on what it got.
 	Fresh bool

@@ -190,6 +190,9 @@ type hookConfig struct {
 	// every request.
 	CacheTTL  duration `toml:"cache_ttl"`
 	CacheSize int      `toml:"cache_size"`
+	// Reads (validate) lets the hook read the commit's candidate state
+	// through its request's readSubject (hooks.ReadRequest).
+	Reads bool `toml:"reads"`
 }
 
 type storageConfig struct {
@@ -198,6 +201,10 @@ type storageConfig struct {
 	// PostgresSchema is the schema syncnode's tables live in (default
 	// public).
 	PostgresSchema string `toml:"postgres_schema"`
+	// PostgresSoleWriter declares the node the only writer of its
+	// schema: it serves request starts from memory, and no other node
+	// opens the schema while it runs (pgstore.Config.SoleWriter).
+	PostgresSoleWriter bool `toml:"postgres_sole_writer"`
 	// SQLiteSynchronous is FULL (durable, the default) or NORMAL.
 	SQLiteSynchronous string `toml:"sqlite_synchronous"`
 }
@@ -537,6 +544,9 @@ func (c *config) validate() error {
 		if h.c.CacheSize < 0 {
 			bad("hooks."+h.name+".cache_size", "must not be negative")
 		}
+		if h.c.Reads && h.name != "validate" {
+			bad("hooks."+h.name+".reads", "only the validate hook reads")
+		}
 	}
 	c.Realtime.validate(bad)
 	c.Runtime.validate(bad)
@@ -607,6 +617,11 @@ var envVars = []struct {
 		return nil
 	}},
 	{"SYNCNODE_POSTGRES_URL", func(c *config, v string) error { c.Storage.PostgresURL = v; return nil }},
+	{"SYNCNODE_POSTGRES_SOLE_WRITER", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.Storage.PostgresSoleWriter = b
+		return err
+	}},
 	{"SYNCNODE_JWT_SECRET", func(c *config, v string) error { c.Auth.JWTSecret = v; return nil }},
 	{"SYNCNODE_SIGNED_URL_KEY", func(c *config, v string) error { c.SignedURLs.Key = v; return nil }},
 	{"SYNCNODE_NATS_USER", func(c *config, v string) error { c.NATS.User = v; return nil }},
@@ -711,7 +726,7 @@ func (h hooksConfig) hooks() hooks.Config {
 		out.Scopes = &hooks.ScopesConfig{Timeout: h.Scopes.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Scopes.CacheTTL), Size: h.Scopes.CacheSize}}
 	}
 	if h.Validate.Enabled {
-		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration}
+		out.Validate = &hooks.ValidateConfig{Timeout: h.Validate.Timeout.Duration, Reads: h.Validate.Reads}
 	}
 	if h.Token.Enabled {
 		out.Token = &hooks.TokenConfig{Timeout: h.Token.Timeout.Duration, Cache: hooks.CacheConfig{TTL: ttl(h.Token.CacheTTL), Size: h.Token.CacheSize}}
@@ -781,6 +796,7 @@ func (c config) node() (node.Config, error) {
 	}
 	if c.Storage.PostgresURL != "" {
 		nc.Store.Postgres.URL, nc.Store.Postgres.Schema = c.Storage.PostgresURL, c.Storage.PostgresSchema
+		nc.Store.Postgres.SoleWriter = c.Storage.PostgresSoleWriter
 	} else {
 		nc.Store.SQLite.Synchronous = sqlitestore.Synchronous(strings.ToUpper(c.Storage.SQLiteSynchronous))
 	}

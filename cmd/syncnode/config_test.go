@@ -54,6 +54,7 @@ cache_ttl = "0s"
 
 [hooks.validate]
 enabled = true
+reads = true
 
 [hooks.token]
 enabled = true
@@ -69,7 +70,7 @@ cache_ttl = "5s"
 	if h.Scopes == nil || h.Scopes.Timeout != 100*time.Millisecond || h.Scopes.Cache.TTL >= 0 {
 		t.Errorf("scopes hook = %+v (cache_ttl 0s must disable the cache)", h.Scopes)
 	}
-	if h.Validate == nil || h.Validate.Timeout != 500*time.Millisecond {
+	if h.Validate == nil || h.Validate.Timeout != 500*time.Millisecond || !h.Validate.Reads {
 		t.Errorf("validate hook = %+v", h.Validate)
 	}
 	if h.Token == nil || h.Token.Cache.TTL != 5*time.Second {
@@ -88,6 +89,7 @@ cache_ttl = "5s"
 		{"[hooks.scopes]\ntimeout = \"0s\"", "hooks.scopes.timeout"},
 		{"[hooks.token]\ncache_ttl = \"-1s\"", "hooks.token.cache_ttl"},
 		{"[hooks.validate]\ntimeout = \"2m\"", "hooks.validate.timeout"},
+		{"[hooks.scopes]\nreads = true", "hooks.scopes.reads"},
 		{"[nats]\npassword = \"x\"", "nats.password"},
 	} {
 		_, err := parseConfigFile(t, tc.body)

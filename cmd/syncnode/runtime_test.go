@@ -12,10 +12,10 @@ import (
 
 // TestRuntimeConfig: [runtime] parses sizes and "off", refuses bad values
 // with the field named, and defaults to a 256 MiB soft limit, a GC
-// percent of 75 and no pprof.
+// percent of 50 and no pprof.
 func TestRuntimeConfig(t *testing.T) {
 	d := defaultConfig()
-	if d.Runtime.MemoryLimit != "256MiB" || d.Runtime.GCPercent != 75 || d.Runtime.PprofListen != "" {
+	if d.Runtime.MemoryLimit != "256MiB" || d.Runtime.GCPercent != 50 || d.Runtime.PprofListen != "" {
 		t.Errorf("default runtime = %+v", d.Runtime)
 	}
 	for in, want := range map[string]int64{"64MiB": 64 << 20, "1GiB": 1 << 30, "16777216": 16 << 20, "9000KiB": 9000 << 10} {

@@ -142,7 +142,21 @@ var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "s
 
 // PartitionWipe implements storage.Admin under the partition's row lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	return s.wipe(ctx, partition, nil)
+}
+
+// PartitionWipeFrom implements storage.Admin: the check runs under the
+// same row lock as the wipe.
+func (s *Store) PartitionWipeFrom(ctx context.Context, partition, fromEpoch string, minSeq int64) error {
+	return s.wipe(ctx, partition, &storage.WipeFence{Epoch: fromEpoch, MinSeq: minSeq})
+}
+
+func (s *Store) wipe(ctx context.Context, partition string, fence *storage.WipeFence) error {
+	defer s.cache.Drop(partition)
 	err := s.writeTx(ctx, partition, func(t *tx) error {
+		if err := fence.Check(partition, t.Locked()); err != nil {
+			return err
+		}
 		if t.inst != nil {
 			for _, ts := range t.inst.tables {
 				if _, err := t.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = $1", quote(ts.t.Name), quote(schemaplan.ColPartition)), partition); err != nil {
@@ -161,7 +175,7 @@ func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
 		return nil
 	})
 	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
-		return nil
+		return fence.Check(partition, storage.Partition{})
 	}
 	if err != nil {
 		return fmt.Errorf("wipe partition: %w", err)

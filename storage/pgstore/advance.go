@@ -38,9 +38,12 @@ func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) er
 		return fmt.Errorf("advance client: %w", errClosed)
 	case errors.Is(err, advances.ErrFull):
 		if err := s.writeAdvances(ctx, []storage.ClientAckParams{p}); err != nil {
+			s.cache.DropClient(p.Partition, p.ClientID)
 			return fmt.Errorf("advance client: %w", err)
 		}
 	}
+	// The start cache holds the advance at once, as it will be written.
+	s.cache.Advance(p)
 	return nil
 }
 

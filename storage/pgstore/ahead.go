@@ -42,6 +42,31 @@ func (s *Store) WriteTxRows(ctx context.Context, partition string, rows []storag
 	return s.groupWrite(ctx, partition, rows, func(t *tx) error { return fn(t) })
 }
 
+var _ storage.TxRowPrefetcher = (*tx)(nil)
+
+// PrefetchRows implements storage.TxRowPrefetcher: the rows not read
+// ahead already, with the queued statements, in one round trip.
+func (t *tx) PrefetchRows(ctx context.Context, rows []storage.RowRef) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if len(rows) > maxRowsAhead {
+		rows = rows[:maxRowsAhead]
+	}
+	queued := 0
+	if t.pending != nil {
+		queued = t.pending.Len()
+	}
+	t.queueRows(t.locked.ID, rows)
+	if t.pending == nil || t.pending.Len() == queued {
+		return nil // every row is read ahead already
+	}
+	if err := t.send(ctx, nil); err != nil {
+		return t.fail("read rows ahead", "", err)
+	}
+	return nil
+}
+
 // queueRows queues the reads of the partition's rows not read ahead
 // already, one statement per table.
 func (t *tx) queueRows(partition string, refs []storage.RowRef) {

@@ -22,6 +22,15 @@ type Config struct {
 	Schema string
 	// MaxConns bounds the connection pool (default 16).
 	MaxConns int32
+	// SoleWriter declares this store the only writer of its schema, so
+	// that it may serve the start of a request (storage.RequestStarter)
+	// from memory, without a round trip (solewriter.go). It holds a
+	// session lock that keeps every other store of this package off the
+	// schema while it lives; when another store already holds the schema
+	// the store opens without the cache. Writers that are not stores of
+	// this package (psql, an older node) are not kept off: do not set it
+	// where any could write the schema.
+	SoleWriter bool
 }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)

@@ -40,12 +40,20 @@ func openTB(tb testing.TB, maxConns int32) *Store {
 // openDial is openTB with the pool's dialer wrapped by dial.
 func openDial(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc) *Store {
 	tb.Helper()
+	return openWith(tb, Config{MaxConns: maxConns}, dial)
+}
+
+// openWith is openDial with cfg's other fields (its URL and schema are
+// the test's).
+func openWith(tb testing.TB, cfg Config, dial func(pgconn.DialFunc) pgconn.DialFunc) *Store {
+	tb.Helper()
 	url := testURL(tb)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "syncnode_test_" + hex.EncodeToString(b[:])
 	ctx := context.Background()
-	s, err := open(ctx, Config{URL: url, Schema: name, MaxConns: maxConns}, dial)
+	cfg.URL, cfg.Schema = url, name
+	s, err := open(ctx, cfg, dial)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/querysql"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
@@ -67,20 +70,23 @@ func newQueryPool(ctx context.Context, pc *pgxpool.Config) (*pgxpool.Pool, error
 
 // startRow is the start row of a folded statement on PostgreSQL
 // (querysql.ParseStart's form): $1 is the partition, client the
-// placeholder of the caller's client id.
+// placeholder of the caller's client id. It reads the partition row
+// itself, so a partition without one gives no start row (Query reads that
+// as absent) and the arm plans as one join of two index lookups. The
+// header is one concat_ws of its numbers (a client's coalesced: concat_ws
+// skips a NULL), the strings one concat after it: two calls where a chain
+// of || would make a text per operator.
 func (s *Store) startRow(client string) querysql.Start {
 	sch := quote(s.cfg.Schema)
 	return querysql.Start{
-		Expr: `(p.id IS NOT NULL)::int || ',' || coalesce(p.epoch_required, false)::int || ',' || coalesce(p.created_at_ms, 0) || ',' ||
-	coalesce(p.last_seen_ms, 0) || ',' ||
-	coalesce((SELECT m.seq FROM ` + sch + `.sync_commits m WHERE m.partition = p.id ORDER BY m.seq DESC LIMIT 1), p.horizon_seq, 0) || ',' ||
-	coalesce(p.horizon_seq, 0) || ',' || (c.client_id IS NOT NULL)::int || ',' || coalesce(c.wire_version, 0) || ',' ||
-	coalesce(c.cursor, -1) || ',' || coalesce(c.updated_at_ms, 0) || ',' || octet_length(coalesce(p.log_epoch, '')) || ',' ||
-	octet_length(coalesce(c.actor_id, '')) || ',' || coalesce(octet_length(c.subscriptions), -1) || ';' ||
-	coalesce(p.log_epoch, '') || coalesce(c.actor_id, '') || coalesce(c.subscriptions, '')`,
-		From: `(VALUES (1)) AS one
-	LEFT JOIN ` + sch + `.sync_partitions p ON p.id = $1
-	LEFT JOIN ` + sch + `.sync_clients c ON c.partition = p.id AND c.client_id = ` + client,
+		Expr: `concat(concat_ws(',', 1, p.epoch_required::int, p.created_at_ms, p.last_seen_ms,
+	coalesce((SELECT m.seq FROM ` + sch + `.sync_commits m WHERE m.partition = p.id ORDER BY m.seq DESC LIMIT 1), p.horizon_seq),
+	p.horizon_seq, (c.client_id IS NOT NULL)::int, coalesce(c.wire_version, 0), coalesce(c.cursor, -1),
+	coalesce(c.updated_at_ms, 0), octet_length(p.log_epoch), coalesce(octet_length(c.actor_id), 0),
+	coalesce(octet_length(c.subscriptions), -1)), ';', p.log_epoch, c.actor_id, c.subscriptions)`,
+		From: sch + `.sync_partitions p
+	LEFT JOIN ` + sch + `.sync_clients c ON c.partition = p.id AND c.client_id = ` + client + `
+	WHERE p.id = $1`,
 	}
 }
 
@@ -106,14 +112,7 @@ func (s *Store) statement(p *storage.QueryParams, folded bool) (string, []any, e
 	if p.Limit < 1 {
 		return "", nil, fmt.Errorf("query limit %d: a registered query reads at least one row", p.Limit)
 	}
-	sh, err := querysql.Lex(p.SQL)
-	if err != nil {
-		return "", nil, &storage.QueryError{Err: err}
-	}
-	sch := quote(s.cfg.Schema)
-	defs, scopeArgs, err := schemaplan.QueryRelations(in.schema, p,
-		func(t string) string { return sch + "." + quote(t) },
-		func(n int) string { return "$" + strconv.Itoa(n) })
+	scopeArgs, counts, err := schemaplan.QueryRelationArgs(in.schema, p)
 	if err != nil {
 		return "", nil, err
 	}
@@ -123,19 +122,123 @@ func (s *Store) statement(p *storage.QueryParams, folded bool) (string, []any, e
 	if folded {
 		args = append(args, p.ClientID)
 	}
-	first := len(args)
+	args = append(args, p.Args...)
+	text, err := s.stmts.text(in.schema, p, folded, counts, func() (string, error) { return s.writeStatement(in.schema, p, folded, counts) })
+	if err != nil {
+		return "", nil, err
+	}
+	return text, args, nil
+}
+
+// writeStatement writes the text of statement: the relations with
+// counts scope values (schemaplan.QueryRelationArgs), the caller's client
+// id next when folded, then the request's values.
+func (s *Store) writeStatement(sc *schema.Schema, p *storage.QueryParams, folded bool, counts []int) (string, error) {
+	sh, err := querysql.Lex(p.SQL)
+	if err != nil {
+		return "", &storage.QueryError{Err: err}
+	}
+	sch := quote(s.cfg.Schema)
+	defs, err := schemaplan.QueryRelationDefs(sc, p.Tables, p.Scopes != nil, counts,
+		func(t string) string { return sch + "." + quote(t) },
+		func(n int) string { return "$" + strconv.Itoa(n) })
+	if err != nil {
+		return "", err
+	}
+	first := 1 // the partition
+	for _, n := range counts {
+		first += n
+	}
+	if folded {
+		first++ // the client id
+	}
 	// Numbering changes the text only after the first placeholder, past
 	// the keyword offsets Limited reads.
 	sh.Body = querysql.Numbered(sh, func(n int) string { return "$" + strconv.Itoa(first+n) })
-	args = append(args, p.Args...)
 	if !folded {
-		return querysql.Limited(sh, defs, p.Limit), args, nil
+		return querysql.Limited(sh, defs, p.Limit), nil
 	}
 	cols := make([]string, len(p.Columns))
 	for i, c := range p.Columns {
 		cols[i] = c.Name
 	}
-	return querysql.Folded(sh, defs, s.startRow("$"+strconv.Itoa(first)), cols, p.Limit), args, nil
+	return querysql.Folded(sh, defs, s.startRow("$"+strconv.Itoa(first)), cols, p.Limit), nil
+}
+
+// stmtCache keeps registered queries' statement texts by what writes
+// them — the query's SQL, tables, declared column names and limit, folded
+// or not, and the number of scope values of each relation — for one
+// installed schema. Writing one (lexing the SQL, the relations, the fold)
+// cost a run more CPU than reading its hundred rows; the texts are few
+// (a registration has one per shape of its coverage), and a run now
+// converts its values and looks its text up.
+type stmtCache struct {
+	mu    sync.Mutex
+	sc    *schema.Schema
+	texts map[string]string
+}
+
+// stmtCacheMax bounds the texts kept: past it the cache starts over (a
+// deployment's registrations have far fewer shapes).
+const stmtCacheMax = 1024
+
+// text returns the text of the statement p runs as, written by write on
+// a miss.
+func (c *stmtCache) text(sc *schema.Schema, p *storage.QueryParams, folded bool, counts []int, write func() (string, error)) (string, error) {
+	var kb [256]byte
+	key := stmtKey(kb[:0], p, folded, counts)
+	c.mu.Lock()
+	text, ok := c.texts[string(key)]
+	if ok && c.sc == sc {
+		c.mu.Unlock()
+		return text, nil
+	}
+	c.mu.Unlock()
+	text, err := write()
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	if c.sc != sc || len(c.texts) >= stmtCacheMax {
+		c.sc, c.texts = sc, map[string]string{}
+	}
+	c.texts[string(key)] = text
+	c.mu.Unlock()
+	return text, nil
+}
+
+// stmtKey appends to b the key of a statement's text: every string
+// length-prefixed, so no two inputs share one.
+func stmtKey(b []byte, p *storage.QueryParams, folded bool, counts []int) []byte {
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	if folded {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	if p.Scopes != nil {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(p.Limit))
+	b = binary.AppendUvarint(b, uint64(len(counts)))
+	for _, n := range counts {
+		b = binary.AppendUvarint(b, uint64(n))
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Tables)))
+	for _, t := range p.Tables {
+		str(t)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Columns)))
+	for _, c := range p.Columns {
+		str(c.Name)
+	}
+	str(p.SQL)
+	return b
 }
 
 // PrepareQuery implements storage.Querier: PostgreSQL parses and plans
@@ -163,7 +266,8 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 
 // Query implements storage.Querier: one statement (queryStatement) on the
 // query pool, its start row the partition row with the caller's client
-// record, its other rows the registered statement's.
+// record (none when the partition has no row), its other rows the
+// registered statement's.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
 	text, args, err := s.queryStatement(&p)
 	if err != nil {
@@ -189,9 +293,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
-	if !started {
-		return storage.QueryResult{}, errors.New("query: the statement returned no start row")
-	}
+	// No start row: the partition has no row (out.Start stays zero).
 	out.MaxCommitSeq = out.Start.Partition.MaxCommitSeq
 	return out, nil
 }
@@ -215,6 +317,7 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 		err  error
 		n    = len(p.Columns)
 		slab []any // the rows' values, a block of rows at a time
+		text textArena
 	)
 	out := make([][]any, 0, min(p.Limit, 256))
 	for rows.Next() {
@@ -250,7 +353,7 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 			for i, col := range p.Columns {
 				var v any
 				if b := vals[idx[i]]; b != nil {
-					v = raw[i](b)
+					v = raw[i](b, &text)
 				}
 				if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
 					return nil, err
@@ -278,8 +381,31 @@ func readRows(rows pgx.Rows, p *storage.QueryParams, lead int, start func(string
 	return out, nil
 }
 
-// rawDecoder decodes a column's non-NULL wire value.
-type rawDecoder func([]byte) any
+// rawDecoder decodes a column's non-NULL wire value, a text one into
+// text.
+type rawDecoder func(b []byte, text *textArena) any
+
+// textArena holds the text values of a result's rows: a block of rows'
+// strings in one allocation rather than one each. A block is only ever
+// appended to, so the strings made over it never change.
+type textArena struct{ buf []byte }
+
+// textBlock is an arena block's size; a longer value has its own.
+const textBlock = 4096
+
+func (a *textArena) str(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return ""
+	case len(b) > textBlock/4:
+		return string(b)
+	case cap(a.buf)-len(a.buf) < len(b):
+		a.buf = make([]byte, 0, textBlock)
+	}
+	at := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return unsafe.String(&a.buf[at], len(b))
+}
 
 // rawDecoders returns, for each declared column (idx: its field), a
 // decoder of its wire value when every one is text, bigint, boolean or
@@ -292,25 +418,25 @@ func rawDecoders(fds []pgconn.FieldDescription, idx []int) []rawDecoder {
 		f := fds[j]
 		switch {
 		case f.DataTypeOID == pgtype.TextOID || f.DataTypeOID == pgtype.VarcharOID:
-			out[i] = func(b []byte) any { return string(b) } // one form in text and binary
+			out[i] = func(b []byte, text *textArena) any { return text.str(b) } // one form in text and binary
 		case f.Format != pgx.BinaryFormatCode:
 			return nil
 		case f.DataTypeOID == pgtype.Int8OID:
-			out[i] = func(b []byte) any {
+			out[i] = func(b []byte, _ *textArena) any {
 				if len(b) != 8 {
 					return b // not the declared type: NormalizeQueryValue refuses it
 				}
 				return int64(binary.BigEndian.Uint64(b))
 			}
 		case f.DataTypeOID == pgtype.BoolOID:
-			out[i] = func(b []byte) any {
+			out[i] = func(b []byte, _ *textArena) any {
 				if len(b) != 1 {
 					return b
 				}
 				return b[0] != 0
 			}
 		case f.DataTypeOID == pgtype.Float8OID:
-			out[i] = func(b []byte) any {
+			out[i] = func(b []byte, _ *textArena) any {
 				if len(b) != 8 {
 					return b
 				}

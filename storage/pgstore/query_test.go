@@ -10,6 +10,7 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
 
 // tasksStore is a store with one application table, tasks (id,
@@ -213,5 +214,105 @@ func TestQueryRawValues(t *testing.T) {
 	var qe *storage.QueryError
 	if _, err := run("SELECT CAST(? AS text) AS s, true AS i", cols[:2]); !errors.As(err, &qe) || qe.Column != "i" {
 		t.Fatalf("a boolean for an integer column: %v", err)
+	}
+}
+
+// TestQueryStatementCache: a registered query's statement text is kept
+// by everything that writes it — SQL, tables, declared column names,
+// limit, folded or not, privileged or scoped and the number of scope
+// values — so each run gets the text written for its own shape (the same
+// as written afresh, and different where the shape differs), and a newly
+// installed schema gets texts of its own.
+func TestQueryStatementCache(t *testing.T) {
+	s := tasksStore(t)
+	cols := func(names ...string) []storage.QueryColumn {
+		out := make([]storage.QueryColumn, len(names))
+		for i, n := range names {
+			out[i] = storage.QueryColumn{Name: n, Type: ssp2.TypeString}
+		}
+		return out
+	}
+	base := storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: "SELECT id FROM tasks WHERE project_id = ?", Tables: []string{"tasks"},
+		Columns: cols("id"), Limit: 6}, Partition: "p", ClientID: "c", Args: []any{"p1"}}
+	scoped := func(vals ...string) map[string]map[string][]string {
+		return map[string]map[string][]string{"tasks": {"project_id": vals}}
+	}
+	variants := []func(p *storage.QueryParams){
+		func(p *storage.QueryParams) {},
+		func(p *storage.QueryParams) { p.SQL = "SELECT id FROM tasks WHERE project_id = ? ORDER BY id" },
+		func(p *storage.QueryParams) {
+			p.Columns = cols("x")
+			p.SQL = "SELECT id AS x FROM tasks WHERE project_id = ?"
+		},
+		func(p *storage.QueryParams) { p.Limit = 7 },
+		func(p *storage.QueryParams) { p.Scopes = scoped() },
+		func(p *storage.QueryParams) { p.Scopes = scoped("p1") },
+		func(p *storage.QueryParams) { p.Scopes = scoped("p1", "p2") },
+		func(p *storage.QueryParams) { p.Scopes = scoped("p2", "p3") }, // the shape of the one before
+	}
+	texts := map[string]int{}
+	for i, v := range variants {
+		for _, folded := range []bool{false, true} {
+			p := base
+			v(&p)
+			var first string
+			for run := range 2 { // written, then kept
+				text, args, err := s.statement(&p, folded)
+				if err != nil {
+					t.Fatalf("variant %d: %v", i, err)
+				}
+				_, counts, _ := schemaplan.QueryRelationArgs(s.schema.Load().schema, &p)
+				fresh, err := s.writeStatement(s.schema.Load().schema, &p, folded, counts)
+				if err != nil || text != fresh {
+					t.Fatalf("variant %d folded %v run %d: text\n%s\nwant\n%s (%v)", i, folded, run, text, fresh, err)
+				}
+				if want := 1 + len(p.Scopes["tasks"]["project_id"]) + len(p.Args); folded && len(args) != want+1 || !folded && len(args) != want {
+					t.Fatalf("variant %d folded %v: args %v", i, folded, args)
+				}
+				first = text
+			}
+			if j, dup := texts[first]; dup && !(i == 7 && j == 6) {
+				t.Fatalf("variant %d folded %v has the text of variant %d", i, folded, j)
+			}
+			texts[first] = i
+		}
+	}
+	sc, err := schema.Parse([]byte(`{"version":2,"tables":[{"name":"tasks","primaryKey":"id","scopes":["project:{project_id}"],"columns":[
+ {"name":"id","type":"string"},{"name":"project_id","type":"string"},{"name":"title","type":"string","nullable":true}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	p := base
+	text, _, err := s.statement(&p, true)
+	if err != nil || !strings.Contains(text, `"title"`) {
+		t.Fatalf("after a new schema: %v\n%s", err, text)
+	}
+}
+
+// TestTextArena: strings made over the arena keep their values while
+// later ones fill the block, start new blocks, or are long enough to
+// have their own; the empty value takes nothing.
+func TestTextArena(t *testing.T) {
+	var a textArena
+	var want, got []string
+	for i := range 2000 {
+		v := strings.Repeat(string(rune('a'+i%26)), i%37)
+		if i%500 == 0 {
+			v = strings.Repeat("L", textBlock) // longer than a block's share
+		}
+		b := []byte(v)
+		got = append(got, a.str(b))
+		for j := range b {
+			b[j] = '!' // the wire buffer is reused: the string must not see it
+		}
+		want = append(want, v)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("value %d: %q, want %q", i, got[i], want[i])
+		}
 	}
 }

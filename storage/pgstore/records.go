@@ -85,6 +85,9 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	if ok && p.LastSeenMs >= nowMs-storage.TouchGranularityMs {
 		return p, nil
 	}
+	// The row read again below fills the start cache (startcache's
+	// generation rule: a drop meanwhile wins).
+	gen := s.cache.Gen()
 	if !ok {
 		if _, err := s.pool.Exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
 			VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING`, partition, commitlog.NewEpoch(), nowMs); err != nil {
@@ -103,11 +106,13 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 	if err != nil {
 		return p, fmt.Errorf("touch partition: %w", err)
 	}
+	s.cache.SetPartition(gen, p)
 	return p, nil
 }
 
 // PartitionAdopt implements storage.Store.
 func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, nowMs int64) (storage.Partition, error) {
+	defer s.cache.Drop(partition)
 	if err := commitlog.CheckEpoch(logEpoch); err != nil {
 		return storage.Partition{}, err
 	}
@@ -129,6 +134,7 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 
 // PartitionRebase implements storage.Store.
 func (s *Store) PartitionRebase(ctx context.Context, partition, fromEpoch, logEpoch string, seq int64) (storage.Partition, error) {
+	defer s.cache.Drop(partition)
 	if err := commitlog.CheckEpoch(logEpoch); err != nil {
 		return storage.Partition{}, err
 	}
@@ -187,6 +193,7 @@ func (s *Store) Partitions(ctx context.Context) ([]storage.Partition, error) {
 // PartitionRotateEpoch implements storage.Store under the partition row
 // lock, so it serializes with pushes and pruning.
 func (s *Store) PartitionRotateEpoch(ctx context.Context, partition string, nowMs int64) (storage.Partition, error) {
+	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.writeTx(ctx, partition, func(t *tx) error {
 		t.queue(`UPDATE sync_partitions SET log_epoch = $2, epoch_required = TRUE, last_seen_ms = greatest(last_seen_ms, $3) WHERE id = $1`,
@@ -424,7 +431,16 @@ func subscriptions(cl storage.Client) *string {
 // ClientBind implements storage.Store: an insert that does nothing on a
 // conflict, and on a conflict the stored record read in a statement of
 // its own (whose snapshot sees a concurrent binder's committed row).
-func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Client, error) {
+func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (_ storage.Client, err error) {
+	gen := s.cache.Gen()
+	var stored storage.Client
+	defer func() {
+		if err != nil {
+			s.cache.DropClient(cl.Partition, cl.ClientID)
+		} else {
+			s.cache.SetClient(gen, stored)
+		}
+	}()
 	stored, ok, err := scanClient(s.pool.QueryRow(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (partition, client_id) DO NOTHING RETURNING `+clientCols,
 		cl.Partition, cl.ClientID, cl.ActorID, int32(cl.WireVersion), cl.Cursor, cl.UpdatedAtMs, subscriptions(cl)), cl.Partition, cl.ClientID)
@@ -446,7 +462,15 @@ func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Clie
 
 // ClientPut implements storage.Store. The update applies only to a record
 // of the same actor; a put that changes no row found another actor's.
-func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
+func (s *Store) ClientPut(ctx context.Context, cl storage.Client) (err error) {
+	gen := s.cache.Gen()
+	defer func() {
+		if err != nil {
+			s.cache.DropClient(cl.Partition, cl.ClientID)
+		} else {
+			s.cache.SetClient(gen, cl)
+		}
+	}()
 	s.advances.supersede(cl.Partition, cl.ClientID)
 	tag, err := s.pool.Exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (partition, client_id) DO UPDATE SET
@@ -471,6 +495,9 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 // statement that raises the cursor. A concurrent epoch rotation deletes
 // the record under its lock; the UPDATE then finds no row.
 func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool, error) {
+	// The statement sets updated_at_ms as given, which the cache's
+	// Advance would not: the next start reads the record.
+	defer s.cache.DropClient(p.Partition, p.ClientID)
 	tag, err := s.pool.Exec(ctx, `UPDATE sync_clients SET cursor = greatest(cursor, $1), updated_at_ms = $2
 		WHERE partition = $3 AND client_id = $4 AND actor_id = $5
 		AND EXISTS (SELECT 1 FROM sync_partitions WHERE id = $3 AND log_epoch = $6)`,
@@ -483,6 +510,7 @@ func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool,
 
 // Prune implements storage.Store under the partition row lock.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
+	defer s.cache.Drop(p.Partition)
 	p, err := commitlog.NormalizePrune(p)
 	if err != nil {
 		return storage.PruneResult{}, err

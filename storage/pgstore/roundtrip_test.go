@@ -68,7 +68,13 @@ func roundTripRow(tb testing.TB, sc *schema.Schema, id, title string) storage.Ro
 // client c1 bound when client is set.
 func roundTripStore(tb testing.TB, maxConns int32, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
 	tb.Helper()
-	s := openDial(tb, maxConns, dial)
+	return roundTripStoreWith(tb, Config{MaxConns: maxConns}, dial, client)
+}
+
+// roundTripStoreWith is roundTripStore with cfg's other fields.
+func roundTripStoreWith(tb testing.TB, cfg Config, dial func(pgconn.DialFunc) pgconn.DialFunc, client bool) (*Store, *schema.Schema) {
+	tb.Helper()
+	s := openWith(tb, cfg, dial)
 	ctx := tb.Context()
 	sc, err := schema.Parse([]byte(roundTripSchema))
 	if err != nil {
@@ -245,21 +251,22 @@ func TestRoundTrips(t *testing.T) {
 }
 
 // BenchmarkPushPullRound makes push + pull rounds' store calls one after
-// another on one connection, as the engine makes them (hinted) and as it
-// made them before RequestStart, WriteTxRows and PlanWindow (unhinted).
+// another on one connection, as the engine makes them (hinted; on a sole
+// writer, whose starts come from its cache) and as it made them before
+// RequestStart, WriteTxRows and PlanWindow (unhinted).
 // It reports the round trips and, when the server's backend runs on this
 // machine, the CPU time it spent per round: what a round costs
 // PostgreSQL, free of the concurrency that makes throughput on a shared
 // machine noisy.
 func BenchmarkPushPullRound(b *testing.B) {
-	for _, unhinted := range []bool{false, true} {
-		name := "hinted"
-		if unhinted {
-			name = "unhinted"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, bc := range []struct {
+		name           string
+		unhinted, sole bool
+	}{{"hinted", false, false}, {"unhinted", true, false}, {"sole-writer", false, true}} {
+		unhinted := bc.unhinted
+		b.Run(bc.name, func(b *testing.B) {
 			c := &tripCounter{}
-			s, sc := roundTripStore(b, 1, c.dial, true)
+			s, sc := roundTripStoreWith(b, Config{MaxConns: 1, SoleWriter: bc.sole}, c.dial, true)
 			ctx := b.Context()
 			var pid int
 			if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/gatecore"
 	"github.com/syncnode/syncnode/storage/internal/migrate"
 	"github.com/syncnode/syncnode/storage/internal/segcore"
+	"github.com/syncnode/syncnode/storage/internal/startcache"
 )
 
 //go:embed migrations/*.sql
@@ -27,12 +28,17 @@ type Store struct {
 	cfg        Config
 	pool       *pgxpool.Pool
 	queries    *pgxpool.Pool // registered queries' connections (query.go)
+	stmts      stmtCache     // registered queries' statement texts (query.go)
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer
 	groups     writeGroups     // the open write group of each partition (group.go)
 	advances   pendingAdvances // pending cursor advances (advance.go)
 	hints      idemHints       // keys whose optimistic lookup missed (hints.go)
+	// The sole writer's lock and the start cache it allows
+	// (solewriter.go, start.go).
+	sole  soleWriter
+	cache startcache.Cache
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -83,16 +89,27 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	if dial != nil {
 		pc.ConnConfig.DialFunc = dial(pc.ConnConfig.DialFunc)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	s := &Store{cfg: cfg, migrations: migrations}
+	if cfg.SoleWriter {
+		if err := s.takeSole(ctx, pc.ConnConfig.Copy()); err != nil {
+			return nil, err
+		}
 	}
+	// The registered queries' connections are read-only: they take no
+	// writers' lock.
 	queries, err := newQueryPool(ctx, pc)
 	if err != nil {
-		pool.Close()
+		s.closeSole()
 		return nil, err
 	}
-	s := &Store{cfg: cfg, pool: pool, queries: queries, migrations: migrations}
+	pc.AfterConnect = s.afterConnect
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		queries.Close()
+		s.closeSole()
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	s.pool, s.queries = pool, queries
 	s.analyzer = newAnalyzer(s)
 	s.advances.FlushFunc = s.flushAdvances
 	s.gateStore = gatecore.New(gateSQL, runner{s})
@@ -104,11 +121,13 @@ func open(ctx context.Context, cfg Config, dial func(pgconn.DialFunc) pgconn.Dia
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(cfg.Schema)); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 		pool.Close()
 		queries.Close()
+		s.closeSole()
 		return nil, fmt.Errorf("pgstore: create schema: %w", err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		queries.Close()
+		s.closeSole()
 		return nil, err
 	}
 	return s, nil
@@ -168,6 +187,7 @@ func (s *Store) Close() error {
 		s.analyzer.close()
 		s.pool.Close()
 		s.queries.Close()
+		s.closeSole()
 	})
 	return nil
 }

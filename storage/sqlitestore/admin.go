@@ -142,9 +142,22 @@ var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "s
 
 // PartitionWipe implements storage.Admin under the partition write lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
+	return s.wipe(ctx, partition, nil)
+}
+
+// PartitionWipeFrom implements storage.Admin: the check runs in the
+// same write transaction as the wipe.
+func (s *Store) PartitionWipeFrom(ctx context.Context, partition, fromEpoch string, minSeq int64) error {
+	return s.wipe(ctx, partition, &storage.WipeFence{Epoch: fromEpoch, MinSeq: minSeq})
+}
+
+func (s *Store) wipe(ctx context.Context, partition string, fence *storage.WipeFence) error {
 	defer s.cache.Drop(partition)
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
 		t := stx.(*tx)
+		if err := fence.Check(partition, t.Locked()); err != nil {
+			return err
+		}
 		if t.inst != nil {
 			for _, ts := range t.inst.tables {
 				if _, err := t.c.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = ?", quote(ts.t.Name), quote(schemaplan.ColPartition)), partition); err != nil {
@@ -163,7 +176,7 @@ func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
 		return nil
 	})
 	if ssp2.CodeOf(err) == ssp2.CodeStoragePartitionUnregistered {
-		return nil
+		return fence.Check(partition, storage.Partition{})
 	}
 	if err != nil {
 		return fmt.Errorf("wipe partition: %w", err)

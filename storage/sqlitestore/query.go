@@ -37,10 +37,24 @@ import (
 // scope column match bound values. An unqualified name resolves to a
 // common table expression before any table, so the statement reads only
 // those relations; its own text is unchanged and its values stay bound.
-// The statement reads at most maxRows + 1 rows (querysql.Limited); it
-// and the partition row with the caller's client record are read from
-// one snapshot (Query), on a query connection that keeps each statement text
-// prepared: a query writes nothing and costs one read.
+// The statement and the partition row with the caller's client record
+// are read from one snapshot (Query), on a query connection that keeps
+// each statement text prepared: a query writes nothing and costs one
+// read.
+//
+// Bounding: a run reads at most maxRows + 1 rows. On a query connection
+// the statement carries no LIMIT of ours: it is stepped that many rows
+// and reset. A LIMIT would cost every run of a statement with an ORDER
+// BY SQLite must sort: under a LIMIT SQLite sorts into a top-N b-tree
+// (an insert per row) instead of its sorter (an append per row, one sort
+// at the end), the larger part of a registered query's overhead over
+// the same SQL run directly. Without the LIMIT an oversize result is
+// sorted whole before its first row; the query connections keep
+// temporary storage in files (temp_store FILE), so that sort spills past
+// the connection's cache size instead of growing in memory. Inside a
+// write transaction (TxQuery), on the writer connection whose temporary
+// storage is in memory, the statement keeps LIMIT maxRows + 1
+// (querysql.Limited), which bounds the sort itself.
 
 // QueryShape is what CheckQuery found: the statement's result column
 // names, its number of ? placeholders, and the application tables it
@@ -204,6 +218,13 @@ func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
 	case qc := <-s.queries.conns:
 		if qc.c == nil {
 			c, err := connect(ctx, dsn(s.cfg, true))
+			if err == nil {
+				// Temporary storage in files: an unbounded sort (see
+				// Bounding) spills instead of growing in memory.
+				if err = c.execOnce(ctx, "PRAGMA temp_store = FILE"); err != nil {
+					_ = c.close()
+				}
+			}
 			if err != nil {
 				s.queries.conns <- qc
 				return nil, fmt.Errorf("open sqlite query connection: %w", err)
@@ -232,8 +253,10 @@ func (s *Store) closeQueries() error {
 // opStatement is the statement a registered query runs as, and its
 // arguments: the partition, the relations' scope values, then the
 // request's values (the registered statement's plain ? placeholders
-// number after the relations' ?1…?n). It reads at most p.Limit rows.
-func opStatement(sc *schema.Schema, p *storage.QueryParams) (string, []any, error) {
+// number after the relations' ?1…?n). A limited statement reads at most
+// p.Limit rows in SQL (TxQuery); otherwise its reader stops stepping
+// after p.Limit rows (Query; see Bounding above).
+func opStatement(sc *schema.Schema, p *storage.QueryParams, limited bool) (string, []any, error) {
 	if p.Limit < 1 {
 		return "", nil, fmt.Errorf("query limit %d: a registered query reads at least one row", p.Limit)
 	}
@@ -255,12 +278,15 @@ func opStatement(sc *schema.Schema, p *storage.QueryParams) (string, []any, erro
 		}
 		args = append(args, a)
 	}
-	return querysql.Limited(sh, defs, p.Limit), args, nil
+	if limited {
+		return querysql.Limited(sh, defs, p.Limit), args, nil
+	}
+	return querysql.WithRelations(sh, defs), args, nil
 }
 
 // PrepareQuery implements storage.Querier: SQLite prepares the statement
-// CheckQuery accepted behind its relations, privileged and scoped, so a
-// mismatch shows at registration.
+// CheckQuery accepted behind its relations, privileged and scoped, as
+// Query and TxQuery run it, so a mismatch shows at registration.
 func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	in := s.schema.Load()
 	if in == nil {
@@ -272,12 +298,24 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	}
 	defer func() { s.queries.conns <- qc }()
 	for _, scopes := range []map[string]map[string][]string{nil, {}} {
-		text, _, err := opStatement(in.schema, &storage.QueryParams{QuerySpec: q, Scopes: scopes})
-		if err != nil {
-			return err
-		}
-		if _, err := qc.c.stmt(ctx, text); err != nil {
-			return err
+		for _, limited := range []bool{false, true} {
+			text, _, err := opStatement(in.schema, &storage.QueryParams{QuerySpec: q, Scopes: scopes}, limited)
+			if err != nil {
+				return err
+			}
+			if limited {
+				// TxQuery's form runs on the writer: compile it here
+				// without keeping it.
+				var ds driver.Stmt
+				if ds, err = qc.c.dc.(driver.ConnPrepareContext).PrepareContext(stmtCtx, text); err == nil {
+					err = ds.Close()
+				}
+			} else {
+				_, err = qc.c.stmt(ctx, text)
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -294,7 +332,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if in == nil {
 		return storage.QueryResult{}, errors.New("query: no schema installed")
 	}
-	text, args, err := opStatement(in.schema, &p)
+	text, args, err := opStatement(in.schema, &p, false)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
@@ -331,9 +369,10 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 func queryError(err error) error { return &storage.QueryError{Err: err} }
 
 // queryRows runs a registered query's statement on c and reads at most
-// p.Limit rows, each normalized to the declared columns. A database
-// failure of the statement is failed(err); a value that does not fit
-// its column is a *storage.QueryError.
+// p.Limit rows, each normalized to the declared columns, then resets
+// the statement: a statement without a LIMIT of ours is never stepped
+// past p.Limit rows. A database failure of the statement is failed(err);
+// a value that does not fit its column is a *storage.QueryError.
 func (c *conn) queryRows(ctx context.Context, text string, args []any, p *storage.QueryParams, failed func(error) error) ([][]any, error) {
 	rs, err := c.query(ctx, text, args...)
 	if err != nil {
@@ -347,10 +386,7 @@ func (c *conn) queryRows(ctx context.Context, text string, args []any, p *storag
 	n := len(p.Columns)
 	var slab []any // the rows' values, a block of rows at a time
 	out := make([][]any, 0, min(p.Limit, 256))
-	for rs.Next() {
-		if len(out) == p.Limit {
-			break
-		}
+	for len(out) < p.Limit && rs.Next() {
 		if len(slab) < n {
 			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}

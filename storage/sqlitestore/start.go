@@ -10,13 +10,14 @@ import (
 var _ storage.RequestStarter = (*Store)(nil)
 
 // qRequestStart is qPartitionClient with the stored result of one commit
-// (?3) joined: the start of a one-commit request in one statement.
+// (?3, of client ?4: a server command's key is not its caller's id)
+// joined: the start of a one-commit request in one statement.
 const qRequestStart = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
 	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions,
 	i.status IS NOT NULL, coalesce(i.status, 0), coalesce(i.commit_seq, 0), i.result, coalesce(i.created_at_ms, 0), coalesce(i.actor_id, '')
 	FROM sync_partitions p
 	LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = ?1
-	LEFT JOIN sync_idempotency i ON i.partition = p.id AND i.client_id = ?1 AND i.client_commit_id = ?3
+	LEFT JOIN sync_idempotency i ON i.partition = p.id AND i.client_id = ?4 AND i.client_commit_id = ?3
 	WHERE p.id = ?2`
 
 // qIdempotencyMany reads the stored results of a list of commit ids.
@@ -56,6 +57,10 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 	if len(q.CommitIDs) > 0 {
 		first = q.CommitIDs[0]
 	}
+	pushClient := q.PushClientID
+	if pushClient == "" {
+		pushClient = q.ClientID
+	}
 	err := s.withReader(ctx, func(c *conn) (err error) {
 		var (
 			p      = &st.Partition
@@ -63,9 +68,9 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 			subs   []byte
 			hasRec bool
 			status int64
-			rec    = storage.PushRecord{ClientID: q.ClientID, ClientCommitID: first}
+			rec    = storage.PushRecord{ClientID: pushClient, ClientCommitID: first}
 		)
-		ok, err = c.queryRow(ctx, qRequestStart, []any{q.ClientID, q.Partition, first},
+		ok, err = c.queryRow(ctx, qRequestStart, []any{q.ClientID, q.Partition, first, pushClient},
 			&p.ID, &p.LogEpoch, &p.EpochRequired, &p.CreatedAtMs, &p.LastSeenMs, &p.MaxCommitSeq, &p.HorizonSeq,
 			&st.HasClient, &cl.ActorID, &cl.WireVersion, &cl.Cursor, &cl.UpdatedAtMs, &subs,
 			&hasRec, &status, &rec.CommitSeq, &rec.Result, &rec.CreatedAtMs, &rec.ActorID)
@@ -82,7 +87,7 @@ func (s *Store) RequestStart(ctx context.Context, q storage.RequestStartParams) 
 		if len(q.CommitIDs) < 2 {
 			return nil
 		}
-		return readPushes(ctx, c, q.Partition, q.ClientID, q.CommitIDs[1:], &st.Pushes)
+		return readPushes(ctx, c, q.Partition, pushClient, q.CommitIDs[1:], &st.Pushes)
 	})
 	if err != nil {
 		return storage.RequestStart{}, fmt.Errorf("start request: %w", err)

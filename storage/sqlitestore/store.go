@@ -62,6 +62,12 @@ type (
 	blobIndex    = blobcore.Index
 )
 
+// Page cache bounds per connection, in KiB of pages (see dsn).
+const (
+	writerCacheKiB = 2048
+	readerCacheKiB = 1024
+)
+
 // dsn builds the connection string. PRAGMAs go in the DSN so every
 // connection gets them; busy_timeout comes first so it covers the others.
 func dsn(cfg Config, reader bool) string {
@@ -77,13 +83,18 @@ func dsn(cfg Config, reader bool) string {
 	// never reset. A reader drops its cache whenever another connection
 	// committed, so under writes it only ever holds one transaction's
 	// pages; the writer touches the tails of the log's b-trees and the
-	// rows it upserts. A miss is a pread from the OS page cache. At 32 MB
-	// per connection a 20-client push + pull node held ~35 MB more
-	// resident than at 4 MB, for no measurable CPU.
+	// rows it upserts. A miss is a pread from the OS page cache.
+	// cache_size counts page bytes, but each cached page is one
+	// allocation of the page plus SQLite's headers (~4.3 KiB), which
+	// modernc's allocator serves from an 8 KiB slot: a full cache costs
+	// twice its cache_size. At 8 MiB for the writer and 4 MiB per reader
+	// a 20-client push + pull node's SQLite allocations reached 22 MB
+	// after ~25,000 commits; at 2 MiB and 1 MiB they stay at 8 MB, at
+	// no measurable CPU (README, "What keeps a node resident").
 	if reader {
-		q.Add("_pragma", "cache_size(-4096)")
+		q.Add("_pragma", "cache_size(-"+strconv.Itoa(readerCacheKiB)+")")
 	} else {
-		q.Add("_pragma", "cache_size(-8192)")
+		q.Add("_pragma", "cache_size(-"+strconv.Itoa(writerCacheKiB)+")")
 	}
 	// No memory map: SQLite unmaps and remaps the file in every read
 	// transaction that begins after another connection committed, so

@@ -12,8 +12,9 @@ import (
 
 var _ storage.TxQuerier = (*tx)(nil)
 
-// TxQuery implements storage.TxQuerier: the statement Query runs (the
-// registered query behind its partition-bound relations), on the write
+// TxQuery implements storage.TxQuerier: the registered query behind its
+// partition-bound relations, as Query runs it but with its LIMIT
+// maxRows + 1 in SQL (the writer's temporary storage is memory), on the write
 // transaction's own connection, so it reads the transaction's
 // uncommitted writes and never waits for the writer it is. A SELECT that
 // fails in SQL (an error of the statement itself) leaves the transaction
@@ -26,7 +27,7 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	if t.readOnly || p.Partition != t.locked.ID {
 		return storage.QueryResult{}, storage.ErrTxQueryPartition
 	}
-	text, args, err := opStatement(t.inst.schema, &p)
+	text, args, err := opStatement(t.inst.schema, &p, true)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}

@@ -17,6 +17,7 @@ var adminTests = []test{
 	{"RowSeed", testRowSeed},
 	{"RowSeedAllOrNothing", testRowSeedAllOrNothing},
 	{"PartitionWipe", testPartitionWipe},
+	{"PartitionWipeFromFenced", testPartitionWipeFrom},
 	{"PruneLiteralZeros", testPruneLiteral},
 	{"ClientListPages", testClientList},
 }
@@ -300,6 +301,46 @@ func testPartitionWipe(t *testing.T, e *env) {
 
 	// Wiping an unregistered partition does nothing.
 	check(t, s.PartitionWipe(ctx, "nobody"))
+}
+
+// testPartitionWipeFrom: the fenced wipe refuses a partition whose
+// epoch is not the expected one or whose max seq is below the expected,
+// leaving everything, and wipes one that passes.
+func testPartitionWipeFrom(t *testing.T, e *env) {
+	s, sc := e.store()
+	p := partition(t, s)
+	ctx := t.Context()
+	for i := 1; i <= 2; i++ {
+		writeTx(t, s, p.ID, func(tx storage.Tx) error {
+			rw := task(t, sc, fmt.Sprintf("t%d", i), "p1", 1, "x")
+			if _, err := tx.RowUpsert(ctx, "tasks", rw); err != nil {
+				return err
+			}
+			_, err := tx.CommitAppend(ctx, storage.CommitParams{CreatedAtMs: 1, ActorID: "a", ClientID: "c", ClientCommitID: fmt.Sprint(i),
+				SchemaVersion: 1, Changes: []storage.Change{change(rw, "tasks", 1)}})
+			return err
+		})
+	}
+	for _, f := range []storage.WipeFence{{Epoch: p.LogEpoch + "x", MinSeq: 0}, {Epoch: p.LogEpoch, MinSeq: 3}, {Epoch: "", MinSeq: 0}} {
+		wantCode(t, s.PartitionWipeFrom(ctx, p.ID, f.Epoch, f.MinSeq), ssp2.CodeStoragePruneEpochMismatch)
+		got, err := s.PartitionGet(ctx, p.ID)
+		check(t, err)
+		if got.LogEpoch != p.LogEpoch || got.MaxCommitSeq != 2 {
+			t.Fatalf("after a refused wipe from %+v: %+v", f, got)
+		}
+		if rows := listAll(t, s, p.ID, "tasks", 10); len(rows) != 2 {
+			t.Fatalf("after a refused wipe from %+v: %d rows, want 2", f, len(rows))
+		}
+	}
+	check(t, s.PartitionWipeFrom(ctx, p.ID, p.LogEpoch, 2))
+	_, err := s.PartitionGet(ctx, p.ID)
+	wantCode(t, err, ssp2.CodeStoragePartitionUnregistered)
+	if rows := listAll(t, s, p.ID, "tasks", 10); len(rows) != 0 {
+		t.Fatalf("wiped partition still has %d rows", len(rows))
+	}
+	// An unregistered partition is epoch "" at seq 0.
+	check(t, s.PartitionWipeFrom(ctx, p.ID, "", 0))
+	wantCode(t, s.PartitionWipeFrom(ctx, p.ID, p.LogEpoch, 0), ssp2.CodeStoragePruneEpochMismatch)
 }
 
 // testPruneLiteral: with Literal, zero windows and counts are zero, so a

@@ -293,6 +293,16 @@ func testRequestStart(t *testing.T, e *env) {
 	if st.HasClient || len(st.Pushes) != 1 || st.Pushes["x"].ActorID != "bob" {
 		t.Fatalf("c2 start = %+v", st)
 	}
+	// A server command's start: its caller's client record, the results
+	// of its own key's client id (PushClientID), none of the caller's.
+	for _, ids := range [][]string{{"x"}, {"a", "x"}, {"x", "b", "a"}} {
+		st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "fresh", ClientID: "c1", PushClientID: "c2", CommitIDs: ids, NowMs: t0 + 1, Fresh: true})
+		check(t, err)
+		if !st.HasClient || st.Client.ActorID != "alice" || len(st.Pushes) != 1 {
+			t.Fatalf("%v: command start = %+v", ids, st)
+		}
+		assertRecord(t, "command start", st.Pushes["x"], recs[3])
+	}
 	st, err = rs.RequestStart(ctx, storage.RequestStartParams{Partition: "other", ClientID: "c1", CommitIDs: []string{"a", "b"}, NowMs: t0})
 	check(t, err)
 	if st.HasClient || st.Pushes != nil {
@@ -348,7 +358,9 @@ func testRequestStartCurrent(t *testing.T, e *env) {
 	}
 	stores := []storage.Store{s}
 	if tw, ok := s.(Twinner); ok {
-		stores = append(stores, tw.HookTwin(t))
+		if twin := tw.HookTwin(t); twin != nil {
+			stores = append(stores, twin)
+		}
 	}
 	ctx := t.Context()
 	const part, now = "cur", 7_000_000

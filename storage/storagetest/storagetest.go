@@ -52,6 +52,9 @@ type Hooks interface {
 type Twinner interface {
 	// HookTwin opens another store on the receiver's database, closed at
 	// tb's cleanup.
+	// It returns nil when the receiver allows no other writer of its
+	// database (a PostgreSQL sole writer): its own writes are then all
+	// a cache must see.
 	HookTwin(tb testing.TB) storage.Store
 }
 

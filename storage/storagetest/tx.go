@@ -118,7 +118,9 @@ func testTxSerialize(t *testing.T, e *env) {
 // (storage.RowPrefetcher) read what serialized pushes read: every read
 // sees the writes of the pushes before it and the transaction's own, and
 // a write undone by a savepoint rollback is undone for the reads after it.
-// Each push also flips a second row between absent and present.
+// Each push also flips a second row between absent and present. Half of
+// them also read the rows ahead inside the transaction
+// (storage.TxRowPrefetcher), after the rollback and before the writes.
 func testTxRowsAhead(t *testing.T, e *env) {
 	s, sc := e.store()
 	rp, ok := s.(storage.RowPrefetcher)
@@ -150,6 +152,13 @@ func testTxRowsAhead(t *testing.T, e *env) {
 						return err
 					}
 					if err := sp.Rollback(ctx); err != nil {
+						return err
+					}
+				}
+				if tp, ok := tx.(storage.TxRowPrefetcher); ok && i%2 == 0 {
+					// Read ahead inside the transaction too (a command's
+					// rows): what follows reads the same.
+					if err := tp.PrefetchRows(ctx, refs); err != nil {
 						return err
 					}
 				}

@@ -201,7 +201,8 @@ func limitedBody(sh Shape, limit int) string {
 const StartColumn = "_syncnode_start"
 
 // Start is the start row of a folded statement: Expr, one text value
-// in the form ParseStart reads, selected FROM From (exactly one row).
+// in the form ParseStart reads, selected FROM From (at most one row; the
+// store says what none means).
 type Start struct{ Expr, From string }
 
 // Folded returns the statement a registered query runs as on its own

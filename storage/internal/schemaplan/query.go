@@ -1,6 +1,7 @@
 package schemaplan
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -24,14 +25,57 @@ import (
 // placeholder n; the values are typed as their columns are (string,
 // int64, bool) for the store to bind.
 func QueryRelations(sc *schema.Schema, p *storage.QueryParams, from func(table string) string, ph func(n int) string) (string, []any, error) {
+	args, counts, err := QueryRelationArgs(sc, p)
+	if err != nil {
+		return "", nil, err
+	}
+	defs, err := QueryRelationDefs(sc, p.Tables, p.Scopes != nil, counts, from, ph)
+	if err != nil {
+		return "", nil, err
+	}
+	return defs, args, nil
+}
+
+// QueryRelationArgs returns the scope values QueryRelations binds and
+// how many each scope variable of each table has (in the tables' and
+// their scopes' order; nil for a privileged query): the text's shape,
+// which QueryRelationDefs writes. A store that keeps a query's text
+// converts the values of each run and writes the text once per shape.
+func QueryRelationArgs(sc *schema.Schema, p *storage.QueryParams) ([]any, []int, error) {
+	if p.Scopes == nil {
+		return nil, nil, nil
+	}
 	var (
-		b    strings.Builder
-		args []any
+		args   []any
+		counts []int
 	)
-	for i, name := range p.Tables {
+	for _, name := range p.Tables {
 		t, ok := sc.Table(name)
 		if !ok {
-			return "", nil, fmt.Errorf("unknown table %q", name)
+			return nil, nil, fmt.Errorf("unknown table %q", name)
+		}
+		for _, s := range t.Scopes {
+			vals, err := scopeValues(t, s.Variable, p.Scopes[name][s.Variable])
+			if err != nil {
+				return nil, nil, err
+			}
+			counts = append(counts, len(vals))
+			args = append(args, vals...)
+		}
+	}
+	return args, counts, nil
+}
+
+// QueryRelationDefs writes QueryRelations' WITH items for tables, scoped
+// or not, with counts values (QueryRelationArgs) bound for each scope
+// variable.
+func QueryRelationDefs(sc *schema.Schema, tables []string, scoped bool, counts []int, from func(table string) string, ph func(n int) string) (string, error) {
+	var b strings.Builder
+	n := 2 // the next placeholder: 1 is the partition
+	for i, name := range tables {
+		t, ok := sc.Table(name)
+		if !ok {
+			return "", fmt.Errorf("unknown table %q", name)
 		}
 		if i > 0 {
 			b.WriteString(", ")
@@ -44,35 +88,39 @@ func QueryRelations(sc *schema.Schema, p *storage.QueryParams, from func(table s
 			b.WriteString(quoteIdent(c.Name))
 		}
 		b.WriteString(" FROM " + from(t.Name) + " WHERE " + quoteIdent(ColPartition) + " = " + ph(1))
-		if p.Scopes == nil {
+		if !scoped {
 			b.WriteString(")")
 			continue
 		}
 		for _, s := range t.Scopes {
-			vals, err := scopeValues(t, s.Variable, p.Scopes[name][s.Variable])
-			if err != nil {
-				return "", nil, err
+			if len(counts) == 0 {
+				return "", fmt.Errorf("table %q: no value count for scope %q", name, s.Variable)
 			}
-			switch len(vals) {
+			k := counts[0]
+			counts = counts[1:]
+			switch k {
 			case 0:
 				b.WriteString(" AND 1 = 0") // no usable value: the relation is empty
 			case 1:
-				b.WriteString(" AND " + quoteIdent(s.Column) + " = " + ph(len(args)+2))
+				b.WriteString(" AND " + quoteIdent(s.Column) + " = " + ph(n))
 			default:
 				b.WriteString(" AND " + quoteIdent(s.Column) + " IN (")
-				for k := range vals {
-					if k > 0 {
+				for j := range k {
+					if j > 0 {
 						b.WriteString(", ")
 					}
-					b.WriteString(ph(len(args) + 2 + k))
+					b.WriteString(ph(n + j))
 				}
 				b.WriteString(")")
 			}
-			args = append(args, vals...)
+			n += k
 		}
 		b.WriteString(")")
 	}
-	return b.String(), args, nil
+	if len(counts) > 0 {
+		return "", errors.New("more value counts than scope variables")
+	}
+	return b.String(), nil
 }
 
 // scopeValues converts a scope variable's covered values (rendered as
