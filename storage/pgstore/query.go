@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
@@ -123,7 +122,11 @@ func (s *Store) statement(p *storage.QueryParams, folded bool) (string, []any, e
 		args = append(args, p.ClientID)
 	}
 	args = append(args, p.Args...)
-	text, err := s.stmts.text(in.schema, p, folded, counts, func() (string, error) { return s.writeStatement(in.schema, p, folded, counts) })
+	var variant byte
+	if folded {
+		variant = 1
+	}
+	text, err := in.texts.Text(p, variant, counts, func() (string, error) { return s.writeStatement(in.schema, p, folded, counts) })
 	if err != nil {
 		return "", nil, err
 	}
@@ -163,82 +166,6 @@ func (s *Store) writeStatement(sc *schema.Schema, p *storage.QueryParams, folded
 		cols[i] = c.Name
 	}
 	return querysql.Folded(sh, defs, s.startRow("$"+strconv.Itoa(first)), cols, p.Limit), nil
-}
-
-// stmtCache keeps registered queries' statement texts by what writes
-// them — the query's SQL, tables, declared column names and limit, folded
-// or not, and the number of scope values of each relation — for one
-// installed schema. Writing one (lexing the SQL, the relations, the fold)
-// cost a run more CPU than reading its hundred rows; the texts are few
-// (a registration has one per shape of its coverage), and a run now
-// converts its values and looks its text up.
-type stmtCache struct {
-	mu    sync.Mutex
-	sc    *schema.Schema
-	texts map[string]string
-}
-
-// stmtCacheMax bounds the texts kept: past it the cache starts over (a
-// deployment's registrations have far fewer shapes).
-const stmtCacheMax = 1024
-
-// text returns the text of the statement p runs as, written by write on
-// a miss.
-func (c *stmtCache) text(sc *schema.Schema, p *storage.QueryParams, folded bool, counts []int, write func() (string, error)) (string, error) {
-	var kb [256]byte
-	key := stmtKey(kb[:0], p, folded, counts)
-	c.mu.Lock()
-	text, ok := c.texts[string(key)]
-	if ok && c.sc == sc {
-		c.mu.Unlock()
-		return text, nil
-	}
-	c.mu.Unlock()
-	text, err := write()
-	if err != nil {
-		return "", err
-	}
-	c.mu.Lock()
-	if c.sc != sc || len(c.texts) >= stmtCacheMax {
-		c.sc, c.texts = sc, map[string]string{}
-	}
-	c.texts[string(key)] = text
-	c.mu.Unlock()
-	return text, nil
-}
-
-// stmtKey appends to b the key of a statement's text: every string
-// length-prefixed, so no two inputs share one.
-func stmtKey(b []byte, p *storage.QueryParams, folded bool, counts []int) []byte {
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	if folded {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
-	if p.Scopes != nil {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
-	b = binary.AppendUvarint(b, uint64(p.Limit))
-	b = binary.AppendUvarint(b, uint64(len(counts)))
-	for _, n := range counts {
-		b = binary.AppendUvarint(b, uint64(n))
-	}
-	b = binary.AppendUvarint(b, uint64(len(p.Tables)))
-	for _, t := range p.Tables {
-		str(t)
-	}
-	b = binary.AppendUvarint(b, uint64(len(p.Columns)))
-	for _, c := range p.Columns {
-		str(c.Name)
-	}
-	str(p.SQL)
-	return b
 }
 
 // PrepareQuery implements storage.Querier: PostgreSQL parses and plans

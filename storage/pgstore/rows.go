@@ -23,6 +23,7 @@ import (
 type installed struct {
 	schema *schema.Schema
 	tables map[string]*tableSQL
+	texts  schemaplan.Statements // registered queries' statement texts
 }
 
 type tableSQL struct {

@@ -28,7 +28,6 @@ type Store struct {
 	cfg        Config
 	pool       *pgxpool.Pool
 	queries    *pgxpool.Pool // registered queries' connections (query.go)
-	stmts      stmtCache     // registered queries' statement texts (query.go)
 	migrations []migrate.Migration
 	schema     atomic.Pointer[installed]
 	analyzer   *analyzer

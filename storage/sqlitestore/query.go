@@ -256,17 +256,34 @@ func (s *Store) closeQueries() error {
 // number after the relations' ?1…?n). A limited statement reads at most
 // p.Limit rows in SQL (TxQuery); otherwise its reader stops stepping
 // after p.Limit rows (Query; see Bounding above).
-func opStatement(sc *schema.Schema, p *storage.QueryParams, limited bool) (string, []any, error) {
+func opStatement(in *installed, p *storage.QueryParams, limited bool) (string, []any, error) {
 	if p.Limit < 1 {
 		return "", nil, fmt.Errorf("query limit %d: a registered query reads at least one row", p.Limit)
 	}
-	sh, err := querysql.Lex(p.SQL)
+	scopeArgs, counts, err := schemaplan.QueryRelationArgs(in.schema, p)
 	if err != nil {
-		return "", nil, &storage.QueryError{Err: err}
+		return "", nil, err
 	}
-	defs, scopeArgs, err := schemaplan.QueryRelations(sc, p,
-		func(t string) string { return "main." + quote(t) },
-		func(n int) string { return "?" + strconv.Itoa(n) })
+	var variant byte
+	if limited {
+		variant = 1
+	}
+	text, err := in.texts.Text(p, variant, counts, func() (string, error) {
+		sh, err := querysql.Lex(p.SQL)
+		if err != nil {
+			return "", &storage.QueryError{Err: err}
+		}
+		defs, err := schemaplan.QueryRelationDefs(in.schema, p.Tables, p.Scopes != nil, counts,
+			func(t string) string { return "main." + quote(t) },
+			func(n int) string { return "?" + strconv.Itoa(n) })
+		if err != nil {
+			return "", err
+		}
+		if limited {
+			return querysql.Limited(sh, defs, p.Limit), nil
+		}
+		return querysql.WithRelations(sh, defs), nil
+	})
 	if err != nil {
 		return "", nil, err
 	}
@@ -278,10 +295,7 @@ func opStatement(sc *schema.Schema, p *storage.QueryParams, limited bool) (strin
 		}
 		args = append(args, a)
 	}
-	if limited {
-		return querysql.Limited(sh, defs, p.Limit), args, nil
-	}
-	return querysql.WithRelations(sh, defs), args, nil
+	return text, args, nil
 }
 
 // PrepareQuery implements storage.Querier: SQLite prepares the statement
@@ -299,7 +313,7 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 	defer func() { s.queries.conns <- qc }()
 	for _, scopes := range []map[string]map[string][]string{nil, {}} {
 		for _, limited := range []bool{false, true} {
-			text, _, err := opStatement(in.schema, &storage.QueryParams{QuerySpec: q, Scopes: scopes}, limited)
+			text, _, err := opStatement(in, &storage.QueryParams{QuerySpec: q, Scopes: scopes}, limited)
 			if err != nil {
 				return err
 			}
@@ -332,7 +346,7 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	if in == nil {
 		return storage.QueryResult{}, errors.New("query: no schema installed")
 	}
-	text, args, err := opStatement(in.schema, &p, false)
+	text, args, err := opStatement(in, &p, false)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}

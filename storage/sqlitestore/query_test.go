@@ -52,7 +52,7 @@ SELECT 'p', 't' || i, i, '{}', x'', 't' || i, 'a' FROM n`)
 		p := storage.QueryParams{QuerySpec: storage.QuerySpec{SQL: c.sql, Tables: []string{"tasks"}, Columns: cols, Limit: 6},
 			Partition: "p", Args: []any{"a"}, Scopes: map[string]map[string][]string{"tasks": {"project_id": {"a"}}}}
 		for limited, tail := range map[bool]string{false: c.queryTail, true: c.txTail} {
-			text, _, err := opStatement(sc, &p, limited)
+			text, _, err := opStatement(&installed{schema: sc}, &p, limited)
 			if err != nil || !strings.HasSuffix(text, tail) {
 				t.Fatalf("%s (limited %v): statement %q (%v), want it to end %q", c.sql, limited, text, err, tail)
 			}

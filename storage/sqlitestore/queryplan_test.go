@@ -75,7 +75,7 @@ func TestScopedQueryPlan(t *testing.T) {
 	ctx := context.Background()
 	s, p := bigPartition(t, 2_000)
 	sc := s.schema.Load().schema
-	text, args, err := opStatement(sc, &p, false)
+	text, args, err := opStatement(&installed{schema: sc}, &p, false)
 	if err != nil {
 		t.Fatal(err)
 	}

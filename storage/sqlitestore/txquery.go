@@ -27,7 +27,7 @@ func (t *tx) TxQuery(ctx context.Context, p storage.QueryParams) (storage.QueryR
 	if t.readOnly || p.Partition != t.locked.ID {
 		return storage.QueryResult{}, storage.ErrTxQueryPartition
 	}
-	text, args, err := opStatement(t.inst.schema, &p, true)
+	text, args, err := opStatement(t.inst, &p, true)
 	if err != nil {
 		return storage.QueryResult{}, err
 	}
