@@ -299,7 +299,6 @@ func (s *session) check(epoch string, maxSeq int64, refused bool, wakeBelow int6
 // onAck applies {"type":"ack","cursor":n} (SPEC.md §8.2) and queues its
 // persistence.
 func (s *session) onAck(c int64) {
-	s.h.metrics.Acks.Add(1)
 	s.mu.Lock()
 	s.cursor = max(s.cursor, c)
 	s.highest = max(s.highest, c)
@@ -307,6 +306,7 @@ func (s *session) onAck(c int64) {
 		s.suppressed = false
 	}
 	s.mu.Unlock()
+	s.h.metrics.Acks.Add(1) // counted once applied: tests wait on it
 	s.h.acks.add(s)
 }
 
