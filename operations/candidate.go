@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/storage"
@@ -96,15 +97,57 @@ func (q *query) result(res storage.QueryResult) (QueryResult, error) {
 	if len(res.Rows) > q.MaxRows {
 		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
 	}
-	out := QueryResult{MaxCommitSeq: res.MaxCommitSeq, Rows: make([]Object, len(res.Rows))}
-	fields := make([]Field, len(res.Rows)*len(q.columns)) // one block for every row's fields
-	for i, row := range res.Rows {
+	return q.objects(res.MaxCommitSeq, len(res.Rows), func(i int) []any { return res.Rows[i] }), nil
+}
+
+// objects builds a result of n rows, row(i) holding row i's values.
+func (q *query) objects(maxCommitSeq int64, n int, row func(i int) []any) QueryResult {
+	out := QueryResult{MaxCommitSeq: maxCommitSeq, Rows: make([]Object, n)}
+	fields := make([]Field, n*len(q.columns)) // one block for every row's fields
+	for i := range n {
 		o := Object(fields[:len(q.columns):len(q.columns)])
 		fields = fields[len(q.columns):]
-		for j, c := range q.columns {
-			o[j] = Field{c.Name, row[j]}
+		for j, v := range row(i) {
+			o[j] = Field{q.columns[j].Name, v}
 		}
 		out.Rows[i] = o
 	}
-	return out, nil
+	return out
+}
+
+// flatRows is a run's values, row after row, as a store's QueryEach
+// hands them over: one buffer per run, pooled, so a run allocates only
+// its result.
+type flatRows struct {
+	vals []any
+	n    int // rows
+}
+
+var flatRowsPool = sync.Pool{New: func() any { return new(flatRows) }}
+
+// maxPooledValues bounds the buffer a run puts back in the pool.
+const maxPooledValues = 1 << 14
+
+func (f *flatRows) add(row []any) error {
+	f.vals = append(f.vals, row...)
+	f.n++
+	return nil
+}
+
+func (f *flatRows) release() {
+	if cap(f.vals) > maxPooledValues {
+		return
+	}
+	clear(f.vals) // hold no values past the run
+	f.vals, f.n = f.vals[:0], 0
+	flatRowsPool.Put(f)
+}
+
+// flatResult is result for rows collected in f.
+func (q *query) flatResult(maxCommitSeq int64, f *flatRows) (QueryResult, error) {
+	if f.n > q.MaxRows {
+		return QueryResult{}, errorf(CodeResultTooLarge, "the result exceeds maxRows %d", q.MaxRows)
+	}
+	w := len(q.columns)
+	return q.objects(maxCommitSeq, f.n, func(i int) []any { return f.vals[i*w : (i+1)*w] }), nil
 }

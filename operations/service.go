@@ -245,7 +245,17 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	}
 	// The caller's partition row and client record come from the query's
 	// own snapshot: the caller is admitted on them before any row leaves.
-	res, err := qs.Query(ctx, p)
+	var (
+		res  storage.QueryResult
+		flat *flatRows // the rows, when the store hands them over one by one
+	)
+	if eq, ok := qs.(storage.EachQuerier); ok {
+		flat = flatRowsPool.Get().(*flatRows)
+		defer flat.release()
+		res, err = eq.QueryEach(ctx, p, flat.add)
+	} else {
+		res, err = qs.Query(ctx, p)
+	}
 	if err != nil {
 		// A caller who may not be served hears that, not the failure.
 		if aerr := s.cfg.Engine.AdmitCaller(ctx, id, req.ClientID); aerr != nil {
@@ -255,6 +265,9 @@ func (s *Service) Query(ctx context.Context, id engine.Identity, req Request) (Q
 	}
 	if err := s.cfg.Engine.AdmitRead(ctx, id, req.ClientID, res.Start, res.HasPartition); err != nil {
 		return QueryResult{}, err
+	}
+	if flat != nil {
+		return q.flatResult(res.MaxCommitSeq, flat)
 	}
 	return q.result(res)
 }

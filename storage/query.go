@@ -28,6 +28,17 @@ type Querier interface {
 	Query(ctx context.Context, p QueryParams) (QueryResult, error)
 }
 
+// EachQuerier is a Querier that can hand a run's rows to the caller one
+// at a time instead of collecting them (optional; SQLite implements it).
+// QueryEach is Query with each normalized row passed to each, in order,
+// as it is read, and QueryResult.Rows left nil: the slice row is valid
+// only during the call (the store reuses it), the values in it are the
+// caller's to keep. An error from each stops the run and is returned as
+// is.
+type EachQuerier interface {
+	QueryEach(ctx context.Context, p QueryParams, each func(row []any) error) (QueryResult, error)
+}
+
 // QuerySpec is a registered query as the store sees it.
 type QuerySpec struct {
 	// SQL is positional SQLite-family SQL: plain ? placeholders.

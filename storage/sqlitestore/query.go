@@ -205,7 +205,8 @@ func newQueryPool(n int) queryPool {
 }
 
 type queryConn struct {
-	c *conn
+	c   *conn
+	row []any // QueryEach's row buffer, reused by every run
 }
 
 func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
@@ -342,6 +343,17 @@ func (s *Store) PrepareQuery(ctx context.Context, q storage.QuerySpec) error {
 // active statement is reset, so the two read one snapshot without a
 // BEGIN and COMMIT of their own.
 func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.QueryResult, error) {
+	return s.query(ctx, p, nil)
+}
+
+// QueryEach implements storage.EachQuerier: Query with each row handed
+// to each from one reused buffer, so a run allocates no rows of its own.
+func (s *Store) QueryEach(ctx context.Context, p storage.QueryParams, each func(row []any) error) (storage.QueryResult, error) {
+	return s.query(ctx, p, each)
+}
+
+// query is Query, or QueryEach when each is non-nil.
+func (s *Store) query(ctx context.Context, p storage.QueryParams, each func(row []any) error) (storage.QueryResult, error) {
 	in := s.schema.Load()
 	if in == nil {
 		return storage.QueryResult{}, errors.New("query: no schema installed")
@@ -370,7 +382,16 @@ func (s *Store) Query(ctx context.Context, p storage.QueryParams) (storage.Query
 	} else if err := start.Err(); err != nil {
 		return storage.QueryResult{}, fmt.Errorf("query partition: %w", err)
 	}
-	if out.Rows, err = c.queryRows(ctx, text, args, &p, queryError); err != nil {
+	if each != nil {
+		if qc.row == nil || len(qc.row) < len(p.Columns) {
+			qc.row = make([]any, len(p.Columns))
+		}
+		err = c.eachRow(ctx, text, args, &p, queryError, qc.row[:len(p.Columns)], each)
+		clear(qc.row) // hold no values past the run
+	} else {
+		out.Rows, err = c.queryRows(ctx, text, args, &p, queryError)
+	}
+	if err != nil {
 		return storage.QueryResult{}, err
 	}
 	if err := start.Close(); err != nil {
@@ -388,42 +409,67 @@ func queryError(err error) error { return &storage.QueryError{Err: err} }
 // past p.Limit rows. A database failure of the statement is failed(err);
 // a value that does not fit its column is a *storage.QueryError.
 func (c *conn) queryRows(ctx context.Context, text string, args []any, p *storage.QueryParams, failed func(error) error) ([][]any, error) {
-	rs, err := c.query(ctx, text, args...)
-	if err != nil {
-		return nil, failed(err)
-	}
-	defer func() { _ = rs.Close() }()
-	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
-	if err != nil {
-		return nil, err
-	}
 	n := len(p.Columns)
 	var slab []any // the rows' values, a block of rows at a time
 	out := make([][]any, 0, min(p.Limit, 256))
-	for len(out) < p.Limit && rs.Next() {
+	err := c.readRows(ctx, text, args, p, failed, func() []any {
 		if len(slab) < n {
 			slab = make([]any, n*min(p.Limit-len(out), 64))
 		}
 		row := slab[:n:n]
 		slab = slab[n:]
+		return row
+	}, func(row []any) error {
+		out = append(out, row)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachRow is queryRows handing each row to each in row, one buffer
+// reused for every row.
+func (c *conn) eachRow(ctx context.Context, text string, args []any, p *storage.QueryParams, failed func(error) error, row []any, each func([]any) error) error {
+	return c.readRows(ctx, text, args, p, failed, func() []any { return row }, each)
+}
+
+// readRows steps the statement for queryRows and eachRow: each row's
+// normalized values go into next()'s slice, which is then passed to
+// done; it stops after p.Limit rows.
+func (c *conn) readRows(ctx context.Context, text string, args []any, p *storage.QueryParams, failed func(error) error, next func() []any, done func([]any) error) error {
+	rs, err := c.query(ctx, text, args...)
+	if err != nil {
+		return failed(err)
+	}
+	defer func() { _ = rs.Close() }()
+	idx, err := resultIndex(rs.dr.Columns(), p.Columns)
+	if err != nil {
+		return err
+	}
+	for read := 0; read < p.Limit && rs.Next(); read++ {
+		row := next()
 		for i, col := range p.Columns {
 			v := rs.vals[idx[i]]
 			if b, ok := v.([]byte); ok {
 				v = slices.Clone(b)
 			}
 			if row[i], err = storage.NormalizeQueryValue(col, v); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		out = append(out, row)
+		if err := done(row); err != nil {
+			return err
+		}
 	}
 	if err := rs.Err(); err != nil {
-		return nil, failed(err)
+		return failed(err)
 	}
 	if err := rs.Close(); err != nil {
-		return nil, failed(err)
+		return failed(err)
 	}
-	return out, nil
+	return nil
 }
 
 // scanStart reads a qPartitionClient row into st (the client zero when

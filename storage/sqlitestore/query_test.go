@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -70,6 +71,23 @@ SELECT 'p', 't' || i, i, '{}', x'', 't' || i, 'a' FROM n`)
 		}
 		if !slices.Equal(got, c.want) {
 			t.Fatalf("%s: rows %v, want %v", c.sql, got, c.want)
+		}
+		// QueryEach hands over the same rows one by one (the slice
+		// reused, its values kept) and collects none; an error from each
+		// stops the run and comes back as is.
+		var each []string
+		eres, err := s.QueryEach(ctx, p, func(row []any) error {
+			each = append(each, row[0].(string))
+			return nil
+		})
+		if err != nil || eres.Rows != nil || eres.MaxCommitSeq != res.MaxCommitSeq || eres.HasPartition != res.HasPartition ||
+			!slices.Equal(each, c.want) {
+			t.Fatalf("%s: QueryEach rows %v (collected %v, seq %d, %v), want %v", c.sql, each, eres.Rows, eres.MaxCommitSeq, err, c.want)
+		}
+		stop := errors.New("stop")
+		calls := 0
+		if _, err := s.QueryEach(ctx, p, func([]any) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+			t.Fatalf("%s: QueryEach with a failing each: %v after %d calls, want stop after 1", c.sql, err, calls)
 		}
 		p.Limit = 0
 		if _, err := s.Query(ctx, p); err == nil {
