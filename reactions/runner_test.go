@@ -726,15 +726,21 @@ func TestNoClaimForCommitsWithoutReactions(t *testing.T) {
 		}
 		// Read back from the log, an event says nothing: the runner claims.
 		await(e.commit("p", plan{key: "first", typ: "t"})[0])
-		before := cc.claims.Load()
-		for range 20 {
+		before, skippedBefore := cc.claims.Load(), r.Stats().SkippedWakes.Load()
+		const handed = 20
+		for range handed {
 			e.commitHanded("p")
 		}
-		poll.Until(t, wait, "a wake-up skipped", func() bool { return r.Stats().SkippedWakes.Load() > 0 })
+		poll.Until(t, wait, "a wake-up skipped", func() bool { return r.Stats().SkippedWakes.Load() > skippedBefore })
 		k := e.commitHanded("p", plan{key: "after", typ: "t"})[0]
 		await(k)
-		if got := cc.claims.Load() - before; got != 1 {
-			t.Errorf("%d claims for 20 commits without reactions and one with; want 1", got)
+		// A handed commit the relay read back from the log instead (its
+		// hand-over came after the relay's read, which a loaded machine
+		// makes likely) carries no count and may cost a claim; one whose
+		// event says "no reactions" must not.
+		skipped := r.Stats().SkippedWakes.Load() - skippedBefore
+		if got := cc.claims.Load() - before; got < 1 || got > 1+handed-skipped {
+			t.Errorf("%d claims for %d commits without reactions (%d announced so) and one with; want 1 to %d", got, handed, skipped, 1+handed-skipped)
 		}
 		// The skipped wake-ups are a Prometheus counter.
 		reg := prometheus.NewRegistry()
