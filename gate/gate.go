@@ -158,6 +158,7 @@ type Metrics struct {
 	TokenConflict atomic.Int64 // CAS conflicts while writing tokens
 	TokenErrors   atomic.Int64 // failed token writes
 	WatchUpdates  atomic.Int64 // watched token changes
+	WatchApplied  atomic.Int64 // … of which the view is done with (re-read, OnChange called)
 	Resyncs       atomic.Int64 // Reconcile passes finished (with or without errors)
 	Events        atomic.Int64 // control events published
 	EventErrors   atomic.Int64 // control events that could not be published

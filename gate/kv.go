@@ -225,6 +225,10 @@ func (g *Gate) watch(ctx context.Context, kv jetstream.KeyValue) error {
 // onUpdate applies one watched change: invalidate, re-read SQL, notify.
 func (g *Gate) onUpdate(ctx context.Context, e jetstream.KeyValueEntry) {
 	g.metrics.WatchUpdates.Add(1)
+	// Counted once the re-read's state is in the view: while the counts
+	// differ, a re-read is in flight and may land a state newer than the
+	// change that started it.
+	defer g.metrics.WatchApplied.Add(1)
 	live := g.live.Load()
 	if e.Key() == bus.GateSchemaKey {
 		g.viewGen.Add(1)

@@ -238,16 +238,24 @@ func TestGatePropagation(t *testing.T) {
 	if _, err := a.Store.PartitionTouch(ctx, part, time.Now().UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
-	// warm: B admits the partition from its watched view, without SQL; a
-	// refusal can then only come from a token change B watched.
+	// warm: B admits the partition from its watched view, without SQL,
+	// and B's watcher is done with every update it saw (updates of them):
+	// a refusal can then only come from a token change B watched after
+	// that. A re-read still in flight (the last activation's) may run
+	// after A's next declaration and refuse from it unseen.
+	var updates int64
 	warm := func() bool {
-		cached := b.Gate.Metrics().AdmitCached.Load()
+		m := b.Gate.Metrics()
+		updates = m.WatchUpdates.Load()
+		if m.WatchApplied.Load() != updates {
+			return false
+		}
+		cached := m.AdmitCached.Load()
 		_, err := b.Gate.Admit(ctx, part)
-		return err == nil && b.Gate.Metrics().AdmitCached.Load() > cached
+		return err == nil && m.AdmitCached.Load() > cached
 	}
 	for i := range 10 {
 		poll.Until(t, 10*time.Second, "B's watched view to admit the partition", warm)
-		updates := b.Gate.Metrics().WatchUpdates.Load()
 		cp, err := a.Gate.Declare(ctx, part, "cp"+strconv.Itoa(i))
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
@@ -30,18 +31,43 @@ func (c *tripCounter) dial(next pgconn.DialFunc) pgconn.DialFunc {
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{Conn: conn, n: &c.n}, nil
+		return &countingConn{Conn: conn, n: &c.n}, nil
 	}
 }
 
+// countingConn counts its writes into the store's total (n) and its own
+// (own): a test of one call on one connection counts that connection's,
+// free of the statements the store runs in the background on others (a
+// cursor advance flush, an ANALYZE, a sole writer's lock ping).
 type countingConn struct {
 	net.Conn
-	n *atomic.Int64
+	n   *atomic.Int64
+	own atomic.Int64
 }
 
-func (c countingConn) Write(b []byte) (int, error) {
+func (c *countingConn) Write(b []byte) (int, error) {
 	c.n.Add(1)
+	c.own.Add(1)
 	return c.Conn.Write(b)
+}
+
+// connWrites returns the write count of the connection of pool that the
+// next call on the pool uses: the pool must hold one connection.
+func connWrites(tb testing.TB, pool *pgxpool.Pool) *atomic.Int64 {
+	tb.Helper()
+	c, err := pool.Acquire(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Release()
+	if max := pool.Config().MaxConns; max != 1 {
+		tb.Fatalf("the pool may hold %d connections, want 1", max)
+	}
+	cc, ok := c.Conn().PgConn().Conn().(*countingConn)
+	if !ok {
+		tb.Fatalf("connection %T is not counted", c.Conn().PgConn().Conn())
+	}
+	return &cc.own
 }
 
 const roundTripSchema = `{"version": 1, "tables": [{"name": "tasks", "primaryKey": "id",
@@ -106,20 +132,21 @@ func (r roundTrips) String() string {
 }
 
 // pushPullRound makes one round's store calls: the push of one upsert
-// into row and the pull of its commit. unhinted makes them as the engine
-// did before RequestStart, WriteTxRows and PlanWindow.
-func pushPullRound(ctx context.Context, tb testing.TB, s *Store, c *tripCounter, sc *schema.Schema, i int, row string, unhinted bool) roundTrips {
+// into row and the pull of its commit, counting each step's writes in n.
+// unhinted makes them as the engine did before RequestStart, WriteTxRows
+// and PlanWindow.
+func pushPullRound(ctx context.Context, tb testing.TB, s *Store, n *atomic.Int64, sc *schema.Schema, i int, row string, unhinted bool) roundTrips {
 	tb.Helper()
 	const partition, client = "p", "c1"
 	key := fmt.Sprintf("commit-%d", i)
 	var out roundTrips
 	step := func(dst *int64, f func() error) {
 		tb.Helper()
-		before := c.n.Load()
+		before := n.Load()
 		if err := f(); err != nil {
 			tb.Fatal(err)
 		}
-		*dst = c.n.Load() - before
+		*dst = n.Load() - before
 	}
 	var part storage.Partition
 	step(&out.start, func() error {
@@ -239,9 +266,9 @@ func TestRoundTrips(t *testing.T) {
 	// One connection: every statement is prepared once, by the warm-up.
 	s, sc := roundTripStore(t, 1, c.dial, true)
 	ctx := t.Context()
-	pushPullRound(ctx, t, s, c, sc, 0, "r0", false) // prepares the statements
-	s.flushAdvances()                               // the cursor advances' write, once per ClientAdvanceDelay
-	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
+	pushPullRound(ctx, t, s, &c.n, sc, 0, "r0", false) // prepares the statements
+	s.flushAdvances()                                  // the cursor advances' write, once per ClientAdvanceDelay
+	got := pushPullRound(ctx, t, s, connWrites(t, s.pool), sc, 1, "r0", false)
 	t.Logf("round trips: %s", got)
 	want := roundTrips{start: 1, push: 2, pull: 1, advance: 0, relay: 2}
 	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
@@ -273,14 +300,14 @@ func BenchmarkPushPullRound(b *testing.B) {
 				b.Fatal(err)
 			}
 			for i := range 20 { // past the custom plans of every statement
-				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+				pushPullRound(ctx, b, s, &c.n, sc, i, fmt.Sprint("r", i%4), unhinted)
 			}
 			cpu0, cpuOK := procCPU(pid)
 			trips0 := c.n.Load()
 			i := 20
 			b.ResetTimer()
 			for b.Loop() {
-				pushPullRound(ctx, b, s, c, sc, i, fmt.Sprint("r", i%4), unhinted)
+				pushPullRound(ctx, b, s, &c.n, sc, i, fmt.Sprint("r", i%4), unhinted)
 				i++
 			}
 			b.StopTimer()

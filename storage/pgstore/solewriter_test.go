@@ -153,9 +153,11 @@ func TestRoundTripsSoleWriter(t *testing.T) {
 	c := &tripCounter{}
 	s, sc := roundTripStoreWith(t, Config{MaxConns: 1, SoleWriter: true}, c.dial, true)
 	ctx := t.Context()
-	pushPullRound(ctx, t, s, c, sc, 0, "r0", false)
+	pushPullRound(ctx, t, s, &c.n, sc, 0, "r0", false)
 	s.flushAdvances()
-	got := pushPullRound(ctx, t, s, c, sc, 1, "r0", false)
+	// The pool's one connection: the lock session pings every
+	// lockCheckInterval on its own.
+	got := pushPullRound(ctx, t, s, connWrites(t, s.pool), sc, 1, "r0", false)
 	t.Logf("round trips: %s", got)
 	want := roundTrips{start: 0, push: 2, pull: 1, advance: 0, relay: 2}
 	if got.push > want.push || got.pull > want.pull || got.advance > want.advance || got.relay > want.relay ||
