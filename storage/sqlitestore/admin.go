@@ -89,7 +89,7 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 	}
 	q := seedSQL(ts.t)
 	err = s.WriteTx(ctx, p.Partition, func(stx storage.Tx) error {
-		t := stx.(*tx)
+		t := rawTx(stx)
 		var w storage.RowWrite
 		args := make([]any, 0, 4+len(ts.t.Columns))
 		var (
@@ -154,7 +154,7 @@ func (s *Store) PartitionWipeFrom(ctx context.Context, partition, fromEpoch stri
 func (s *Store) wipe(ctx context.Context, partition string, fence *storage.WipeFence) error {
 	defer s.cache.Drop(partition)
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
-		t := stx.(*tx)
+		t := rawTx(stx)
 		if err := fence.Check(partition, t.Locked()); err != nil {
 			return err
 		}

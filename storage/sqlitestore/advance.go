@@ -44,7 +44,7 @@ func (s *Store) ClientAdvance(ctx context.Context, p storage.ClientAckParams) er
 // flushAdvances runs an empty write, whose group applies the pending
 // advances; the queue's timer calls it when no other write came.
 func (s *Store) flushAdvances() {
-	_ = s.write(context.Background(), func(*conn) error { return nil })
+	_ = s.writeTouching(context.Background(), touchNone, func(*conn) error { return nil })
 }
 
 // applyAdvances writes the pending advances in c's open transaction,

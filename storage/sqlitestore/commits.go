@@ -190,6 +190,11 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	if err := t.check(); err != nil {
 		return storage.Window{}, err
 	}
+	if t.fromCache && p.Partition == t.planned {
+		// Its statements, for checkCached (partcache.go).
+		ran := t.c.ran
+		defer func() { t.windowRan += t.c.ran - ran }()
+	}
 	if err := commitlog.CheckWindow(&p); err != nil {
 		return storage.Window{}, err
 	}

@@ -19,6 +19,9 @@ type conn struct {
 	dc    driver.Conn
 	stmts map[string]*stmt
 	args  []driver.NamedValue // scratch for binding
+	// ran counts the statements run (each binds once): whether a read
+	// transaction has read yet (partcache.go).
+	ran uint64
 }
 
 type stmt struct {
@@ -86,6 +89,7 @@ func (c *conn) stmt(ctx context.Context, q string) (*stmt, error) {
 // bind converts args to driver values; the result is valid until the next
 // bind on c.
 func (c *conn) bind(args []any) ([]driver.NamedValue, error) {
+	c.ran++
 	nv := c.args[:0]
 	for i, a := range args {
 		var v driver.Value

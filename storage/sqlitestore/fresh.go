@@ -69,6 +69,7 @@ func (s *Store) checkForeign() {
 	ok, err := f.w.queryRow(stmtCtx, "PRAGMA data_version", nil, &v)
 	if err != nil || !ok || !f.known || v != f.version {
 		s.cache.Clear()
+		s.parts.foreign()
 	}
 	f.version, f.known = v, err == nil && ok
 }

@@ -55,7 +55,7 @@ func (s *Store) LeasePut(ctx context.Context, l storage.Lease) error {
 	if l.Revoked {
 		revoked = 1
 	}
-	err := s.write(ctx, func(c *conn) error {
+	err := s.writeTouching(ctx, touchNone, func(c *conn) error {
 		_, err := c.exec(ctx, `INSERT INTO sync_auth_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO UPDATE SET lease_id = excluded.lease_id, actor_id = excluded.actor_id,
 				allowed = excluded.allowed, issued_at_ms = excluded.issued_at_ms, expires_at_ms = excluded.expires_at_ms,
@@ -72,7 +72,7 @@ func (s *Store) LeasePut(ctx context.Context, l storage.Lease) error {
 // LeaseDelete implements storage.LeaseStore.
 func (s *Store) LeaseDelete(ctx context.Context, partition, leaseID string) (bool, error) {
 	var n int64
-	err := s.write(ctx, func(c *conn) (err error) {
+	err := s.writeTouching(ctx, touchNone, func(c *conn) (err error) {
 		n, err = c.exec(ctx, `DELETE FROM sync_auth_leases WHERE partition = ? AND lease_id = ?`, partition, leaseID)
 		return err
 	})

@@ -88,7 +88,7 @@ func (s *Store) touched(ctx context.Context, partition string, nowMs int64, p st
 		return p, nil
 	}
 	var gen uint64
-	err := s.write(ctx, func(c *conn) error {
+	err := s.writeTouching(ctx, touchOf(partition), func(c *conn) error {
 		gen = s.cache.Gen()
 		if !ok {
 			// First touch: the first creator's epoch wins.
@@ -121,7 +121,7 @@ func (s *Store) PartitionAdopt(ctx context.Context, partition, logEpoch string, 
 	}
 	defer s.cache.Drop(partition)
 	var p storage.Partition
-	err := s.write(ctx, func(c *conn) error {
+	err := s.writeTouching(ctx, touchOf(partition), func(c *conn) error {
 		if _, err := c.exec(ctx, `INSERT INTO sync_partitions (id, log_epoch, created_at_ms, last_seen_ms)
 			VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, partition, logEpoch, nowMs, nowMs); err != nil {
 			return err
@@ -149,7 +149,7 @@ func (s *Store) PartitionRebase(ctx context.Context, partition, fromEpoch, logEp
 	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
-		t := stx.(*tx)
+		t := rawTx(stx)
 		horizon, err := commitlog.RebaseHorizon(t.locked, fromEpoch, seq)
 		if err != nil {
 			return err
@@ -216,7 +216,7 @@ func (s *Store) PartitionRotateEpoch(ctx context.Context, partition string, nowM
 	defer s.cache.Drop(partition)
 	var p storage.Partition
 	err := s.WriteTx(ctx, partition, func(stx storage.Tx) error {
-		t := stx.(*tx)
+		t := rawTx(stx)
 		epoch := commitlog.NewEpoch()
 		if _, err := t.c.exec(ctx, `UPDATE sync_partitions SET log_epoch = ?, epoch_required = 1, last_seen_ms = max(last_seen_ms, ?) WHERE id = ?`,
 			epoch, nowMs, partition); err != nil {

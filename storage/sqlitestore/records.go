@@ -155,7 +155,7 @@ func (s *Store) ClientBind(ctx context.Context, cl storage.Client) (storage.Clie
 		stored storage.Client
 		gen    uint64
 	)
-	err := s.write(ctx, func(c *conn) error {
+	err := s.writeTouching(ctx, touchNone, func(c *conn) error {
 		gen = s.cache.Gen()
 		if _, err := c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (partition, client_id) DO NOTHING`,
@@ -185,7 +185,7 @@ func (s *Store) ClientPut(ctx context.Context, cl storage.Client) error {
 		n   int64
 		gen uint64
 	)
-	err := s.write(ctx, func(c *conn) (err error) {
+	err := s.writeTouching(ctx, touchNone, func(c *conn) (err error) {
 		gen = s.cache.Gen()
 		s.advances.Supersede(cl.Partition, cl.ClientID)
 		n, err = c.exec(ctx, `INSERT INTO sync_clients (partition, client_id, `+clientCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -221,7 +221,7 @@ func subscriptions(cl storage.Client) any {
 // same statement that raises the cursor.
 func (s *Store) ClientAck(ctx context.Context, p storage.ClientAckParams) (bool, error) {
 	var n int64
-	err := s.write(ctx, func(c *conn) error {
+	err := s.writeTouching(ctx, touchNone, func(c *conn) error {
 		var err error
 		n, err = c.exec(ctx, `UPDATE sync_clients SET cursor = max(cursor, ?), updated_at_ms = ?
 			WHERE partition = ? AND client_id = ? AND actor_id = ?
@@ -251,7 +251,7 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 	defer s.cache.Drop(p.Partition)
 	var res storage.PruneResult
 	err = s.WriteTx(ctx, p.Partition, func(stx storage.Tx) error {
-		t := stx.(*tx)
+		t := rawTx(stx)
 		part := t.locked
 		target, err := commitlog.PruneTarget(ctx, p, part, pruneReader{t})
 		if err != nil {

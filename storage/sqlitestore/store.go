@@ -44,7 +44,12 @@ type Store struct {
 	queries    queryPool      // registered queries' connections (query.go)
 	advances   advances.Queue // cursor advances waiting for a write (advance.go)
 	cache      startcache.Cache
-	fresh      freshness // what the writer knows of commits from outside (fresh.go)
+	parts      partCache // pull sections' partition rows (partcache.go)
+	// group is what the running group's members changed so far: set by
+	// the coordinator before it grants the first member, read by members
+	// (which run while the coordinator waits for them).
+	group *groupTouches
+	fresh freshness // what the writer knows of commits from outside (fresh.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore

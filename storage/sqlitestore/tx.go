@@ -20,7 +20,10 @@ type tx struct {
 	locked storage.Partition
 	// maxSeq is the partition's max commitSeq including this
 	// transaction's appends.
-	maxSeq     int64
+	maxSeq int64
+	// rowChanged marks a write transaction whose fn wrote more of the
+	// partition row than its commits (rawTx).
+	rowChanged bool
 	aborted    bool
 	savepoints []savepoint
 	scratch    txScratch
@@ -30,6 +33,18 @@ type tx struct {
 	// its snapshot cannot change, so CommitWindow reuses it.
 	readOnly bool
 	snap     *storage.Partition
+	// The partition cache (partcache.go), in a read transaction whose
+	// fn planned its window: planned is the window's partition; ran0 the
+	// connection's statement count when fn began; fromCache marks a
+	// partition row served from cachedFrom, taken at state d0 with sig0
+	// significant commits; windowRan counts the statements of its
+	// planned windows.
+	planned    string
+	ran0       uint64
+	fromCache  bool
+	cachedFrom partEntry
+	d0, sig0   uint64
+	windowRan  uint64
 }
 
 // txScratch holds buffers reused across calls of one transaction.
@@ -53,9 +68,13 @@ var (
 // against other processes before fn's first read. WriteTx returns after
 // the group's COMMIT.
 func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storage.Tx) error) error {
-	return s.write(ctx, func(c *conn) error {
+	// fn writes partition's rows only, and through the Tx methods only
+	// its max commitSeq of the partition row, unless it used rawTx
+	// (partcache.go).
+	out := &partWrite{}
+	return s.writeTouching(ctx, touch{partition: partition, out: out}, func(c *conn) error {
 		inst := s.schema.Load()
-		p, gate, ok, err := readPartitionGate(ctx, c, partition, inst)
+		p, gate, ok, err := s.lockedPartition(ctx, c, partition, inst)
 		if err != nil {
 			return err
 		}
@@ -69,6 +88,7 @@ func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storag
 		if t.aborted {
 			return storage.ErrTxAborted
 		}
+		*out = partWrite{set: true, rowChanged: t.rowChanged, maxSeq: t.maxSeq}
 		return nil
 	})
 }
@@ -77,9 +97,23 @@ func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storag
 // transaction whose WAL snapshot is fixed by its first read.
 func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) error {
 	return s.withReader(ctx, func(c *conn) error {
-		t := &tx{s: s, c: c, inst: s.schema.Load(), readOnly: true}
 		return readTx(ctx, c, func() error {
-			if err := fn(t); err != nil {
+			inst := s.schema.Load()
+			t := &tx{s: s, c: c, inst: inst, readOnly: true, ran0: c.ran}
+			err := fn(t)
+			if t.fromCache {
+				// Whatever fn made of the cached row, it stands only if
+				// the snapshot holds that row (partcache.go).
+				same, cerr := s.checkCached(ctx, t)
+				if cerr != nil {
+					return cerr
+				}
+				if !same {
+					t = &tx{s: s, c: c, inst: inst, readOnly: true, ran0: c.ran, planned: "-"}
+					err = fn(t)
+				}
+			}
+			if err != nil {
 				return err
 			}
 			if t.aborted {
@@ -88,6 +122,15 @@ func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) er
 			return nil
 		})
 	})
+}
+
+// PlanWindow implements storage.WindowPlanner. SQLite has no round trips
+// to save; a planned section may take its partition row from the
+// partition cache (partcache.go), since its fn may run twice.
+func (t *tx) PlanWindow(p storage.WindowParams) {
+	if t.readOnly && t.planned == "" && t.c.ran == t.ran0 {
+		t.planned = p.Partition
+	}
 }
 
 func unregistered(op, partition string) error {
@@ -111,6 +154,17 @@ func (t *tx) fail(op, table string, err error) error {
 	return fmt.Errorf("%s: %w", op, translate(err, table))
 }
 
+// rawTx is the store's own transaction behind stx, for a WriteTx fn of
+// this package that runs its own statements on the connection: those may
+// change the partition row and its gate state, so the partition cache
+// drops the row's entry when the group commits (partcache.go). Every
+// such fn must get its transaction this way.
+func rawTx(stx storage.Tx) *tx {
+	t := stx.(*tx)
+	t.rowChanged = true
+	return t
+}
+
 // Locked implements storage.Tx.
 func (t *tx) Locked() storage.Partition { return t.locked }
 
@@ -118,6 +172,21 @@ func (t *tx) Locked() storage.Partition { return t.locked }
 func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition, error) {
 	if err := t.check(); err != nil {
 		return storage.Partition{}, err
+	}
+	// The planned partition, as the transaction's first read, may come
+	// from the partition cache, or fill it.
+	first := t.planned == partition && t.c.ran == t.ran0 && t.inst != nil
+	var d0 uint64
+	if first {
+		e, at, sig, ok := t.s.parts.get(partition)
+		if _, gok := e.gate.Get(partition, t.inst.schema.Version); ok && gok {
+			t.fromCache, t.cachedFrom, t.d0, t.sig0 = true, e, at, sig
+			t.gate = e.gate
+			p := e.p
+			t.snap = &p
+			return p, nil
+		}
+		d0 = t.s.parts.state()
 	}
 	p, gate, ok, err := readPartitionGate(ctx, t.c, partition, t.inst)
 	if err != nil {
@@ -132,6 +201,9 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	}
 	if t.readOnly {
 		t.snap = &p
+	}
+	if first && gate != nil {
+		t.s.parts.fill(d0, partEntry{p: p, gate: gate})
 	}
 	return p, nil
 }

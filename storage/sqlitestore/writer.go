@@ -32,6 +32,7 @@ import (
 const maxGroup = 64
 
 type writeReq struct {
+	touch  touch // what the member may change of partition rows and gate state
 	grant  chan grant
 	done   chan memberDone
 	result chan error
@@ -80,6 +81,10 @@ func (s *Store) runGroup(c *conn, first *writeReq) {
 		return
 	}
 	s.setWriter(writerLocked)
+	// What the group's members changed so far, for the next member's
+	// partition row (lockedPartition) and then for the partition cache.
+	var touched groupTouches
+	s.group = &touched
 	first.grant <- grant{c: c, first: true}
 	d := <-first.done
 	if d.failed || d.broken {
@@ -88,6 +93,7 @@ func (s *Store) runGroup(c *conn, first *writeReq) {
 		return
 	}
 	members := []*writeReq{first}
+	touched.add(first.touch)
 	var groupErr error
 collect:
 	for len(members) < maxGroup {
@@ -101,6 +107,7 @@ collect:
 			}
 			if !d.failed {
 				members = append(members, req)
+				touched.add(req.touch) // a failed member's writes are undone
 			}
 		default:
 			break collect
@@ -109,8 +116,12 @@ collect:
 	s.setWriter(writerBusy) // from COMMIT on, others may commit
 	if groupErr == nil {
 		s.applyAdvances(c)
+		s.parts.begin(touched.significant()) // partcache.go
 		if _, err := c.exec(stmtCtx, "COMMIT"); err != nil {
 			groupErr = fmt.Errorf("commit: %w", err)
+			s.parts.end(nil)
+		} else {
+			s.parts.end(&touched)
 		}
 	}
 	if groupErr != nil {
@@ -128,7 +139,13 @@ func rollback(c *conn) { _, _ = c.exec(stmtCtx, "ROLLBACK") }
 // write runs fn as a member of a group transaction on the writer
 // connection and returns fn's error, or else the group's commit outcome.
 func (s *Store) write(ctx context.Context, fn func(c *conn) error) error {
-	req := &writeReq{grant: make(chan grant, 1), done: make(chan memberDone, 1), result: make(chan error, 1)}
+	return s.writeTouching(ctx, touchAll, fn)
+}
+
+// writeTouching is write for a member that changes of partition rows and
+// gate state at most what t says (partcache.go).
+func (s *Store) writeTouching(ctx context.Context, t touch, fn func(c *conn) error) error {
+	req := &writeReq{touch: t, grant: make(chan grant, 1), done: make(chan memberDone, 1), result: make(chan error, 1)}
 	select {
 	case s.requests <- req:
 	case <-ctx.Done():

@@ -19,6 +19,7 @@ var windowTests = []test{
 	{"Refusals", testWindowRefusals},
 	{"LastScopeSeq", testLastScopeSeq},
 	{"PlannedReadsPast", testWindowPlannedReadsPast},
+	{"PlannedSeesWrites", testWindowPlannedSeesWrites},
 }
 
 // ch describes one change of a window fixture.
@@ -384,6 +385,85 @@ func testWindowPlannedReadsPast(t *testing.T, e *env) {
 		}
 		if runs > 2 {
 			t.Fatalf("%s: fn ran %d times, want at most 2", c.name, runs)
+		}
+	}
+}
+
+// testWindowPlannedSeesWrites: a planned section's partition row, gate
+// state and window are those of its own snapshot after writes that move
+// the max commitSeq (a push), the horizon (a prune) and the epoch (a
+// rotation, which also moves the gate revision), made by the store and by
+// another store on the same database (Twinner). Every read is made twice:
+// a store may serve the second from what the first read (sqlitestore's
+// partition cache), and must have seen every write in between.
+func testWindowPlannedSeesWrites(t *testing.T, e *env) {
+	s, sc := e.store()
+	stores := []storage.Store{s}
+	if tw, ok := s.(Twinner); ok {
+		if twin := tw.HookTwin(t); twin != nil {
+			check(t, twin.EnsureSchema(t.Context(), sc))
+			stores = append(stores, twin)
+		}
+	}
+	ctx := t.Context()
+	p := partition(t, s)
+	wp := storage.WindowParams{Partition: p.ID, Table: "tasks", Scopes: map[string][]string{"project": {"p1"}}, Limit: 100}
+	read := func(what string) (storage.Partition, storage.GateState, storage.Window) {
+		t.Helper()
+		var (
+			part storage.Partition
+			gate storage.GateState
+			w    storage.Window
+		)
+		for range 2 {
+			check(t, s.ReadTx(ctx, func(tx storage.ReadTx) (err error) {
+				if pl, ok := tx.(storage.WindowPlanner); ok {
+					pl.PlanWindow(wp)
+				}
+				if part, err = tx.Partition(ctx, p.ID); err != nil {
+					return err
+				}
+				if gr, ok := tx.(storage.GateReader); ok {
+					if gate, err = gr.GateRead(ctx, p.ID, 1); err != nil {
+						return err
+					}
+				} else {
+					gate = storage.GateState{Registered: true, LogEpoch: part.LogEpoch}
+				}
+				w, err = tx.CommitWindow(ctx, wp)
+				return err
+			}))
+		}
+		if gate.LogEpoch != part.LogEpoch {
+			t.Fatalf("%s: gate state of epoch %q, partition row of %q", what, gate.LogEpoch, part.LogEpoch)
+		}
+		return part, gate, w
+	}
+	read("first")
+	for i, w := range stores {
+		name := fmt.Sprintf("store %d: ", i)
+		_, _, seq, err := push(ctx, w, p.ID, task(t, sc, fmt.Sprintf("t%d", i), "p1", 1, "x"), fmt.Sprintf("k%d", i))
+		check(t, err)
+		part, gate, win := read(name + "push")
+		if part.MaxCommitSeq != seq || win.NextCursor(0) != seq || len(win.Commits) == 0 || win.Commits[len(win.Commits)-1].CommitSeq != seq {
+			t.Fatalf("%spush of commit %d: row %+v, window to %d with %d commits", name, seq, part, win.NextCursor(0), len(win.Commits))
+		}
+		res, err := w.Prune(ctx, storage.PruneParams{Partition: p.ID, LogEpoch: part.LogEpoch, ThroughSeq: seq, NowMs: 1 << 40, Literal: true})
+		check(t, err)
+		if res.HorizonSeq != seq {
+			t.Fatalf("%sprune through %d: horizon %d", name, seq, res.HorizonSeq)
+		}
+		if part, _, win = read(name + "prune"); part.HorizonSeq != seq || win.HorizonSeq != seq {
+			t.Fatalf("%sprune through %d: row %+v, window horizon %d", name, seq, part, win.HorizonSeq)
+		}
+		rotated, err := w.PartitionRotateEpoch(ctx, p.ID, 2_000_000)
+		check(t, err)
+		after, gateAfter, _ := read(name + "rotate")
+		if after.LogEpoch != rotated.LogEpoch || after.LogEpoch == part.LogEpoch || !after.EpochRequired {
+			t.Fatalf("%srotate: row %+v, want epoch %q", name, after, rotated.LogEpoch)
+		}
+		if _, ok := s.(storage.GateReader); ok && gateAfter.Revision == gate.Revision {
+			t.Fatalf("%srotate: gate revision still %d", name, gate.Revision)
 		}
 	}
 }
