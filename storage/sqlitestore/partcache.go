@@ -67,9 +67,11 @@ type partCache struct {
 	begun uint64 // commits (and commits from outside seen) begun
 	done  uint64 // ... and finished: the state entries are exact for
 	// sig counts the commits begun that did more than append commits to
-	// partitions (drops, a write that does not say, commits from outside).
-	sig   uint64
-	parts map[string]partEntry
+	// partitions (drops, a write that does not say, commits from outside);
+	// pendingSig marks one begun and not finished.
+	sig        uint64
+	pendingSig bool
+	parts      map[string]partEntry
 	// Counters for tests and the stats: sections served from the cache,
 	// checks that failed but found the same row, and reruns.
 	hits, verified, reruns uint64
@@ -99,12 +101,14 @@ var (
 func touchOf(partition string) touch { return touch{partition: partition} }
 
 // get returns the entry of partition, the state it is exact for and the
-// count of significant commits.
+// count of significant commits; none while a significant commit is under
+// way (a commit that appends only may be: the entry is then the state
+// before it).
 func (c *partCache) get(partition string) (e partEntry, done, sig uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok = c.parts[partition]
-	return e, c.done, c.sig, ok && c.begun == c.done
+	return e, c.done, c.sig, ok && !c.pendingSig
 }
 
 // state is done, to note before a section's first read.
@@ -115,11 +119,13 @@ func (c *partCache) state() uint64 {
 }
 
 // fill caches what a section read in a snapshot that began after state
-// returned d0, if nothing began to commit since.
+// returned d0, if no commit finished since and none significant is under
+// way. The snapshot may hold a commit that is under way (appends only):
+// end applies its max commitSeq to the entry as to any other.
 func (c *partCache) fill(d0 uint64, e partEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.begun != d0 {
+	if c.done != d0 || c.pendingSig {
 		return
 	}
 	if c.parts == nil || len(c.parts) >= maxPartEntries {
@@ -143,6 +149,7 @@ func (c *partCache) begin(significant bool) {
 	c.begun++
 	if significant {
 		c.sig++
+		c.pendingSig = true
 	}
 	c.mu.Unlock()
 }
@@ -166,7 +173,7 @@ func (c *partCache) end(g *groupTouches) {
 			delete(c.parts, id)
 		}
 	}
-	c.done = c.begun
+	c.done, c.pendingSig = c.begun, false
 }
 
 // foreign handles a commit from outside: forget everything.

@@ -40,6 +40,7 @@ type tx struct {
 	// significant commits; windowRan counts the statements of its
 	// planned windows.
 	planned    string
+	after      int64 // the planned window's cursor
 	ran0       uint64
 	fromCache  bool
 	cachedFrom partEntry
@@ -129,7 +130,7 @@ func (s *Store) ReadTx(ctx context.Context, fn func(tx storage.ReadTx) error) er
 // partition cache (partcache.go), since its fn may run twice.
 func (t *tx) PlanWindow(p storage.WindowParams) {
 	if t.readOnly && t.planned == "" && t.c.ran == t.ran0 {
-		t.planned = p.Partition
+		t.planned, t.after = p.Partition, p.AfterSeq
 	}
 }
 
@@ -179,6 +180,9 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 	var d0 uint64
 	if first {
 		e, at, sig, ok := t.s.parts.get(partition)
+		// A cursor past the entry's max commitSeq was served from a
+		// snapshot that held a commit still under way: read.
+		ok = ok && t.after <= e.p.MaxCommitSeq
 		if _, gok := e.gate.Get(partition, t.inst.schema.Version); ok && gok {
 			t.fromCache, t.cachedFrom, t.d0, t.sig0 = true, e, at, sig
 			t.gate = e.gate
