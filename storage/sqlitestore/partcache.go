@@ -195,15 +195,15 @@ func (c *partCache) count(hit, verified, rerun bool) {
 	}
 }
 
-// PartCacheStats are the partition cache's counters (tests).
-type PartCacheStats struct{ Hits, Verified, Reruns uint64 }
+// partCacheCounts are the partition cache's counters (tests).
+type partCacheCounts struct{ Hits, Verified, Reruns uint64 }
 
-// PartCacheStats returns the partition cache's counters.
-func (s *Store) PartCacheStats() PartCacheStats {
+// partCacheStats returns the partition cache's counters.
+func (s *Store) partCacheStats() partCacheCounts {
 	c := &s.parts
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return PartCacheStats{Hits: c.hits, Verified: c.verified, Reruns: c.reruns}
+	return partCacheCounts{Hits: c.hits, Verified: c.verified, Reruns: c.reruns}
 }
 
 // sameGate reports whether two prefetched gate states are the same.

@@ -145,7 +145,7 @@ func TestPartCacheSnapshotExact(t *testing.T) {
 	readers.Wait()
 	stop.Store(true)
 	writers.Wait()
-	st := s.PartCacheStats()
+	st := s.partCacheStats()
 	t.Logf("%d pushes; partition cache: %+v", n.Load(), st)
 	if st.Hits == 0 {
 		t.Fatal("no section was served from the partition cache")
