@@ -189,7 +189,7 @@ func (t *Tail) onMsg(m *nats.Msg) {
 		}
 		t.hmu.Unlock()
 	}
-	if n, _ := t.sub.Dropped(); int64(n) != t.dropped.Load() {
+	if n, _ := m.Sub.Dropped(); int64(n) != t.dropped.Load() {
 		t.poke()
 	}
 }

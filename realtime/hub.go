@@ -577,6 +577,7 @@ func (h *Hub) checkPartition(w work) {
 	ctx, cancel := context.WithTimeout(h.ctx, sqlTimeout)
 	defer cancel()
 	part, err := h.cfg.Store.PartitionGet(ctx, w.part)
+	h.metrics.PartitionChecks.Add(1)
 	if err != nil {
 		h.log.Warn("realtime: read partition", "partition", w.part, "err", err)
 		return
