@@ -51,7 +51,7 @@ func TestEnsureStreamsReconcilesDrift(t *testing.T) {
 	t.Parallel()
 	js := embeddedtest.Start(t).JetStream()
 	ctx := bustest.Context(t)
-	old := prod.CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
+	old := prod.CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: 10 * time.Second}) // the window before DefaultCommitsDuplicates was shortened
 	old.AllowAtomicPublish = false
 	old.MaxMsgsPerSubject = 10
 	old.Metadata = map[string]string{"owner": "ops"}
