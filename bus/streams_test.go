@@ -15,7 +15,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// nats.go v1.55.0 starts this goroutine when a JetStream context
+		// first publishes asynchronously; if the publisher is cleaned up
+		// before it runs, it reads the already cleared status channel and
+		// blocks on nil forever (jetstream/publish.go). It is the client's
+		// leak, not ours: about one run in ten of this package saw it.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+	)
 }
 
 func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
