@@ -107,11 +107,15 @@
 //
 // # Reacting to events
 //
-// Follow delivers commit events in order with catch-up from a stream
-// sequence (an ordered consumer); every node's realtime hub (package
-// realtime) follows the stream this way. WatchPartitions is the cross-node
-// "partition changed" notifier: a core subscription to every commit event,
-// coalesced per partition.
+// Follow delivers commit events in order, exactly once, with catch-up
+// from a stream sequence (an ordered consumer, which loads every event
+// from the stream's file store). TailCommits follows the live tail
+// instead: a core subscription to every commit event as published, at
+// most once, with one OnGap callback for every way an event can be
+// missed (tail.go); the realtime and operations watch hubs use it, since
+// they read the commits themselves from SQL. WatchPartitions is the
+// cross-node "partition changed" notifier: a core subscription to every
+// commit event, coalesced per partition.
 //
 // # Realtime subjects
 //

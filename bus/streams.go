@@ -25,9 +25,12 @@ type StreamConfig struct {
 	// MaxMsgSize bounds one event. Zero means the default (the server's
 	// max payload); -1 is unlimited.
 	MaxMsgSize int32
-	// Duplicates is the Nats-Msg-Id deduplication window. The relay does
-	// not depend on it for correctness (it compare-and-sets on the
-	// partition's last sequence), it only makes replays cheaper.
+	// Duplicates is the Nats-Msg-Id deduplication window (100 ms or
+	// more). The relay does not depend on it for correctness (it
+	// compare-and-sets on the partition's last sequence): a replay the
+	// window catches is refused as a duplicate, one it misses as a
+	// wrong last sequence, and the relay resynchronises on both. A
+	// stream created with another window is updated on start.
 	Duplicates time.Duration
 	// DiscardNew refuses new events when a limit is reached instead of
 	// dropping the oldest: at an edge with MaxBytes this pushes back into
@@ -44,13 +47,24 @@ type StreamsConfig struct {
 // Defaults.
 const (
 	DefaultCommitsMaxAge = 30 * 24 * time.Hour
-	// DefaultCommitsDuplicates covers a relay's retry of a timed-out
-	// publish (PublishTimeout, 5 s). The server keeps every id of the
-	// window in memory (~160 bytes each), so the window costs the commit
-	// rate times its length: 2 minutes at 2,400 commits/s held ~46 MB of
-	// live heap, twice that resident under GOGC=100. The compare-and-set
-	// keeps replays exactly-once outside it.
-	DefaultCommitsDuplicates = 10 * time.Second
+	// DefaultCommitsDuplicates is short because the relay does not need
+	// the window: every publish, single or atomic batch, carries
+	// Nats-Expected-Last-Subject-Sequence, which nats-server checks right
+	// after the id (server stream.go processJetStreamMsg; the batch
+	// pre-check in jetstream_batching.go). A retry of a timed-out publish
+	// whose first attempt was stored comes after PublishTimeout and a
+	// backoff; inside the window it is answered "duplicate", outside it
+	// "wrong last sequence", and the relay re-reads the stream's last
+	// event on either (TestRelayForgottenAck covers both, for batches
+	// and singles). A restarted relay reads the last event before it
+	// publishes (TestRelayRestartAfterDuplicateWindow). The relay is the
+	// only publisher of the stream. The server keeps every id of the
+	// window in memory (~160 bytes each, the commit rate times the
+	// window): 10 s at 3,600 commits/s held ~5.7 MB of live heap, 1 s
+	// holds ~0.6 MB. nats-server accepts no window under 100 ms and
+	// reads 0 as its default of 2 minutes, so the window cannot be off;
+	// 1 s keeps the purge timer's wake-ups at about one a second.
+	DefaultCommitsDuplicates = time.Second
 	DefaultControlMaxAge     = 365 * 24 * time.Hour
 	DefaultControlDuplicates = time.Hour
 )

@@ -15,7 +15,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// nats.go v1.55.0 starts this goroutine when a JetStream context
+		// first publishes asynchronously; if the publisher is cleaned up
+		// before it runs, it reads the already cleared status channel and
+		// blocks on nil forever (jetstream/publish.go). It is the client's
+		// leak, not ours: about one run in ten of this package saw it.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+	)
 }
 
 func TestEnsureStreamsCreatesAndIsIdempotent(t *testing.T) {
@@ -51,7 +58,7 @@ func TestEnsureStreamsReconcilesDrift(t *testing.T) {
 	t.Parallel()
 	js := embeddedtest.Start(t).JetStream()
 	ctx := bustest.Context(t)
-	old := prod.CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: time.Second})
+	old := prod.CommitsStreamConfig(StreamConfig{Replicas: 1, MaxAge: time.Minute, MaxBytes: -1, MaxMsgSize: -1, Duplicates: 10 * time.Second}) // the window before DefaultCommitsDuplicates was shortened
 	old.AllowAtomicPublish = false
 	old.MaxMsgsPerSubject = 10
 	old.Metadata = map[string]string{"owner": "ops"}

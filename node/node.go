@@ -475,7 +475,7 @@ func (n *Node) startRealtime(ctx context.Context, reg prometheus.Registerer, aut
 	}
 	rc := n.cfg.Realtime.Hub
 	rc.Engine, rc.Store, rc.Auth, rc.Gate = n.Engine, n.Store, authn, n.realtimeGate()
-	rc.Conn, rc.JetStream = n.NATS.Conn(), n.NATS.JetStream()
+	rc.Conn = n.NATS.Conn()
 	hub, err := realtime.New(rc)
 	if err != nil {
 		return err

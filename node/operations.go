@@ -78,7 +78,7 @@ func (n *Node) startOperations(ctx context.Context, reg *operations.Registry, au
 		return nil, err
 	}
 	n.serveForwardedCommands(svc)
-	hub, err := operations.NewHub(operations.HubConfig{Service: svc, JetStream: n.NATS.JetStream(), Names: n.cfg.Names, Logger: n.log})
+	hub, err := operations.NewHub(operations.HubConfig{Service: svc, Conn: n.NATS.Conn(), Names: n.cfg.Names, Logger: n.log})
 	if err != nil {
 		return nil, err
 	}

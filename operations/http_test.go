@@ -13,6 +13,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/syncnode/syncnode/bus"
+	"github.com/syncnode/syncnode/embedded"
+	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/engine"
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/node"
@@ -285,7 +288,7 @@ const twoTables = `{"version": 1, "tables": [
 // TestWatchIgnoresUnrelatedTable: with a watch on todos (session A) and
 // one on notes (session B) of the same partition, a commit to notes
 // re-runs the notes watch only, a later commit to todos the todos watch.
-// The hub handles commit events one at a time in stream order, and counts
+// The hub handles commit events one at a time in publish order, and counts
 // a rerun before it starts one; so when A's snapshot of the todos commit
 // arrives, the notes event has been handled completely, and the rerun
 // count is exactly 2 unless the notes commit also woke the todos watch.
@@ -340,5 +343,48 @@ func testWatchIgnoresUnrelatedTable(t *testing.T, be backend) {
 	}
 	if got := metric(t, n, "syncnode_operations_watch_reruns_total"); got != 2 {
 		t.Fatalf("%v reruns: the notes commit woke the todos watch", got)
+	}
+}
+
+// TestWatchRerunsAfterReconnect: the hub follows the live tail on core
+// NATS, which loses what is published while the connection is down; so
+// when the node's connection comes back every watch is re-run, commit or
+// not. The stream has no consumer for the hubs meanwhile.
+func TestWatchRerunsAfterReconnect(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	var runs atomic.Int64
+	n := nodetest.Start(t, func(c *node.Config) {
+		c.Operations.Registry = goOps(&runs)
+		c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{srv.ClientURL()}}
+	})
+	tok := nodetest.Token(t, "svc", "acme", map[string][]string{"project_id": {"p1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialWatch(t, ctx, n, tok)
+	c.watch("w1", "todos", "p1")
+	if rows := c.snapshot("w1"); len(rows) != 0 {
+		t.Fatalf("first snapshot %v", rows)
+	}
+	st, err := n.NATS.JetStream().Stream(ctx, bus.Names{}.CommitStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Fatalf("the commit stream has %d consumers, want 0", info.State.Consumers)
+	}
+	id, err := n.NATS.Conn().GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.NATSServer().DisconnectClientByID(id); err != nil {
+		t.Fatal(err)
+	}
+	// No commit: the next message is the re-run after the reconnect.
+	if rows := c.snapshot("w1"); len(rows) != 0 {
+		t.Fatalf("snapshot after the reconnect %v", rows)
 	}
 }

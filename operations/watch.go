@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/coder/websocket"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
@@ -20,21 +20,31 @@ const MaxWatchesPerConnection = 256
 
 // HubConfig configures the watch hub.
 type HubConfig struct {
-	Service   *Service
-	JetStream jetstream.JetStream
-	Names     bus.Names
-	Logger    *slog.Logger
+	Service *Service
+	// Conn is the node's NATS connection, on which the hub follows the
+	// live tail of commit events.
+	Conn   *nats.Conn
+	Names  bus.Names
+	Logger *slog.Logger
 }
 
 // Hub runs the live query watches of REMOTE.md §6: it follows the commit
-// stream and re-runs every watch of the commit's partition whose query
+// events and re-runs every watch of the commit's partition whose query
 // reads the commit's table.
+//
+// A re-run reads SQL, so all the hub needs of an event is (partition,
+// table): it follows the live tail on core NATS (bus.TailCommits), which
+// never loads events from the stream's file store (see bus/tail.go).
+// A duplicate or stale event costs one extra re-run, coalesced with any
+// running one; a gap (events dropped, or published while the connection
+// was down) re-runs every watch, which is what having missed any commit
+// of any table requires.
 type Hub struct {
 	cfg      HubConfig
 	log      *slog.Logger
 	mu       sync.Mutex
 	watches  map[string]map[*watch]struct{} // partition → watches
-	follower *bus.Follower
+	tail     *bus.Tail
 	ctx      context.Context
 	cancel   context.CancelFunc
 	sessions sync.WaitGroup
@@ -46,12 +56,15 @@ type HubMetrics struct {
 	Watches   atomic.Int64 // active
 	Reruns    atomic.Int64
 	Snapshots atomic.Int64
+	// Gaps counts resyncs after commit events may have been missed: every
+	// watch was re-run. Incremented once the re-runs are triggered.
+	Gaps atomic.Int64
 }
 
-// NewHub returns a hub; Start follows the commit stream.
+// NewHub returns a hub; Start follows the commit events.
 func NewHub(cfg HubConfig) (*Hub, error) {
-	if cfg.Service == nil || cfg.JetStream == nil {
-		return nil, errors.New("operations hub: Service and JetStream are required")
+	if cfg.Service == nil || cfg.Conn == nil {
+		return nil, errors.New("operations hub: Service and Conn are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -64,23 +77,42 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 func (h *Hub) Metrics() *HubMetrics { return &h.metrics }
 
 // Start follows the node's commit events.
-func (h *Hub) Start(ctx context.Context) error {
-	f, err := bus.Follow(ctx, h.cfg.JetStream, h.cfg.Names, bus.FollowParams{Logger: h.log}, func(ev bus.Event) {
-		h.Committed(ev.Partition.ID(), ev.Table)
+func (h *Hub) Start(context.Context) error {
+	t, err := bus.TailCommits(h.cfg.Conn, h.cfg.Names, bus.TailConfig{
+		OnEvent: func(ev bus.TailEvent) { h.Committed(ev.Partition.ID(), ev.Table) },
+		OnGap:   func(bus.Gap) { h.rerunAll() },
+		Logger:  h.log,
 	})
 	if err != nil {
 		return err
 	}
-	h.follower = f
+	h.tail = t
 	return nil
+}
+
+// rerunAll re-runs every watch: commits may have gone unseen.
+func (h *Hub) rerunAll() {
+	h.mu.Lock()
+	var all []*watch
+	for _, ws := range h.watches {
+		for w := range ws {
+			all = append(all, w)
+		}
+	}
+	h.mu.Unlock()
+	for _, w := range all {
+		h.metrics.Reruns.Add(1)
+		w.trigger()
+	}
+	h.metrics.Gaps.Add(1)
 }
 
 // Stop stops following and ends every session.
 func (h *Hub) Stop(ctx context.Context) error {
 	h.cancel()
 	var err error
-	if h.follower != nil {
-		err = h.follower.Stop(ctx)
+	if h.tail != nil {
+		err = h.tail.Stop(ctx)
 	}
 	done := make(chan struct{})
 	go func() { h.sessions.Wait(); close(done) }()

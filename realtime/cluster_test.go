@@ -272,3 +272,43 @@ func TestGateRefusalResetsTheNodesThatRefuse(t *testing.T) {
 	}
 	assertMatchesServer(t, b.Store, cb, "p1")
 }
+
+func TestCommitMissedWhileDisconnectedWakesAfterReconnect(t *testing.T) {
+	// No polls while the bus is down beyond the one at the disconnect, and
+	// no periodic resync: only the tail's gap report after the reconnect
+	// can tell node b of a commit whose event it never received.
+	d := startDeployment(t, 2, func(c *node.Config) {
+		c.Realtime.Hub.FallbackPollInterval = time.Hour
+		c.Realtime.Hub.ResyncInterval = -1
+	})
+	a, b := d.nodes[0], d.nodes[1]
+	pa := newPusher(t, a.URL(), "alice", "p1")
+	c := mustDial(t, b.URL(), token(t, "bob", "p1"), "bob-1")
+	c.subscribe("tasks", "p1")
+	first := pa.push([2]string{"r1", "p1"})
+	c.sync()
+	m := b.Realtime.Metrics()
+	checks, gaps := m.PartitionChecks.Load(), m.TailGaps.Load()
+
+	d.proxies[1].cut()
+	poll.Until(t, wait, "node b to see NATS down", func() bool { return !b.NATS.Conn().IsConnected() })
+	// The poll at the disconnect has read the partition: what is
+	// committed from here on, node b hears of only through the gap.
+	waitMetric(t, "the disconnect's poll", m.PartitionChecks.Load, checks+1)
+	s := pa.push([2]string{"r2", "p1"})
+	d.proxies[1].restore()
+	waitMetric(t, "the reconnect's gap", m.TailGaps.Load, gaps+1)
+	c.wakeAtLeast(ssp2.WakeCatchupRequired, s)
+	c.sync()
+	deltas := c.numDeltas()
+
+	// Live again: the next commit is a delta.
+	s = pa.push([2]string{"r3", "p1"})
+	if got := deltaSeq(t, c.applyDelta(deltas)); got != s {
+		t.Fatalf("delta after the reconnect carries %d, want %d", got, s)
+	}
+	if got := c.rep.seqs[0]; got != first {
+		t.Fatalf("first commit applied %d, want %d", got, first)
+	}
+	assertMatchesServer(t, b.Store, c, "p1")
+}

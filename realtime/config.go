@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
@@ -63,10 +62,10 @@ type Config struct {
 	// refusal answers reset-required.
 	Gate Gate
 
-	// Conn and JetStream are the node's NATS connection: commit events are
-	// followed on JetStream, presence travels on Conn. Required.
-	Conn      *nats.Conn
-	JetStream jetstream.JetStream
+	// Conn is the node's NATS connection: the hub follows the live tail of
+	// commit events on it (core NATS, see Hub.Start) and presence travels
+	// on it. Required.
+	Conn *nats.Conn
 	// Node names this node in logs and presence messages (default
 	// "syncnode").
 	Node string
@@ -108,6 +107,12 @@ type Config struct {
 	// others; a node silent for three intervals loses its presence
 	// documents (default 5s).
 	PresenceAliveInterval time.Duration
+	// TailPendingMsgs and TailPendingBytes bound the commit events
+	// waiting for the hub (defaults bus.DefaultTailPendingMsgs, 64Ki, and
+	// bus.DefaultTailPendingBytes, 32 MiB); past either, events are
+	// dropped and every partition is re-read in SQL instead.
+	TailPendingMsgs  int
+	TailPendingBytes int
 	// Workers is how many partitions are processed concurrently (default
 	// 4); one partition's commits are always processed in order.
 	Workers int
@@ -164,7 +169,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every invalid setting (call after WithDefaults). New
-// also requires the wiring: Engine, Store, Auth, Conn and JetStream.
+// also requires the wiring: Engine, Store, Auth and Conn.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("realtime config: "+format, args...)) }
@@ -200,8 +205,8 @@ func (c Config) checkWiring() error {
 	if c.Engine == nil || c.Store == nil || c.Auth == nil {
 		errs = append(errs, errors.New("realtime config: Engine, Store and Auth are required"))
 	}
-	if c.Conn == nil || c.JetStream == nil {
-		errs = append(errs, errors.New("realtime config: Conn and JetStream are required"))
+	if c.Conn == nil {
+		errs = append(errs, errors.New("realtime config: Conn is required"))
 	}
 	return errors.Join(errs...)
 }

@@ -4,9 +4,11 @@
 //
 // # The source of deltas is the bus
 //
-// A Hub follows the SYNC_COMMITS stream with an ordered consumer, on every
-// node alike: a commit made on any node of a deployment reaches the
-// sessions of every other node through its commit event. An event only
+// A Hub follows the live tail of commit events — a core NATS subscription
+// to the commit subjects (bus.TailCommits), not a consumer of the
+// SYNC_COMMITS stream, so no event is loaded back from the stream's file
+// store — on every node alike: a commit made on any node of a deployment
+// reaches the sessions of every other node through its commit event. An event only
 // says that (partition, logEpoch, commitSeq) exists and which changes of
 // one table it holds; the hub reads the commit itself from SQL (once per
 // node, whatever the number of sessions) and encodes each session's delta
@@ -52,11 +54,16 @@
 //	                                       n ≥ highest lifts suppression
 //
 // A node that cannot see the bus (its NATS connection is down) polls SQL
-// instead and wakes sessions whose partition moved on; when the connection
-// comes back the ordered consumer resumes after the last event it
-// delivered, so nothing is skipped and nothing is sent twice. A periodic
-// check also wakes sessions that missed a commit the database held a whole
-// interval ago, so a stalled consumer is never a silent gap.
+// instead and wakes sessions whose partition moved on. Core NATS is at
+// most once: when the connection comes back, or when the subscription
+// dropped events as a slow consumer, the tail reports a gap once it is
+// live again and every partition is polled the same way; a missed event
+// followed by another of its partition is a seq gap, which wakes the
+// session anyway. Events delivered twice (a relay's republish, which only
+// the stream deduplicates) or late are ignored by (epoch, seq). A
+// periodic check also wakes sessions that missed a commit the database
+// held a whole interval ago — one that never reached the bus — so a
+// missed event is never a silent gap.
 //
 // # Send path and backpressure
 //

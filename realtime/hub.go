@@ -50,7 +50,7 @@ type Hub struct {
 	stopping  bool
 
 	work     []chan work
-	follower *bus.Follower
+	tail     *bus.Tail
 	busUp    atomic.Bool
 	presence *presence
 	acks     *ackWriter
@@ -140,7 +140,32 @@ func (h *Hub) nowMs() int64 { return h.cfg.Clock.Now().UnixMilli() }
 // Metrics returns the hub's counters.
 func (h *Hub) Metrics() *Metrics { return &h.metrics }
 
-// Start follows the commit stream and starts the hub's background work.
+// Start follows the live tail of commit events and starts the hub's
+// background work.
+//
+// The hub reads every commit it delivers from SQL; an event only tells it
+// which commit of which partition (and epoch) to read, and whether some
+// session's registrations may match it (table, scopes in the body). So it
+// follows the tail on core NATS (bus.TailCommits) rather than a consumer
+// of the stream, which would load every event from the stream's file
+// store and keep its message blocks' buffers resident (see bus/tail.go).
+// What it relies on, and why the tail gives it:
+//   - Per-partition commit order, for pend in processCommit: one
+//     publisher (the relay) per partition, whose order NATS keeps.
+//   - No silent gap: a missed event is either followed by the next one
+//     of its partition (a seq gap: the session is woken) or, for the
+//     last, covered by the tail's OnGap (a drop or a reconnect), which
+//     polls every partition in SQL (workPoll) and wakes the sessions
+//     behind the log, and by the ResyncInterval check for a commit that
+//     never reached the bus at all.
+//   - Duplicates and stale events harmless: processCommit ignores a seq
+//     below lastSeq, and one equal to it unless that commit is still
+//     pending (every event so far matched nothing); an event under
+//     another epoch makes it re-read the partition in SQL.
+//
+// While the connection is down, FallbackPollInterval polls stand in for
+// the events (watchBus); once it is back, the tail's OnGap polls once
+// more after the subscription is live again.
 func (h *Hub) Start(ctx context.Context) error {
 	if h.ctx.Err() != nil {
 		return ErrHubStopped
@@ -160,9 +185,13 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("start realtime: %w", err)
 	}
 	h.busUp.Store(h.cfg.Conn.IsConnected())
-	// The status listener goes first, so a drop right after Follow is seen.
+	// The status listener goes first, so a drop right after the subscribe
+	// is seen.
 	status := h.cfg.Conn.StatusChanged()
-	f, err := bus.Follow(ctx, h.cfg.JetStream, h.cfg.Names, bus.FollowParams{Logger: h.log}, h.onEvent)
+	t, err := bus.TailCommits(h.cfg.Conn, h.cfg.Names, bus.TailConfig{
+		OnEvent: h.onEvent, OnGap: h.onGap, Logger: h.log,
+		PendingMsgs: h.cfg.TailPendingMsgs, PendingBytes: h.cfg.TailPendingBytes,
+	})
 	if err != nil {
 		h.cfg.Conn.RemoveStatusListener(status)
 		h.presence.stop()
@@ -170,7 +199,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		h.bg.Wait()
 		return fmt.Errorf("start realtime: %w", err)
 	}
-	h.follower = f
+	h.tail = t
 	h.goBG(func() { h.watchBus(status) })
 	h.goBG(h.heartbeats)
 	return nil
@@ -197,8 +226,8 @@ func (h *Hub) Stop(ctx context.Context) error {
 		}
 		h.mu.Unlock()
 		var ferr error
-		if h.follower != nil {
-			ferr = h.follower.Stop(ctx)
+		if h.tail != nil {
+			ferr = h.tail.Stop(ctx)
 		}
 		for _, s := range all {
 			s.close(statusGoingAway, "server shutting down")
@@ -271,10 +300,12 @@ func (h *Hub) enqueue(w work) {
 	}
 }
 
-// onEvent receives every commit event, in stream order, and hands those
+// onEvent receives every commit event, in publish order, and hands those
 // of partitions with sessions to the partition's worker. Blocking here
-// holds the consumer back, which is the backpressure wanted.
-func (h *Hub) onEvent(ev bus.Event) {
+// fills the tail's pending queue; past its limits the tail drops events
+// and onGap resyncs from SQL, which is the backpressure wanted: bounded
+// memory, and sessions told to catch up rather than fed stale deltas.
+func (h *Hub) onEvent(ev bus.TailEvent) {
 	h.metrics.BusEvents.Add(1)
 	id := ev.Partition.ID()
 	h.mu.Lock()
@@ -283,6 +314,15 @@ func (h *Hub) onEvent(ev bus.Event) {
 	if ok {
 		h.enqueue(work{kind: workCommit, part: id, epochTok: ev.LogEpoch, seq: ev.CommitSeq, table: ev.Table, data: ev.Data})
 	}
+}
+
+// onGap is the tail's report that events may have been missed (dropped
+// as a slow consumer, or published while the connection was down): every
+// partition with sessions is read in SQL and its sessions behind the log
+// are woken (workPoll), as while the bus is down.
+func (h *Hub) onGap(bus.Gap) {
+	h.checkAll(workPoll, "")
+	h.metrics.TailGaps.Add(1)
 }
 
 func (h *Hub) runWorker(ch chan work) {
@@ -537,6 +577,7 @@ func (h *Hub) checkPartition(w work) {
 	ctx, cancel := context.WithTimeout(h.ctx, sqlTimeout)
 	defer cancel()
 	part, err := h.cfg.Store.PartitionGet(ctx, w.part)
+	h.metrics.PartitionChecks.Add(1)
 	if err != nil {
 		h.log.Warn("realtime: read partition", "partition", w.part, "err", err)
 		return

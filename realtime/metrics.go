@@ -33,6 +33,13 @@ type Metrics struct {
 	PresenceIn  atomic.Int64 // presence publishes received from clients
 	PresenceOut atomic.Int64 // presence events sent to clients
 	BusEvents   atomic.Int64 // commit events read from the bus
+	// TailGaps counts resyncs from SQL because commit events may have
+	// been missed (the tail dropped events, or the connection came back).
+	// It is incremented once the partitions' polls are queued.
+	TailGaps atomic.Int64
+	// PartitionChecks counts partitions read in SQL to check their
+	// sessions (gate changes, polls, resyncs).
+	PartitionChecks atomic.Int64
 	// CommitReads counts commits read back from SQL for their sessions;
 	// CommitsSkipped those no session could match, observed unread.
 	CommitReads    atomic.Int64
@@ -81,6 +88,8 @@ func RegisterMetrics(reg prometheus.Registerer, m *Metrics) error {
 		counter("syncnode_realtime_presence_received_total", "Presence messages received from clients.", m.PresenceIn.Load, nil),
 		counter("syncnode_realtime_presence_sent_total", "Presence events sent to clients.", m.PresenceOut.Load, nil),
 		counter("syncnode_realtime_bus_events_total", "Commit events read from the bus.", m.BusEvents.Load, nil),
+		counter("syncnode_realtime_partition_checks_total", "Partitions read in SQL to check their realtime sessions (gate changes, polls, resyncs).", m.PartitionChecks.Load, nil),
+		counter("syncnode_realtime_tail_gaps_total", "Resyncs from SQL after commit events may have been missed (dropped, or the NATS connection came back).", m.TailGaps.Load, nil),
 		counter("syncnode_realtime_commit_reads_total", "Commits read from SQL for realtime sessions.", m.CommitReads.Load, nil),
 		counter("syncnode_realtime_commits_skipped_total", "Commits no realtime session could match, not read.", m.CommitsSkipped.Load, nil),
 	}

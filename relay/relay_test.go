@@ -234,7 +234,7 @@ func TestRelayForgottenAck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newRelayEnv(t)
-			window := time.Second
+			window := bus.DefaultCommitsDuplicates // the default must keep it exactly-once
 			r := e.relay(Config{BatchMessages: tc.batch, Streams: bus.StreamsConfig{Commits: bus.StreamConfig{Duplicates: window}}})
 			var forgot atomic.Int32
 			r.testHookAfterAck = func(context.Context) error {
@@ -265,7 +265,7 @@ func TestRelayForgottenAck(t *testing.T) {
 func TestRelayRestartAfterDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	window := time.Second
+	window := bus.DefaultCommitsDuplicates
 	cfg := Config{Streams: bus.StreamsConfig{Commits: bus.StreamConfig{Duplicates: window}}}
 	r1 := e.relay(cfg)
 	acked := make(chan struct{})
