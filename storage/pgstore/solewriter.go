@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -111,7 +112,17 @@ func (s *Store) closeSole() {
 	s.sole.caching.Store(false)
 	s.sole.stop()
 	<-s.sole.done
-	_ = s.sole.guard.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Release the lock while the session still lives: a closed
+	// connection's backend drops its locks only when it exits, after
+	// Close has returned, and a store opened right after would find the
+	// schema still held. When the guard already failed there is nothing
+	// to release.
+	if !s.sole.guard.IsClosed() {
+		_, _ = s.sole.guard.Exec(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", lockKeyWriters, s.cfg.Schema)
+	}
+	_ = s.sole.guard.Close(ctx)
 }
 
 // afterConnect takes the writers' lock shared on a new connection of a
