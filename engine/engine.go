@@ -368,13 +368,14 @@ type request struct {
 	client storage.Client // the record as the request found (or created) it
 	// registered is the record's subscription list by id, and served the
 	// effective scopes each subscription of this pull is recorded with.
-	registered map[string]registeredSub
+	registered *subsRecord
 	served     map[string]map[string][]string
 	scopes     resolvedScopes
 	ticket     Ticket      // the serve gate's admission, checked in every transaction
 	lease      *ssp2.Lease // the LEASE frame to send, if any
 	enc        *ssp2.ResponseEncoder
 	w          *clientWriter
+	cw         clientWriter // what w points to: one allocation with the request
 	now        int64
 	// results of commits already processed in this request, by id, for a
 	// clientCommitId repeated within one request (SPEC.md §6.3).
@@ -412,7 +413,8 @@ func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	if err != nil {
 		return err
 	}
-	r := &request{id: id, req: req, w: &clientWriter{w: w}, now: e.nowMs()}
+	r := &request{id: id, req: req, cw: clientWriter{w: w}, now: e.nowMs()}
+	r.w = &r.cw
 	if e.cfg.Router != nil && e.cfg.Router.Remote(id.Partition) {
 		if err := e.route(ctx, r); err != nil {
 			return err

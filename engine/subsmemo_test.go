@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -21,14 +22,14 @@ func TestSubsMemo(t *testing.T) {
 		t.Fatalf("registered(%s) = %+v", a, want)
 	}
 	buf := append([]byte(nil), a...)
-	if got := m.get(buf); !reflect.DeepEqual(got, want) {
+	if got := m.get(buf).byID; !reflect.DeepEqual(got, want) {
 		t.Fatalf("first get = %+v, want %+v", got, want)
 	}
 	copy(buf, list("s1", "p2")) // the caller reuses its buffer
-	if got := m.get(buf); got["s1"].Effective["project_id"][0] != "p2" {
+	if got := m.get(buf).byID; got["s1"].Effective["project_id"][0] != "p2" {
 		t.Fatalf("get of a changed list = %+v, want p2", got)
 	}
-	if got := m.get(a); !reflect.DeepEqual(got, want) {
+	if got := m.get(a).byID; !reflect.DeepEqual(got, want) {
 		t.Fatalf("get after reuse = %+v, want %+v", got, want)
 	}
 	if m.get(nil) != nil || m.get(json.RawMessage(`{not json`)) != nil {
@@ -44,5 +45,62 @@ func TestSubsMemo(t *testing.T) {
 	m.get(big)
 	if _, ok := m.m[string(big)]; ok {
 		t.Fatal("a list over an eighth of the bound was kept")
+	}
+}
+
+// encodeSubs keeps a record's bytes exactly when encoding the pull's list
+// would give them back: for every pair of lists below (nil against empty
+// maps and lists, params written loosely or compactly, HTML-escaped
+// strings, another order), its answer is json.Marshal's.
+func TestEncodeSubsKeepsOnlyWhatMarshalWouldWrite(t *testing.T) {
+	p := func(v ...string) []string { return v }
+	lists := [][]registeredSub{
+		nil,
+		{},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p1")}, Effective: map[string][]string{"project_id": p("p1")}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p1")}, Effective: map[string][]string{}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p1")}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p2")}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": {}}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": nil}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{}}},
+		{{ID: "s", Table: "tasks"}},
+		{{ID: "s", Table: "notes", Scopes: map[string][]string{"project_id": p("p1")}}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p1")}, Params: json.RawMessage(`{"a":1}`)}},
+		{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": p("p1")}, Params: json.RawMessage(`{ "a" : 1 }`)}},
+		{{ID: "<s&>", Table: "tasks", Scopes: map[string][]string{"k": p("<v>", "w")}}},
+		{{ID: "a", Table: "tasks"}, {ID: "b", Table: "tasks"}},
+		{{ID: "b", Table: "tasks"}, {ID: "a", Table: "tasks"}},
+	}
+	for i, stored := range lists {
+		raw, err := json.Marshal(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := decodeSubs(raw)
+		for j, next := range lists {
+			want, err := json.Marshal(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := encodeSubs(rec, raw, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("stored list %d, pull's list %d: encodeSubs = %s, json.Marshal = %s", i, j, got, want)
+			}
+		}
+	}
+	// A record written by something else (a looser encoding of the same
+	// list) is not canonical: its bytes are never kept.
+	loose := json.RawMessage(`[ {"id":"s","table":"tasks","scopes":{"project_id":["p1"]}} ]`)
+	rec := decodeSubs(loose)
+	if rec == nil || rec.canonical {
+		t.Fatalf("decodeSubs(%s) = %+v, want a non-canonical record", loose, rec)
+	}
+	got, _ := encodeSubs(rec, loose, rec.list)
+	if bytes.Equal(got, loose) {
+		t.Fatal("a non-canonical record's bytes were kept")
 	}
 }

@@ -253,8 +253,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 
 // serveSync is POST /sync.
 func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || !strings.EqualFold(mt, ContentType) {
+	if !isSyncContentType(r.Header.Get("Content-Type")) {
 		writeErrorStatus(w, http.StatusUnsupportedMediaType, ssp2.Errorf(ssp2.CodeInvalidRequest, "content type must be %s", ContentType))
 		return
 	}
@@ -270,7 +269,8 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 		writeErrorStatus(w, status, err)
 		return
 	}
-	out := newStreamWriter(newDeadlineWriter(w, h.cfg.WriteTimeout), negotiate(r.Header.Get("Accept-Encoding")))
+	sw := getSyncWriter(w, h.cfg.WriteTimeout, negotiate(r.Header.Get("Accept-Encoding")))
+	out := &sw.sw
 	err = h.cfg.Engine.Sync(r.Context(), id, body, out)
 	if err != nil {
 		if out.started {
@@ -292,6 +292,20 @@ func (h *Handler) serveSync(w http.ResponseWriter, r *http.Request) {
 	if err := out.Close(); err != nil {
 		h.log.Debug("finish response", "err", err)
 	}
+	// Sync returned and the response is finished: nothing refers to the
+	// writer any more. (An early return above leaves it to the collector.)
+	putSyncWriter(sw)
+}
+
+// isSyncContentType reports whether a Content-Type header is the SSP2
+// media type (parameters allowed); the exact value every client sends is
+// recognized without parsing it.
+func isSyncContentType(v string) bool {
+	if strings.EqualFold(v, ContentType) {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	return err == nil && strings.EqualFold(mt, ContentType)
 }
 
 // authenticate runs the authenticator and answers its failure: 401
@@ -501,14 +515,38 @@ func MountURL(r *http.Request, route string) string {
 		scheme = p
 	}
 	path := r.URL.EscapedPath()
-	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && r.RequestURI != "" {
-		path = u.EscapedPath()
+	switch {
+	case plainPath(r.RequestURI):
+		path = r.RequestURI // what parsing it would give back, without the parse
+	case r.RequestURI != "":
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+			path = u.EscapedPath()
+		}
 	}
 	path = strings.TrimSuffix(path, route)
 	if !strings.HasSuffix(path, "/") {
 		path += "/"
 	}
 	return scheme + "://" + r.Host + path
+}
+
+// plainPath reports whether a request URI is a path that
+// url.ParseRequestURI gives back unchanged as its EscapedPath: it starts
+// with '/' and holds only bytes a path carries unescaped (no query, no
+// escapes), as every request of an ordinary client does.
+func plainPath(uri string) bool {
+	if uri == "" || uri[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(uri); i++ {
+		switch c := uri[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~$&+,/:;=@", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // streamSegment sends a large segment straight from the store, compressed

@@ -22,13 +22,13 @@ const writeChunk = 64 << 10
 // is skipped while the deadline is still at least 7/8 of timeout away.)
 type deadlineWriter struct {
 	w       http.ResponseWriter
-	rc      *http.ResponseController
+	rc      http.ResponseController // a value: one allocation less per request
 	timeout time.Duration
 	at      time.Time // when the deadline was last extended
 }
 
 func newDeadlineWriter(w http.ResponseWriter, timeout time.Duration) *deadlineWriter {
-	return &deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	return &deadlineWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout}
 }
 
 func (d *deadlineWriter) extend() {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -33,12 +34,18 @@ func (e encoding) String() string {
 // negotiate picks zstd over gzip over identity from Accept-Encoding,
 // honouring q=0 exclusions (SPEC.md §1.3, §5.5).
 func negotiate(accept string) encoding {
+	// Cut, not Split, and EqualFold, not ToLower: this runs on every
+	// request, and allocates nothing.
 	var zstdOK, gzipOK bool
-	for _, part := range strings.Split(accept, ",") {
+	for rest := accept; rest != ""; {
+		var part string
+		part, rest, _ = strings.Cut(rest, ",")
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		name = strings.ToLower(strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
 		q := 1.0
-		for _, p := range strings.Split(params, ";") {
+		for params != "" {
+			var p string
+			p, params, _ = strings.Cut(params, ";")
 			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 			if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
 				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
@@ -49,12 +56,12 @@ func negotiate(accept string) encoding {
 		if q <= 0 {
 			continue
 		}
-		switch name {
-		case "zstd":
+		switch {
+		case strings.EqualFold(name, "zstd"):
 			zstdOK = true
-		case "gzip", "x-gzip":
+		case strings.EqualFold(name, "gzip"), strings.EqualFold(name, "x-gzip"):
 			gzipOK = true
-		case "*":
+		case name == "*":
 			zstdOK, gzipOK = true, true
 		}
 	}
@@ -101,6 +108,47 @@ func newStreamWriter(w *deadlineWriter, enc encoding) *streamWriter {
 	return &streamWriter{w: w, enc: enc}
 }
 
+// syncWriter is the response side of one POST /sync in a single recycled
+// allocation: the deadline writer, the stream writer, and the buffer the
+// stream writer holds a small response in until it ends (a push + pull
+// round's response is a few hundred bytes; growing a fresh buffer for it
+// cost several allocations per request).
+type syncWriter struct {
+	dw   deadlineWriter
+	sw   streamWriter
+	held [minCompressBytes]byte
+}
+
+var syncWriterPool = sync.Pool{New: func() any { return new(syncWriter) }}
+
+// getSyncWriter returns the stream writer of a /sync response; putSyncWriter
+// recycles it once the response is finished and nothing refers to it.
+func getSyncWriter(w http.ResponseWriter, timeout time.Duration, enc encoding) *syncWriter {
+	s := syncWriterPool.Get().(*syncWriter)
+	s.dw = deadlineWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout}
+	// pending never outgrows held: Write appends only while the total
+	// stays below minCompressBytes.
+	s.sw = streamWriter{w: &s.dw, enc: enc, pending: s.held[:0]}
+	return s
+}
+
+func putSyncWriter(s *syncWriter) {
+	s.dw, s.sw = deadlineWriter{}, streamWriter{}
+	syncWriterPool.Put(s)
+}
+
+// The /sync response's fixed header values, shared by every response so
+// setting them allocates nothing. Nothing in net/http or here modifies a
+// header value in place (Set and Add replace or append to the slice,
+// whose capacity is its length).
+var (
+	hdrSyncContentType = []string{ContentType}
+	hdrNoStore         = []string{"no-store"}
+	hdrSyncVary        = []string{"Authorization, Accept-Encoding"}
+	hdrGzip            = []string{"gzip"}
+	hdrZstd            = []string{"zstd"}
+)
+
 // decide sends the headers for enc and writes what was held back.
 func (s *streamWriter) decide(enc encoding) error {
 	s.enc = enc
@@ -118,18 +166,18 @@ func (s *streamWriter) start() {
 	s.decided = true
 	hdr := s.w.w.Header()
 	if s.contentType == "" {
-		hdr.Set("Content-Type", ContentType)
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("Vary", "Authorization, Accept-Encoding")
+		hdr["Content-Type"] = hdrSyncContentType
+		hdr["Cache-Control"] = hdrNoStore
+		hdr["Vary"] = hdrSyncVary
 	}
 	switch s.enc {
 	case encGzip:
-		hdr.Set("Content-Encoding", "gzip")
+		hdr["Content-Encoding"] = hdrGzip
 		s.gz = gzipPool.Get().(*gzip.Writer)
 		s.gz.Reset(s.w)
 		s.body = s.gz
 	case encZstd:
-		hdr.Set("Content-Encoding", "zstd")
+		hdr["Content-Encoding"] = hdrZstd
 		s.zs = zstdPool.Get().(*zstd.Encoder)
 		s.zs.Reset(s.w)
 		s.body = s.zs

@@ -57,3 +57,29 @@ func TestStreamWriterSmallResponsesUncompressed(t *testing.T) {
 		})
 	}
 }
+
+// negotiate picks zstd over gzip over identity and honours q=0, with any
+// case and spacing.
+func TestNegotiate(t *testing.T) {
+	for accept, want := range map[string]encoding{
+		"":                      encIdentity,
+		"identity":              encIdentity,
+		"zstd, gzip":            encZstd,
+		"gzip":                  encGzip,
+		"br, x-gzip":            encGzip,
+		"zstd;q=0, gzip":        encGzip,
+		"gzip;q=0, zstd;q=0":    encIdentity,
+		" ZStd ; Q=0.5 ,gzip":   encZstd,
+		"gzip; foo=bar; q=0":    encIdentity,
+		"*":                     encZstd,
+		"*;q=0":                 encIdentity,
+		"deflate, GZIP;q=1.0,,": encGzip,
+	} {
+		if got := negotiate(accept); got != want {
+			t.Errorf("negotiate(%q) = %v, want %v", accept, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { negotiate("zstd, gzip;q=0.9, *;q=0") }); n != 0 {
+		t.Errorf("negotiate allocates %v times", n)
+	}
+}

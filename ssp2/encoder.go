@@ -22,6 +22,7 @@ type ResponseEncoder struct {
 	w       io.Writer
 	version uint16
 	buf     []byte
+	pooled  *[]byte // the framePool entry buf came from, reused to return it
 	g       grammar
 	err     error // sticky: a failed Write or a bad version
 	ended   bool
@@ -46,6 +47,10 @@ var framePool sync.Pool // of *[]byte
 // maxPooledFrame bounds the buffers kept for reuse.
 const maxPooledFrame = 4 << 20
 
+// endFrameBytes is the END frame's bytes, shared: a writer must not modify
+// what it is given (io.Writer), and a literal passed to one escapes.
+var endFrameBytes = [...]byte{byte(FrameEnd), 0, 0, 0, 0}
+
 // errEnded is returned for writes after End.
 var errEnded = encodeError(opEncodeResponse, "response already ended")
 
@@ -65,7 +70,7 @@ func (e *ResponseEncoder) WriteFrame(f Frame) error {
 	}
 	if e.buf == nil {
 		if p, ok := framePool.Get().(*[]byte); ok {
-			e.buf = *p
+			e.buf, e.pooled = *p, p
 		}
 	}
 	buf := e.buf[:0]
@@ -98,15 +103,21 @@ func (e *ResponseEncoder) End() error {
 	if v := e.g.end(); v != "" {
 		return encodeError(opEncodeResponse, "%s", v)
 	}
-	if err := e.write([]byte{byte(FrameEnd), 0, 0, 0, 0}); err != nil {
+	if err := e.write(endFrameBytes[:]); err != nil {
 		return err
 	}
 	e.ended = true
 	// The writer returned: nothing holds the frame buffer any more.
 	if b := e.buf[:0]; b != nil && cap(b) <= maxPooledFrame {
-		framePool.Put(&b)
+		// The pointer the buffer came in, when it did, carries it back.
+		p := e.pooled
+		if p == nil {
+			p = new([]byte)
+		}
+		*p = b
+		framePool.Put(p)
 	}
-	e.buf = nil
+	e.buf, e.pooled = nil, nil
 	return nil
 }
 
