@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			return internal("locked idempotency lookup", err)
 		}
 		if ok { // another delivery won the race while we waited for the lock
-			out.rec, replayed = rec, true
+			out, replayed = applied{rec: rec}, true
 			return nil
 		}
 		out, err = e.apply(ctx, r, tx, pc)
@@ -93,7 +94,13 @@ func (e *Engine) push(ctx context.Context, r *request, pc *ssp2.PushCommit) (app
 			e.cfg.OnAppend(r.id.Partition, r.part.LogEpoch, out.commit, reactions)
 		}
 	}
-	if err := e.answer(r, out.rec); err != nil {
+	if out.res != nil {
+		// The result just stored, as the record's bytes would decode.
+		err = e.send(r, out.res, nil)
+	} else {
+		err = e.answer(r, out.rec)
+	}
+	if err != nil {
 		return false, err
 	}
 	return out.appended, nil
@@ -125,6 +132,11 @@ func (e *Engine) answer(r *request, rec storage.PushRecord) error {
 	if err != nil {
 		return internal("decode push result", err)
 	}
+	return e.send(r, res, details)
+}
+
+// send writes a commit's result in the request's wire version.
+func (e *Engine) send(r *request, res *ssp2.PushResult, details *ssp2.PushResultDetails) error {
 	fitWire(res, r.req.WireVersion)
 	e.countPush(res)
 	if err := r.enc.WriteFrame(res); err != nil {
@@ -266,7 +278,11 @@ func opError(i int, code ssp2.Code, msg string) *rejection {
 // applied is what apply did with a new commit: its stored result,
 // whether it went into the log, and the reactions it enqueued.
 type applied struct {
-	rec      storage.PushRecord
+	rec storage.PushRecord
+	// res is the applied result rec holds, decoded as its bytes would
+	// (TestAppliedResultAsStored): push sends it without decoding the
+	// record it just encoded. Nil for a rejection, sent from rec.
+	res      *ssp2.PushResult
 	appended bool
 	commit   storage.Commit // the appended commit, when appended
 	enqueued *storage.ReactionEnqueueParams
@@ -368,11 +384,7 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 			return applied{}, internal("enqueue reactions", err)
 		}
 	}
-	results := make([]ssp2.OpResult, len(pc.Operations))
-	for i := range results {
-		results[i] = ssp2.OpResult{OpIndex: int32(i), Status: ssp2.OpApplied}
-	}
-	res := &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: results}
+	res := appliedResult(pc, seq)
 	rec.Status, rec.CommitSeq = storage.PushApplied, seq
 	if rec.Result, err = encodeRecord(res, nil); err != nil {
 		return applied{}, internal("encode push result", err)
@@ -380,7 +392,20 @@ func (e *Engine) apply(ctx context.Context, r *request, tx storage.Tx, pc *ssp2.
 	if out.rec, err = tx.IdempotencyPut(ctx, rec); err != nil {
 		return applied{}, internal("persist push result", err)
 	}
+	if bytes.Equal(out.rec.Result, rec.Result) {
+		// Ours, not an earlier writer's (IdempotencyPut keeps the first).
+		out.res = res
+	}
 	return out, nil
+}
+
+// appliedResult is the PUSH_RESULT of a commit applied at seq.
+func appliedResult(pc *ssp2.PushCommit, seq int64) *ssp2.PushResult {
+	results := make([]ssp2.OpResult, len(pc.Operations))
+	for i := range results {
+		results[i] = ssp2.OpResult{OpIndex: int32(i), Status: ssp2.OpApplied}
+	}
+	return &ssp2.PushResult{ClientCommitID: pc.ClientCommitID, Status: ssp2.PushApplied, CommitSeq: &seq, Results: results}
 }
 
 // stager applies a commit's operations inside the write transaction.

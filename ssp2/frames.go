@@ -6,6 +6,13 @@ import (
 	"fmt"
 )
 
+// The names the errors of the map fields give their parts.
+var (
+	subscriptionScopesNames = newMapNames("SUBSCRIPTION.scopes")
+	effectiveScopesNames    = newMapNames("SUB_START.effectiveScopes")
+	changeScopesNames       = newMapNames("change.scopes")
+)
+
 // FrameType is a frame's type byte (SPEC.md §1.2 registry).
 type FrameType uint8
 
@@ -325,7 +332,7 @@ func decodeSubscription(r *reader) *Subscription {
 	f := &Subscription{}
 	f.ID = r.str("SUBSCRIPTION.id")
 	f.Table = r.str("SUBSCRIPTION.table")
-	f.Scopes = r.stringListMap("SUBSCRIPTION.scopes")
+	f.Scopes = r.stringListMap(subscriptionScopesNames)
 	if r.present("SUBSCRIPTION.params") {
 		f.Params = r.jsonText("SUBSCRIPTION.params")
 	}
@@ -339,7 +346,7 @@ func decodeSubscription(r *reader) *Subscription {
 func (f *Subscription) appendPayload(w *writer, _ uint16) {
 	w.str("SUBSCRIPTION.id", f.ID)
 	w.str("SUBSCRIPTION.table", f.Table)
-	w.stringListMap("SUBSCRIPTION.scopes", f.Scopes)
+	w.stringListMap(subscriptionScopesNames, f.Scopes)
 	w.present(f.Params != nil)
 	if f.Params != nil {
 		w.jsonText("SUBSCRIPTION.params", f.Params)
@@ -728,7 +735,7 @@ func decodeSubStart(r *reader) *SubStart {
 		r.failAt(at, "SUB_START.status byte %d is not 1, 2 or 3", f.Status)
 	}
 	f.ReasonCode = r.str("SUB_START.reasonCode")
-	f.EffectiveScopes = r.stringListMap("SUB_START.effectiveScopes")
+	f.EffectiveScopes = r.stringListMap(effectiveScopesNames)
 	f.Bootstrap = r.bool("SUB_START.bootstrap")
 	return f
 }
@@ -740,7 +747,7 @@ func (f *SubStart) appendPayload(w *writer, _ uint16) {
 	w.str("SUB_START.id", f.ID)
 	w.u8(uint8(f.Status))
 	w.str("SUB_START.reasonCode", f.ReasonCode)
-	w.stringListMap("SUB_START.effectiveScopes", f.EffectiveScopes)
+	w.stringListMap(effectiveScopesNames, f.EffectiveScopes)
 	w.bool(f.Bootstrap)
 }
 
@@ -793,7 +800,7 @@ func decodeCommit(r *reader) *Commit {
 			x := r.i64("change.rowVersion")
 			c.RowVersion = &x
 		}
-		c.Scopes = r.stringMap("change.scopes")
+		c.Scopes = r.stringMap(changeScopesNames)
 		if r.present("change.row") {
 			c.Row = r.bytes("change.row")
 		}
@@ -832,7 +839,7 @@ func (f *Commit) appendPayload(w *writer, _ uint16) {
 		if c.RowVersion != nil {
 			w.i64("change.rowVersion", *c.RowVersion)
 		}
-		w.stringMap("change.scopes", c.Scopes)
+		w.stringMap(changeScopesNames, c.Scopes)
 		w.present(c.Row != nil)
 		if c.Row != nil {
 			w.bytes("change.row", c.Row)

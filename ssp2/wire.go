@@ -206,14 +206,26 @@ func (r *reader) done(what string) {
 	}
 }
 
+// mapNames are the names a map field's errors give its parts, made once
+// per field: building them per key and value (what + " key") allocated on
+// every map encoded or decoded.
+type mapNames struct {
+	what, key, value, valueCount, values string
+}
+
+func newMapNames(what string) *mapNames {
+	return &mapNames{what: what, key: what + " key", value: what + " value", valueCount: what + " value count", values: what + " values"}
+}
+
 // stringListMap reads map str → list(str) with canonical key order.
-func (r *reader) stringListMap(what string) map[string][]string {
+func (r *reader) stringListMap(names *mapNames) map[string][]string {
+	what := names.what
 	n := r.count(what, 8) // key length + list count
 	m := make(map[string][]string, n)
 	var prev []byte
 	for i := 0; i < n && r.err == nil; i++ {
 		at := r.pos()
-		k := r.strBytes(what + " key")
+		k := r.strBytes(names.key)
 		if r.err != nil {
 			break
 		}
@@ -222,10 +234,10 @@ func (r *reader) stringListMap(what string) map[string][]string {
 			break
 		}
 		prev = k
-		vn := r.count(what+" value count", 4)
+		vn := r.count(names.valueCount, 4)
 		vals := make([]string, 0, vn)
 		for j := 0; j < vn && r.err == nil; j++ {
-			vals = append(vals, r.str(what+" value"))
+			vals = append(vals, r.str(names.value))
 		}
 		m[string(k)] = vals
 	}
@@ -236,13 +248,14 @@ func (r *reader) stringListMap(what string) map[string][]string {
 }
 
 // stringMap reads map str → str with canonical key order.
-func (r *reader) stringMap(what string) map[string]string {
+func (r *reader) stringMap(names *mapNames) map[string]string {
+	what := names.what
 	n := r.count(what, 8)
 	m := make(map[string]string, n)
 	var prev []byte
 	for i := 0; i < n && r.err == nil; i++ {
 		at := r.pos()
-		k := r.strBytes(what + " key")
+		k := r.strBytes(names.key)
 		if r.err != nil {
 			break
 		}
@@ -251,7 +264,7 @@ func (r *reader) stringMap(what string) map[string]string {
 			break
 		}
 		prev = k
-		m[string(k)] = r.str(what + " value")
+		m[string(k)] = r.str(names.value)
 	}
 	if r.err != nil {
 		return nil
@@ -339,24 +352,24 @@ func (w *writer) present(p bool) { w.bool(p) }
 
 func (w *writer) count(what string, n int) { w.length(what, n) }
 
-func (w *writer) stringListMap(what string, m map[string][]string) {
+func (w *writer) stringListMap(names *mapNames, m map[string][]string) {
 	keys := sortedKeysUTF16(m)
-	w.count(what, len(keys))
+	w.count(names.what, len(keys))
 	for _, k := range keys {
-		w.str(what+" key", k)
+		w.str(names.key, k)
 		vals := m[k]
-		w.count(what+" values", len(vals))
+		w.count(names.values, len(vals))
 		for _, v := range vals {
-			w.str(what+" value", v)
+			w.str(names.value, v)
 		}
 	}
 }
 
-func (w *writer) stringMap(what string, m map[string]string) {
+func (w *writer) stringMap(names *mapNames, m map[string]string) {
 	keys := sortedKeysUTF16(m)
-	w.count(what, len(keys))
+	w.count(names.what, len(keys))
 	for _, k := range keys {
-		w.str(what+" key", k)
-		w.str(what+" value", m[k])
+		w.str(names.key, k)
+		w.str(names.value, m[k])
 	}
 }
