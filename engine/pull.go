@@ -248,14 +248,6 @@ func decodeSubs(raw json.RawMessage) *subsRecord {
 	return out
 }
 
-// registered reads a client record's subscription list by id.
-func registered(raw json.RawMessage) map[string]registeredSub {
-	if rec := decodeSubs(raw); rec != nil {
-		return rec.byID
-	}
-	return nil
-}
-
 // encodeSubs encodes a pull's subscription list for the client record.
 // When it equals the stored list, field by field as far as the encoding
 // can tell (sameSub), and the stored bytes are that list's encoding, the

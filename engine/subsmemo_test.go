@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The memo answers what registered decodes, keyed by the list's bytes: a
+// The memo answers what decodeSubs decodes, keyed by the list's bytes: a
 // changed list is decoded afresh, reusing the caller's buffer cannot
 // corrupt it, and it keeps no more than its byte bound.
 func TestSubsMemo(t *testing.T) {
@@ -17,9 +17,9 @@ func TestSubsMemo(t *testing.T) {
 		return json.RawMessage(fmt.Sprintf(`[{"id":%q,"table":"tasks","scopes":{"project_id":[%q]},"effective":{"project_id":[%q]}}]`, id, scope, scope))
 	}
 	a := list("s1", "p1")
-	want := registered(a)
+	want := decodeSubs(a).byID
 	if want["s1"].Effective["project_id"][0] != "p1" {
-		t.Fatalf("registered(%s) = %+v", a, want)
+		t.Fatalf("decodeSubs(%s) = %+v", a, want)
 	}
 	buf := append([]byte(nil), a...)
 	if got := m.get(buf).byID; !reflect.DeepEqual(got, want) {
