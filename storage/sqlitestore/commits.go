@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
@@ -116,38 +117,74 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 // variable must have an index entry for the same commit. The exact match
 // is then made on each change's stored scopes. args[cursorArg] is the
 // exclusive lower bound to set before each run.
+//
+// The text depends only on how many variables there are and which of
+// them hold one value, so it is built once per such shape
+// (candidateTexts); each run builds only its arguments.
 func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
-	var b strings.Builder
-	cond := func(alias, v string) {
+	// shape: one byte per variable, 1 for a single value, n for a list.
+	var shapeBuf [8]byte
+	shape := shapeBuf[:0]
+	args = make([]any, 0, 4*len(vars)+3)
+	cond := func(v string) {
 		vals := p.Scopes[v]
-		fmt.Fprintf(&b, "%[1]s.partition = ? AND %[1]s.tbl = ? AND %[1]s.variable = ? ", alias)
 		args = append(args, p.Partition, p.Table, v)
 		if len(vals) == 1 {
-			fmt.Fprintf(&b, "AND %s.value = ? ", alias)
+			shape = append(shape, '1')
 			args = append(args, vals[0])
 		} else {
-			fmt.Fprintf(&b, "AND %s.value IN (SELECT value FROM json_each(?)) ", alias)
+			shape = append(shape, 'n')
 			args = append(args, jsonStrings(vals))
 		}
 	}
-	distinct := ""
-	if len(p.Scopes[vars[0]]) > 1 {
-		distinct = "DISTINCT "
-	}
-	b.WriteString("SELECT " + distinct + "s.seq FROM sync_scope_index s WHERE ")
-	cond("s", vars[0])
-	b.WriteString("AND s.seq > ? AND s.seq <= ? ")
+	cond(vars[0])
 	cursorArg = len(args)
 	args = append(args, int64(0), maxSeq)
-	for i, v := range vars[1:] {
+	for _, v := range vars[1:] {
+		cond(v)
+	}
+	args = append(args, limit)
+	if t, ok := candidateTexts.Load(string(shape)); ok {
+		return t.(string), args, cursorArg
+	}
+	q = candidatesText(shape)
+	candidateTexts.Store(string(shape), q)
+	return q, args, cursorArg
+}
+
+// candidateTexts caches candidatesText by shape. The shapes are bounded
+// by the schema's scope variables per table.
+var candidateTexts sync.Map
+
+// candidatesText is candidatesSQL's statement for one shape. Its column
+// is unnamed (see unnamed) unless DISTINCT applies to it, which stays on
+// the plain column the scope index orders.
+func candidatesText(shape []byte) string {
+	var b strings.Builder
+	cond := func(alias string, one bool) {
+		fmt.Fprintf(&b, "%[1]s.partition = ? AND %[1]s.tbl = ? AND %[1]s.variable = ? ", alias)
+		if one {
+			fmt.Fprintf(&b, "AND %s.value = ? ", alias)
+		} else {
+			fmt.Fprintf(&b, "AND %s.value IN (SELECT value FROM json_each(?)) ", alias)
+		}
+	}
+	if shape[0] == 'n' {
+		b.WriteString("SELECT DISTINCT s.seq")
+	} else {
+		b.WriteString("SELECT " + unnamed("s.seq"))
+	}
+	b.WriteString(" FROM sync_scope_index s WHERE ")
+	cond("s", shape[0] == '1')
+	b.WriteString("AND s.seq > ? AND s.seq <= ? ")
+	for i, one := range shape[1:] {
 		alias := "x" + strconv.Itoa(i)
 		b.WriteString("AND EXISTS (SELECT 1 FROM sync_scope_index " + alias + " WHERE ")
-		cond(alias, v)
+		cond(alias, one == '1')
 		b.WriteString("AND " + alias + ".seq = s.seq) ")
 	}
 	b.WriteString("ORDER BY s.seq LIMIT +?")
-	args = append(args, limit)
-	return b.String(), args, cursorArg
+	return b.String()
 }
 
 func jsonStrings(vs []string) string {
@@ -177,8 +214,8 @@ func jsonInts(vs []int64) string {
 // a sort and reading stops as soon as the window is full.
 // qWindowChanges reads the table's changes of the candidate commits with
 // their commit headers, one statement for the whole window.
-const qWindowChanges = `SELECT ch.seq, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row,
-	c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version
+var qWindowChanges = `SELECT ` + unnamed("ch.seq", "ch.row_id", "ch.op", "ch.row_version", "ch.scopes", "ch.row",
+	"c.created_at_ms", "c.actor_id", "c.client_id", "c.client_commit_id", "c.schema_version") + `
 	FROM sync_changes ch JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
 	WHERE ch.partition = ? AND ch.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
 	ORDER BY ch.seq, ch.idx`
