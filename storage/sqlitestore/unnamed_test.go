@@ -3,7 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql/driver"
+	"slices"
 	"testing"
+
+	"github.com/syncnode/syncnode/storage"
 )
 
 // TestHotStatementsUnnamed: the statements of a sync round return columns
@@ -20,10 +23,9 @@ func TestHotStatementsUnnamed(t *testing.T) {
 		"qPartitionClient": qPartitionClient,
 		"qRequestStart":    qRequestStart,
 		"qIdempotencyGet":  qIdempotencyGet,
-		"qWindowChanges":   qWindowChanges,
+		"window":           windowText([]byte("1n")),
 		"PartitionGate":    gateSQL.PartitionGate,
 		"GateRead":         gateSQL.GateRead,
-		"candidates":       candidatesText([]byte("11")),
 	}
 	err := s.write(ctx, func(c *conn) error {
 		for name, q := range stmts {
@@ -58,5 +60,16 @@ func TestHotStatementsUnnamed(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSortChanges: a commit's changes read out of idx order are put back
+// in it (offerWindow).
+func TestSortChanges(t *testing.T) {
+	changes := []storage.Change{{RowID: "c"}, {RowID: "a"}, {RowID: "b"}}
+	idx := []int64{2, 0, 1}
+	sortChanges(changes, idx)
+	if got := changes[0].RowID + changes[1].RowID + changes[2].RowID; got != "abc" || !slices.IsSorted(idx) {
+		t.Fatalf("sorted %s, idx %v", got, idx)
 	}
 }
