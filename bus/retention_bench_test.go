@@ -21,13 +21,15 @@ import (
 // then the live heap after two collections. plain publishes with no
 // reader; follow adds an ordered consumer (Follow, what the hubs used);
 // with cas, each publish carries
-// the relay's compare-and-set on the partition's last subject sequence,
-// which the server answers by loading that last message from the block
-// (stream.go LoadLastMsg; filestore.go cacheLookup stamps the block's last
-// load), so every block filled in the last 10 s keeps its 4 MB buffer
-// (tryExpireWriteCache recycles it at rollover only when nothing loaded
-// from it); tail+cas is a node now: the relay's compare-and-set and the
-// hubs' live tail.
+// the relay's compare-and-set on the partition's last subject sequence.
+// Up to nats-server v2.15.2 the server answered that by loading the last
+// message from the block (stream.go LoadLastMsg; filestore.go cacheLookup
+// stamps the block's last load), so every block filled in the last 10 s
+// kept its 4 MB buffer (tryExpireWriteCache recycles it at rollover only
+// when nothing loaded from it): 49 MB here. v2.15.3 reads the sequence
+// from the block's per-subject index (LoadLastSeq) and cas is back at
+// plain's ~8 MB. tail+cas is a node now: the relay's compare-and-set and
+// the hubs' live tail.
 //
 //	go test ./bus -run '^$' -bench BlockRetention -benchtime 1x
 func BenchmarkBlockRetention(b *testing.B) {

@@ -25,8 +25,9 @@ import (
 // (defaultCacheBufferExpiration, not settable per stream). Under a push
 // storm that was ~10 blocks, ~48 MB of a 20–50 VU node's live heap
 // (BenchmarkBlockRetention). The relay's compare-and-set on each publish
-// loads the partition's last message too, and alone keeps as much; the
-// subscribers here at least add no reader of their own.
+// loaded the partition's last message too before v2.15.3, which reads
+// the expected subject sequence from the block's per-subject index
+// instead; so with Tail nothing on a node reads the tail block.
 //
 // Tail subscribes on core NATS to the commit subjects instead: the server
 // routes each publish to the subscription as it routes it to the stream,

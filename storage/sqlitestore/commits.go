@@ -1,10 +1,13 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
@@ -111,43 +114,80 @@ func (t *tx) CommitAppend(ctx context.Context, c storage.CommitParams) (int64, e
 	return seq, nil
 }
 
-// candidatesSQL finds the next commits that may match a window: the first
-// variable drives an ordered walk of the scope index, every other
-// variable must have an index entry for the same commit. The exact match
-// is then made on each change's stored scopes. args[cursorArg] is the
-// exclusive lower bound to set before each run.
-func candidatesSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
-	var b strings.Builder
-	cond := func(alias, v string) {
+// windowSQL is the statement of a window's next run and its arguments:
+// the next candidate commits that may match (limit of them after
+// args[cursorArg], the exclusive lower bound to set before each run, up
+// to maxSeq), each with its changes of the table and its header (see
+// windowText).
+//
+// The candidates: the first variable drives an ordered walk of the scope
+// index, every other variable must have an index entry for the same
+// commit. The exact match is then made on each change's stored scopes.
+//
+// The text depends only on how many variables there are and which of
+// them hold one value, so it is built once per such shape (windowTexts);
+// each run builds only its arguments.
+func windowSQL(p *storage.WindowParams, vars []string, maxSeq int64, limit int) (q string, args []any, cursorArg int) {
+	// shape: one byte per variable, 1 for a single value, n for a list.
+	var shapeBuf [8]byte
+	shape := shapeBuf[:0]
+	args = make([]any, 0, 4*len(vars)+6)
+	cond := func(v string) {
 		vals := p.Scopes[v]
-		fmt.Fprintf(&b, "%[1]s.partition = ? AND %[1]s.tbl = ? AND %[1]s.variable = ? ", alias)
 		args = append(args, p.Partition, p.Table, v)
 		if len(vals) == 1 {
-			fmt.Fprintf(&b, "AND %s.value = ? ", alias)
+			shape = append(shape, '1')
 			args = append(args, vals[0])
 		} else {
-			fmt.Fprintf(&b, "AND %s.value IN (SELECT value FROM json_each(?)) ", alias)
+			shape = append(shape, 'n')
 			args = append(args, jsonStrings(vals))
 		}
 	}
-	distinct := ""
-	if len(p.Scopes[vars[0]]) > 1 {
-		distinct = "DISTINCT "
-	}
-	b.WriteString("SELECT " + distinct + "s.seq FROM sync_scope_index s WHERE ")
-	cond("s", vars[0])
-	b.WriteString("AND s.seq > ? AND s.seq <= ? ")
+	cond(vars[0])
 	cursorArg = len(args)
 	args = append(args, int64(0), maxSeq)
-	for i, v := range vars[1:] {
+	for _, v := range vars[1:] {
+		cond(v)
+	}
+	args = append(args, limit, p.Partition, p.Table, p.Partition)
+	if t, ok := windowTexts.Load(string(shape)); ok {
+		return t.(string), args, cursorArg
+	}
+	q = windowText(shape)
+	windowTexts.Store(string(shape), q)
+	return q, args, cursorArg
+}
+
+// windowTexts caches windowText by shape. The shapes are bounded by the
+// schema's scope variables per table.
+var windowTexts sync.Map
+
+// candidatesText is the candidates subquery of windowText.
+func candidatesText(shape []byte) string {
+	var b strings.Builder
+	cond := func(alias string, one bool) {
+		fmt.Fprintf(&b, "%[1]s.partition = ? AND %[1]s.tbl = ? AND %[1]s.variable = ? ", alias)
+		if one {
+			fmt.Fprintf(&b, "AND %s.value = ? ", alias)
+		} else {
+			fmt.Fprintf(&b, "AND %s.value IN (SELECT value FROM json_each(?)) ", alias)
+		}
+	}
+	distinct := ""
+	if shape[0] == 'n' {
+		distinct = "DISTINCT "
+	}
+	b.WriteString("SELECT " + distinct + "s.seq AS seq FROM sync_scope_index s WHERE ")
+	cond("s", shape[0] == '1')
+	b.WriteString("AND s.seq > ? AND s.seq <= ? ")
+	for i, one := range shape[1:] {
 		alias := "x" + strconv.Itoa(i)
 		b.WriteString("AND EXISTS (SELECT 1 FROM sync_scope_index " + alias + " WHERE ")
-		cond(alias, v)
+		cond(alias, one == '1')
 		b.WriteString("AND " + alias + ".seq = s.seq) ")
 	}
 	b.WriteString("ORDER BY s.seq LIMIT +?")
-	args = append(args, limit)
-	return b.String(), args, cursorArg
+	return b.String()
 }
 
 func jsonStrings(vs []string) string {
@@ -161,27 +201,26 @@ func jsonStrings(vs []string) string {
 	return string(append(b, ']'))
 }
 
-func jsonInts(vs []int64) string {
-	b := []byte{'['}
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, v, 10)
-	}
-	return string(append(b, ']'))
+// windowText is the window statement of a candidates shape: the next
+// candidate commits (candidatesText as a subquery; then the partition,
+// the table and the partition again), each with its changes of
+// the table and its commit header, in commit order. A candidate without
+// such a change still yields one row, with op 0, so a run counts its
+// candidates. One statement instead of the candidates and then their
+// changes: a window costs one statement, and its candidates pass no JSON
+// list through Go. The rows are ordered by commit only: each commit's
+// changes come from one primary-key seek, in idx order, and an ORDER BY
+// on idx as well would make SQLite sort every commit's rows
+// (offerWindow restores idx order if they ever come otherwise).
+func windowText(shape []byte) string {
+	return `SELECT ` + unnamed("cand.seq", "coalesce(ch.idx, 0)", "coalesce(ch.row_id, '')", "coalesce(ch.op, 0)", "ch.row_version",
+		"coalesce(ch.scopes, '')", "ch.row", "coalesce(c.created_at_ms, 0)", "coalesce(c.actor_id, '')",
+		"coalesce(c.client_id, '')", "coalesce(c.client_commit_id, '')", "coalesce(c.schema_version, 0)") + `
+	FROM (` + candidatesText(shape) + `) AS cand
+	LEFT JOIN sync_changes ch ON ch.partition = ? AND ch.seq = cand.seq AND ch.tbl = ?
+	LEFT JOIN sync_commits c ON c.partition = ? AND c.seq = cand.seq
+	ORDER BY cand.seq`
 }
-
-// The changes of candidate commits for one table, in log order: the IN
-// list is walked in order against the primary key, so rows stream without
-// a sort and reading stops as soon as the window is full.
-// qWindowChanges reads the table's changes of the candidate commits with
-// their commit headers, one statement for the whole window.
-const qWindowChanges = `SELECT ch.seq, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.row,
-	c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id, c.schema_version
-	FROM sync_changes ch JOIN sync_commits c ON c.partition = ch.partition AND c.seq = ch.seq
-	WHERE ch.partition = ? AND ch.seq IN (SELECT value FROM json_each(?)) AND ch.tbl = ?
-	ORDER BY ch.seq, ch.idx`
 
 // CommitWindow implements storage.ReadTx: the partition row, the
 // candidates, the changes and the commit headers are all read in this
@@ -222,30 +261,22 @@ func (t *tx) CommitWindow(ctx context.Context, p storage.WindowParams) (storage.
 	// Every matching commit holds at least one matching change, so
 	// limit+1 candidates are enough to fill the window and see past it.
 	batch := p.Limit + 1
-	candQ, args, cursorArg := candidatesSQL(&p, vars, part.MaxCommitSeq, batch)
+	q, args, cursorArg := windowSQL(&p, vars, part.MaxCommitSeq, batch)
 	cursor := p.AfterSeq
 	for {
 		args[cursorArg] = cursor
-		seqs, err := t.seqs(ctx, candQ, args)
-		if err != nil {
-			return storage.Window{}, t.fail("commit window", "", err)
-		}
-		if len(seqs) == 0 {
-			w.Exhausted()
-			break
-		}
-		open, err := t.offerChanges(ctx, w, p.Partition, p.Table, seqs)
+		n, last, open, err := t.offerWindow(ctx, w, q, args, p.Table)
 		if err != nil {
 			return storage.Window{}, err
 		}
 		if !open {
 			break
 		}
-		if len(seqs) < batch {
+		if n < batch {
 			w.Exhausted()
 			break
 		}
-		cursor = seqs[len(seqs)-1]
+		cursor = last
 	}
 	return w.Result(part.MaxCommitSeq, part.HorizonSeq), nil
 }
@@ -272,68 +303,82 @@ func (t *tx) LastScopeSeq(ctx context.Context, partition, table, variable string
 	return seq, nil
 }
 
-func (t *tx) seqs(ctx context.Context, q string, args []any) ([]int64, error) {
+// offerWindow runs a window statement (windowSQL) and streams its
+// commits into w: n candidates read, the last one's seq, and whether w is
+// still open.
+func (t *tx) offerWindow(ctx context.Context, w *commitlog.Window, q string, args []any, table string) (n int, last int64, open bool, err error) {
 	rows, err := t.c.query(ctx, q, args...)
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
-}
-
-// offerChanges streams the table's changes of the candidate commits into
-// w, commit by commit, and reports whether w is still open.
-func (t *tx) offerChanges(ctx context.Context, w *commitlog.Window, partition, table string, seqs []int64) (bool, error) {
-	rows, err := t.c.query(ctx, qWindowChanges, partition, jsonInts(seqs), table)
-	if err != nil {
-		return false, t.fail("commit window", "", err)
+		return 0, 0, false, t.fail("commit window", "", err)
 	}
 	defer rows.Close()
 	var cur storage.Commit
+	var idx []int64 // cur's changes' idx, to check their order
+	offer := func() bool {
+		if cur.CommitSeq == 0 {
+			return true
+		}
+		if !slices.IsSorted(idx) {
+			sortChanges(cur.Changes, idx)
+		}
+		return w.Offer(cur)
+	}
 	for rows.Next() {
 		var (
-			seq    int64
-			ch     storage.Change
-			op     int64
-			ver    *int64
-			scopes []byte
+			seq, i, op int64
+			ch         storage.Change
+			ver        *int64
+			scopes     []byte
+			hdr        storage.Commit
 		)
-		var hdr storage.Commit
-		if err := rows.Scan(&seq, &ch.RowID, &op, &ver, &scopes, &ch.Row,
+		if err := rows.Scan(&seq, &i, &ch.RowID, &op, &ver, &scopes, &ch.Row,
 			&hdr.CreatedAtMs, &hdr.ActorID, &hdr.ClientID, &hdr.ClientCommitID, &hdr.SchemaVersion); err != nil {
-			return false, t.fail("commit window", "", err)
+			return 0, 0, false, t.fail("commit window", "", err)
+		}
+		if seq != last {
+			n++
+			last = seq
+		}
+		if op == 0 {
+			continue // a candidate without a change of the table
 		}
 		if seq != cur.CommitSeq {
-			if cur.CommitSeq != 0 && !w.Offer(cur) {
-				return false, nil
+			if !offer() {
+				return n, last, false, nil
 			}
 			cur = hdr
 			cur.CommitSeq = seq
+			idx = idx[:0]
 		}
 		ch.Table, ch.Op = table, storage.Op(op)
 		if ver != nil {
 			ch.RowVersion = *ver
 		}
 		if ch.Scopes, err = commitlog.ParseScopesJSON(scopes); err != nil {
-			return false, fmt.Errorf("commit window: %w", err)
+			return 0, 0, false, fmt.Errorf("commit window: %w", err)
 		}
 		cur.Changes = append(cur.Changes, ch)
+		idx = append(idx, i)
 	}
 	if err := rows.Err(); err != nil {
-		return false, t.fail("commit window", "", err)
+		return 0, 0, false, t.fail("commit window", "", err)
 	}
-	if cur.CommitSeq != 0 {
-		return w.Offer(cur), nil
+	return n, last, offer(), nil
+}
+
+// sortChanges orders one commit's changes by their idx.
+func sortChanges(changes []storage.Change, idx []int64) {
+	order := make([]int, len(changes))
+	for i := range order {
+		order[i] = i
 	}
-	return true, nil
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(idx[a], idx[b]) })
+	sorted := make([]storage.Change, len(changes))
+	for i, j := range order {
+		sorted[i] = changes[j]
+	}
+	copy(changes, sorted)
+	slices.Sort(idx)
 }
 
 // CommitRange implements storage.Store, reading commits and changes in one

@@ -33,11 +33,11 @@ const fenceRaised = ` ON CONFLICT (partition) DO UPDATE SET required_writer_vers
 
 var gateSQL = &gatecore.SQL{
 	Partition: qPartition,
-	PartitionGate: `SELECT ` + partitionCols + `, m.schema_version IS NOT NULL, coalesce(m.schema_version, 0),
-		coalesce(m.gate_revision, 0), p.gate_revision, ` + gatePending("p.id") + `
+	PartitionGate: `SELECT ` + partitionCols + `, ` + unnamed("m.schema_version IS NOT NULL", "coalesce(m.schema_version, 0)",
+		"coalesce(m.gate_revision, 0)", "p.gate_revision", gatePending("p.id")) + `
 		FROM sync_partitions p LEFT JOIN sync_schema_marker m ON m.id = 1 WHERE p.id = ?1`,
-	GateRead: `SELECT m.schema_version IS NOT NULL, coalesce(m.schema_version, 0), coalesce(m.gate_revision, 0),
-		p.id IS NOT NULL, coalesce(p.log_epoch, ''), coalesce(p.gate_revision, 0), ` + gatePending("?1") + `
+	GateRead: `SELECT ` + unnamed("m.schema_version IS NOT NULL", "coalesce(m.schema_version, 0)", "coalesce(m.gate_revision, 0)",
+		"p.id IS NOT NULL", "coalesce(p.log_epoch, '')", "coalesce(p.gate_revision, 0)", gatePending("?1")) + `
 		FROM (SELECT 1) AS one LEFT JOIN sync_schema_marker m ON m.id = 1 LEFT JOIN sync_partitions p ON p.id = ?1`,
 	Marker: `SELECT schema_version, layouts FROM sync_schema_marker WHERE id = 1`,
 

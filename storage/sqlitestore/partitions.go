@@ -10,11 +10,12 @@ import (
 
 // partitionCols reads a registry row of p; the max commitSeq comes from the
 // log itself, by one seek to the partition's last commit.
-const partitionCols = `p.id, p.log_epoch, p.epoch_required, p.created_at_ms, p.last_seen_ms,
-	coalesce((SELECT c.seq FROM sync_commits c WHERE c.partition = p.id ORDER BY c.seq DESC LIMIT 1), p.horizon_seq),
-	p.horizon_seq`
+// Its columns are unnamed (see unnamed).
+var partitionCols = unnamed("p.id", "p.log_epoch", "p.epoch_required", "p.created_at_ms", "p.last_seen_ms",
+	"coalesce((SELECT c.seq FROM sync_commits c WHERE c.partition = p.id ORDER BY c.seq DESC LIMIT 1), p.horizon_seq)",
+	"p.horizon_seq")
 
-const qPartition = `SELECT ` + partitionCols + ` FROM sync_partitions p WHERE p.id = ?`
+var qPartition = `SELECT ` + partitionCols + ` FROM sync_partitions p WHERE p.id = ?`
 
 func readPartition(ctx context.Context, c *conn, id string) (storage.Partition, bool, error) {
 	var p storage.Partition
@@ -28,8 +29,8 @@ func readPartition(ctx context.Context, c *conn, id string) (storage.Partition, 
 
 // qPartitionClient reads a partition row and one client record of it in
 // one statement; the client columns are defaults when it has none.
-const qPartitionClient = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
-	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions
+var qPartitionClient = `SELECT ` + partitionCols + `, ` + unnamed("c.client_id IS NOT NULL", "coalesce(c.actor_id, '')",
+	"coalesce(c.wire_version, 0)", "coalesce(c.cursor, -1)", "coalesce(c.updated_at_ms, 0)", "c.subscriptions") + `
 	FROM sync_partitions p LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = ? WHERE p.id = ?`
 
 // PartitionTouch implements storage.Store. The common case is one read on

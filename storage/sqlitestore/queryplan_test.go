@@ -113,3 +113,48 @@ func TestScopedQueryPlan(t *testing.T) {
 		t.Fatalf("plan after EnsureSchema again %q, want it to read %s", got, want)
 	}
 }
+
+// TestWindowPlan: the window statement of every candidates shape walks
+// the scope index by its primary key, seeks each candidate's changes and
+// header by theirs, and sorts nothing for its ORDER BY (windowText).
+func TestWindowPlan(t *testing.T) {
+	ctx := context.Background()
+	s := openTB(t, SynchronousNormal)
+	for _, shape := range []string{"1", "n", "11", "1n", "n1", "111"} {
+		text := windowText([]byte(shape))
+		var out []string
+		err := s.write(ctx, func(c *conn) error {
+			args := make([]any, strings.Count(text, "?"))
+			for i := range args {
+				args[i] = int64(1)
+			}
+			rows, err := c.queryOnce(ctx, "EXPLAIN QUERY PLAN "+text, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, parent, notUsed int64
+				var detail string
+				if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+					return err
+				}
+				out = append(out, detail)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(out, "; ")
+		for _, want := range []string{"SEARCH s USING PRIMARY KEY", "SEARCH ch USING PRIMARY KEY (partition=? AND seq=?)",
+			"SEARCH c USING PRIMARY KEY (partition=? AND seq=?)"} {
+			if !strings.Contains(plan, want) {
+				t.Errorf("shape %s: plan %q, want %q", shape, plan, want)
+			}
+		}
+		if strings.Contains(plan, "ORDER BY") {
+			t.Errorf("shape %s: plan %q sorts for its ORDER BY", shape, plan)
+		}
+	}
+}

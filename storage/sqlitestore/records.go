@@ -10,9 +10,10 @@ import (
 	"github.com/syncnode/syncnode/storage/internal/commitlog"
 )
 
+var qIdempotencyGet = `SELECT ` + unnamed("status", "commit_seq", "result", "created_at_ms", "coalesce(actor_id, '')") + ` FROM sync_idempotency
+	WHERE partition = ? AND client_id = ? AND client_commit_id = ?`
+
 const (
-	qIdempotencyGet = `SELECT status, commit_seq, result, created_at_ms, coalesce(actor_id, '') FROM sync_idempotency
-		WHERE partition = ? AND client_id = ? AND client_commit_id = ?`
 	qIdempotencyPut = `INSERT INTO sync_idempotency (partition, client_id, client_commit_id, status, commit_seq, result, created_at_ms, actor_id)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 )

@@ -12,9 +12,9 @@ var _ storage.RequestStarter = (*Store)(nil)
 // qRequestStart is qPartitionClient with the stored result of one commit
 // (?3, of client ?4: a server command's key is not its caller's id)
 // joined: the start of a one-commit request in one statement.
-const qRequestStart = `SELECT ` + partitionCols + `, c.client_id IS NOT NULL, coalesce(c.actor_id, ''),
-	coalesce(c.wire_version, 0), coalesce(c.cursor, -1), coalesce(c.updated_at_ms, 0), c.subscriptions,
-	i.status IS NOT NULL, coalesce(i.status, 0), coalesce(i.commit_seq, 0), i.result, coalesce(i.created_at_ms, 0), coalesce(i.actor_id, '')
+var qRequestStart = `SELECT ` + partitionCols + `, ` + unnamed("c.client_id IS NOT NULL", "coalesce(c.actor_id, '')",
+	"coalesce(c.wire_version, 0)", "coalesce(c.cursor, -1)", "coalesce(c.updated_at_ms, 0)", "c.subscriptions",
+	"i.status IS NOT NULL", "coalesce(i.status, 0)", "coalesce(i.commit_seq, 0)", "i.result", "coalesce(i.created_at_ms, 0)", "coalesce(i.actor_id, '')") + `
 	FROM sync_partitions p
 	LEFT JOIN sync_clients c ON c.partition = p.id AND c.client_id = ?1
 	LEFT JOIN sync_idempotency i ON i.partition = p.id AND i.client_id = ?4 AND i.client_commit_id = ?3

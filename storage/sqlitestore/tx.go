@@ -214,9 +214,26 @@ func (t *tx) Partition(ctx context.Context, partition string) (storage.Partition
 
 type savepoint struct {
 	t      *tx
-	name   string
+	sql    *savepointSQL
 	maxSeq int64
 	done   bool
+}
+
+// savepointSQL is a savepoint's name and its statements.
+type savepointSQL struct{ name, begin, rollback, release string }
+
+// savepointSQLs are those of the savepoints a push nests (one per commit,
+// rarely deeper), built once instead of on every commit.
+var savepointSQLs = func() (s [4]savepointSQL) {
+	for i := range s {
+		s[i] = newSavepointSQL(i + 1)
+	}
+	return s
+}()
+
+func newSavepointSQL(depth int) savepointSQL {
+	name := "sp" + strconv.Itoa(depth)
+	return savepointSQL{name: name, begin: "SAVEPOINT " + name, rollback: "ROLLBACK TO " + name, release: "RELEASE " + name}
 }
 
 // Savepoint implements storage.Tx.
@@ -224,11 +241,17 @@ func (t *tx) Savepoint(ctx context.Context) (storage.Savepoint, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	name := "sp" + strconv.Itoa(len(t.savepoints)+1)
-	if _, err := t.c.exec(ctx, "SAVEPOINT "+name); err != nil {
+	var q *savepointSQL
+	if depth := len(t.savepoints) + 1; depth <= len(savepointSQLs) {
+		q = &savepointSQLs[depth-1]
+	} else {
+		s := newSavepointSQL(depth)
+		q = &s
+	}
+	if _, err := t.c.exec(ctx, q.begin); err != nil {
 		return nil, t.fail("savepoint", "", err)
 	}
-	sp := &savepoint{t: t, name: name, maxSeq: t.maxSeq}
+	sp := &savepoint{t: t, sql: q, maxSeq: t.maxSeq}
 	t.savepoints = append(t.savepoints, *sp)
 	return sp, nil
 }
@@ -240,11 +263,11 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 	if sp.done {
 		return errors.New("savepoint: already released or rolled back")
 	}
-	if n := len(t.savepoints); n == 0 || t.savepoints[n-1].name != sp.name {
+	if n := len(t.savepoints); n == 0 || t.savepoints[n-1].sql.name != sp.sql.name {
 		return errSavepointOrder
 	}
 	if rollback {
-		if _, err := t.c.exec(ctx, "ROLLBACK TO "+sp.name); err != nil {
+		if _, err := t.c.exec(ctx, sp.sql.rollback); err != nil {
 			t.aborted = true
 			return fmt.Errorf("savepoint rollback: %w", err)
 		}
@@ -253,7 +276,7 @@ func (sp *savepoint) end(ctx context.Context, rollback bool) error {
 	} else if t.aborted {
 		return storage.ErrTxAborted
 	}
-	if _, err := t.c.exec(ctx, "RELEASE "+sp.name); err != nil {
+	if _, err := t.c.exec(ctx, sp.sql.release); err != nil {
 		t.aborted = true
 		return fmt.Errorf("savepoint release: %w", err)
 	}

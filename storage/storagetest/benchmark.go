@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/syncnode/syncnode/internal/rusage"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -19,6 +20,7 @@ func Benchmark(b *testing.B, open func(b *testing.B) storage.Store) {
 	b.Run("PushHundredChanges", func(b *testing.B) { benchPush(b, open, 100) })
 	b.Run("PushSingleChangeParallel", func(b *testing.B) { benchPushParallel(b, open) })
 	b.Run("CommitWindow", func(b *testing.B) { benchWindow(b, open) })
+	b.Run("PushPullRound", func(b *testing.B) { benchRound(b, open) })
 	b.Run("RowScan", func(b *testing.B) { benchScan(b, open) })
 }
 
@@ -146,6 +148,43 @@ func benchWindow(b *testing.B, open func(b *testing.B) storage.Store) {
 		}
 	}
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "changes/s")
+}
+
+// benchRound is one client's steady sync round as the store sees it: a
+// single-change push, then the pull window after the previous round's
+// commit (the one just pushed is its only match). cpu-ns/op is the
+// process's CPU per round, which a shared machine's load disturbs less
+// than the wall time.
+func benchRound(b *testing.B, open func(b *testing.B) storage.Store) {
+	s := benchStore(b, open)
+	p := partition(b, s)
+	ctx := b.Context()
+	rows := benchRows(b, 1000, "r")
+	changes := make([]storage.Change, 0, 1)
+	params := storage.WindowParams{Partition: p.ID, Table: "tasks", Scopes: map[string][]string{"project": {"p1"}}, Limit: 100}
+	var got int
+	cpu := rusage.Self().CPU
+	i := 0
+	for b.Loop() {
+		if err := pushTx(ctx, s, p.ID, rows[i%len(rows):i%len(rows)+1], fmt.Sprint(i), changes); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if err := s.ReadTx(ctx, func(tx storage.ReadTx) error {
+			w, err := tx.CommitWindow(ctx, params)
+			got += len(w.Commits)
+			if len(w.Commits) > 0 {
+				params.AfterSeq = w.Commits[len(w.Commits)-1].CommitSeq
+			}
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((rusage.Self().CPU-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if got != b.N {
+		b.Fatalf("pulled %d commits in %d rounds", got, b.N)
+	}
 }
 
 func benchScan(b *testing.B, open func(b *testing.B) storage.Store) {
