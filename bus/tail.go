@@ -131,8 +131,8 @@ type Tail struct {
 	hmu     sync.Mutex
 	stopped bool
 
-	dropped atomic.Int64 // Subscription.Dropped last acted on
-	recon   uint64       // reconnects last acted on (monitor only)
+	dropped dropCount
+	recon   uint64 // reconnects last acted on (monitor only)
 	gaps    atomic.Int64
 }
 
@@ -163,17 +163,8 @@ func TailCommits(nc *nats.Conn, names Names, cfg TailConfig) (*Tail, error) {
 	// The listener goes first, so a reconnect right after the subscribe
 	// is seen.
 	t.status = nc.StatusChanged(nats.CONNECTED)
-	sub, err := nc.Subscribe(names.CommitSubjects(), t.onMsg)
-	if err == nil {
-		err = sub.SetPendingLimits(cfg.PendingMsgs, cfg.PendingBytes)
-	}
-	if err == nil {
-		err = nc.Flush()
-	}
+	sub, err := subscribeCommits(nc, names, t.onMsg, cfg.PendingMsgs, cfg.PendingBytes)
 	if err != nil {
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
 		nc.RemoveStatusListener(t.status)
 		return nil, fmt.Errorf("tail commits: %w", err)
 	}
@@ -193,7 +184,7 @@ func (t *Tail) onMsg(m *nats.Msg) {
 		}
 		t.hmu.Unlock()
 	}
-	if n, _ := m.Sub.Dropped(); int64(n) != t.dropped.Load() {
+	if t.dropped.moved(m.Sub) {
 		t.poke()
 	}
 }
@@ -234,12 +225,8 @@ func (t *Tail) checkGaps() {
 		t.cfg.Logger.Info("bus: tail: NATS connection back; resyncing from SQL")
 		t.gap(GapReconnected)
 	}
-	n, err := t.sub.Dropped()
-	if err != nil {
-		return
-	}
-	if prev := t.dropped.Swap(int64(n)); int64(n) != prev {
-		t.cfg.Logger.Warn("bus: tail: commit events dropped (slow consumer); resyncing from SQL", "dropped", int64(n)-prev)
+	if n := t.dropped.take(t.sub); n != 0 {
+		t.cfg.Logger.Warn("bus: tail: commit events dropped (slow consumer); resyncing from SQL", "dropped", n)
 		t.gap(GapDropped)
 	}
 }

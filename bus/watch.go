@@ -52,7 +52,7 @@ type Watcher struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
-	dropped int
+	dropped dropCount // dispatcher only
 }
 
 // WatchPartitions subscribes on nc to the commit events of namespace
@@ -72,18 +72,10 @@ func WatchPartitions(nc *nats.Conn, names Names, cfg WatchConfig) (*Watcher, err
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	sub, err := nc.Subscribe(names.CommitSubjects(), w.onMsg)
-	if err != nil {
-		return nil, fmt.Errorf("watch partitions: %w", err)
-	}
 	// The handler only updates a map, so it keeps up with a flood; a
 	// larger buffer absorbs bursts before NATS would drop.
-	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("watch partitions: %w", err)
-	}
-	if err := nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
+	sub, err := subscribeCommits(nc, names, w.onMsg, 1<<20, 256<<20)
+	if err != nil {
 		return nil, fmt.Errorf("watch partitions: %w", err)
 	}
 	w.sub = sub
@@ -148,12 +140,11 @@ func (w *Watcher) checkDropped() {
 	if w.sub == nil {
 		return
 	}
-	n, err := w.sub.Dropped()
-	if err != nil || n == w.dropped {
+	n := w.dropped.take(w.sub)
+	if n == 0 {
 		return
 	}
-	w.cfg.Logger.Warn("bus: watch: commit events dropped (slow consumer); resyncing", "dropped", n-w.dropped)
-	w.dropped = n
+	w.cfg.Logger.Warn("bus: watch: commit events dropped (slow consumer); resyncing", "dropped", n)
 	if w.cfg.OnResync != nil {
 		w.cfg.OnResync()
 	}
