@@ -39,7 +39,7 @@ func BenchmarkEdgeCatchUp(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		tp.px.restore()
+		tp.px.Restore()
 		var replicaAt, linkAt time.Duration
 		poll.Until(b, time.Minute, "caught up", func() bool {
 			if linkAt == 0 && tp.edg.NATS.LeafConnections() > 0 {
@@ -116,7 +116,7 @@ func BenchmarkSourceResumeAfterLongCut(b *testing.B) {
 		poll.Until(b, time.Minute, "the plain source silent for 21s", func() bool { return silent() >= 21*time.Second })
 		pushTodos(b, writer, fmt.Sprintf("cut%d", i), 1)
 		start := time.Now()
-		tp.px.restore()
+		tp.px.Restore()
 		var d, e time.Duration
 		poll.Until(b, 5*time.Minute, "both resumed", func() bool {
 			if d == 0 && edgeStreamCount(b, tp.hub) == want+1 {

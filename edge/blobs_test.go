@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/internal/nodetest"
+	"github.com/syncnode/syncnode/internal/proxytest"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/storage"
@@ -50,8 +51,8 @@ func startBlobTopology(t testing.TB) *topology {
 	withFiles := func(c *node.Config) { c.Schema = sc }
 	tp := &topology{t: t, hubDir: t.TempDir(), edgeDir: t.TempDir()}
 	tp.hub = startHub(t, tp.hubDir, withFiles)
-	tp.px = startProxy(t, trimLeaf(tp.hub.NATS.LeafURL()))
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr(), withFiles)
+	tp.px = proxytest.Start(t, trimLeaf(tp.hub.NATS.LeafURL()))
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.Addr(), withFiles)
 	tp.waitLink(true)
 	return tp
 }

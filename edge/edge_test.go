@@ -269,7 +269,7 @@ func TestHubRestartWhileEdgeWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp.hub = startHub(t, tp.hubDir)
-	tp.px.retarget(trimLeaf(tp.hub.NATS.LeafURL()))
+	tp.px.Retarget(trimLeaf(tp.hub.NATS.LeafURL()))
 	tp.waitLink(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -294,8 +294,8 @@ func TestEdgeRestartWithBacklog(t *testing.T) {
 	if err := tp.edg.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tp.px.restore()
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr())
+	tp.px.Restore()
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.Addr())
 	tp.waitLink(true)
 	tp.waitReplica(edgePart)
 	sameRows(t, rows(t, tp.edg.Store, edgePart), rows(t, tp.hub.Store, edgePart))

@@ -3,12 +3,9 @@ package edge_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/internal/proxytest"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/storage"
 )
@@ -35,82 +33,6 @@ const (
 )
 
 var homes = map[string]string{edgePart: edgeName}
-
-// proxy is a TCP proxy a test can cut: the WAN between an edge and its
-// hub. Cut closes every connection and refuses new ones until Restore.
-type proxy struct {
-	ln net.Listener
-
-	mu     sync.Mutex
-	target string
-	up     bool
-	conns  []net.Conn
-}
-
-func startProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, up: true}
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-	})
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.up {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(u, c); u.Close() }()
-		go func() { _, _ = io.Copy(c, u); c.Close() }()
-	}
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.up = false
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.up = true
-	p.mu.Unlock()
-}
-
-// retarget points the proxy at a restarted hub's leaf listener.
-func (p *proxy) retarget(target string) {
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
-}
 
 // hubConf is docs/nats/hub.conf on random ports.
 func hubConf(t testing.TB) string {
@@ -195,7 +117,7 @@ type topology struct {
 	hubDir   string
 	edgeDir  string
 	hub, edg *node.Node
-	px       *proxy
+	px       *proxytest.Proxy
 }
 
 func startTopology(t testing.TB) *topology { return startTopologyWith(t, nil, nil) }
@@ -213,8 +135,8 @@ func startTopologyWith(t testing.TB, hubMod, edgeMod func(*node.Config)) *topolo
 		em = append(em, edgeMod)
 	}
 	tp.hub = startHub(t, tp.hubDir, hm...)
-	tp.px = startProxy(t, strings.TrimPrefix(tp.hub.NATS.LeafURL(), "nats-leaf://"))
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr(), em...)
+	tp.px = proxytest.Start(t, strings.TrimPrefix(tp.hub.NATS.LeafURL(), "nats-leaf://"))
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.Addr(), em...)
 	tp.waitLink(true)
 	return tp
 }
@@ -241,13 +163,13 @@ func (tp *topology) waitLink(up bool) {
 // cut cuts the link and waits until both sides noticed.
 func (tp *topology) cut() {
 	tp.t.Helper()
-	tp.px.cut()
+	tp.px.Cut()
 	tp.waitLink(false)
 }
 
 func (tp *topology) restore() {
 	tp.t.Helper()
-	tp.px.restore()
+	tp.px.Restore()
 	tp.waitLink(true)
 }
 

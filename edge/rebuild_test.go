@@ -123,7 +123,7 @@ func TestReplicaRebuildsAfterRestoreWhileCut(t *testing.T) {
 	if err := sqlitestore.Restore(ctx, backup, dbPath); err != nil {
 		t.Fatal(err)
 	}
-	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.addr())
+	tp.edg = startEdge(t, tp.edgeDir, "nats-leaf://"+tp.px.Addr())
 	np, err := tp.edg.Gate.RotateEpoch(ctx, edgePart)
 	if err != nil {
 		t.Fatal(err)

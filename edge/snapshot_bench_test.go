@@ -36,7 +36,7 @@ func BenchmarkSnapshotRebuild(b *testing.B) {
 		pruneEdge(b, tp, ep.MaxCommitSeq)
 		b.StartTimer()
 		start := time.Now()
-		tp.px.restore()
+		tp.px.Restore()
 		poll.Until(b, time.Minute, "rebuilt", func() bool {
 			hp, err := tp.hub.Store.PartitionGet(ctx, edgePart)
 			return err == nil && hp.MaxCommitSeq == ep.MaxCommitSeq && tp.hub.EdgeHub.Metrics().Snapshots.Load() == int64(i+1)

@@ -207,7 +207,7 @@ func TestReplicaSnapshotResumesAfterHubStop(t *testing.T) {
 	}
 
 	tp.hub = startHub(t, tp.hubDir)
-	tp.px.retarget(trimLeaf(tp.hub.NATS.LeafURL()))
+	tp.px.Retarget(trimLeaf(tp.hub.NATS.LeafURL()))
 	reader := clientOf(t, tp.hub, edgePart, &client.MemoryStore{}, "hub-reader")
 	_, err = reader.SyncUntilIdle(ctx)
 	var ce *client.Error

@@ -3,98 +3,26 @@ package realtime_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncnode/syncnode/embedded"
 	"github.com/syncnode/syncnode/embedded/embeddedtest"
 	"github.com/syncnode/syncnode/internal/poll"
+	"github.com/syncnode/syncnode/internal/proxytest"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
 
-// proxy is a TCP proxy a test can cut: it stands for the network between
-// a node and its NATS server.
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	up    bool
-	conns []net.Conn
-}
-
-func startProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, up: true}
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-	})
-	return p
-}
-
-func (p *proxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.up {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(u, c); u.Close() }()
-		go func() { _, _ = io.Copy(c, u); c.Close() }()
-	}
-}
-
-// cut drops every connection and refuses new ones until restore.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.up = false
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.up = true
-	p.mu.Unlock()
-}
-
 // deployment is nodes sharing one PostgreSQL schema and one NATS server,
 // each reaching NATS through a proxy of its own.
 type deployment struct {
 	nodes   []*node.Node
-	proxies []*proxy
+	proxies []*proxytest.Proxy
 }
 
 func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deployment {
@@ -104,12 +32,12 @@ func startDeployment(t testing.TB, n int, mods ...func(*node.Config)) *deploymen
 	target := strings.TrimPrefix(srv.ClientURL(), "nats://")
 	d := &deployment{}
 	for i := range n {
-		p := startProxy(t, target)
+		p := proxytest.Start(t, target)
 		d.proxies = append(d.proxies, p)
 		d.nodes = append(d.nodes, startNode(t, append([]func(*node.Config){func(c *node.Config) {
 			c.Name = "node-" + string(rune('a'+i))
 			c.Store.Postgres.URL, c.Store.Postgres.Schema = pgURL, pgSchema
-			c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{p.url()}}
+			c.NATS = embedded.Config{Mode: embedded.ModeExternal, URLs: []string{"nats://" + p.Addr()}}
 			c.Realtime.Hub.FallbackPollInterval = 20 * time.Millisecond
 			c.Realtime.Hub.PresenceAliveInterval = 50 * time.Millisecond
 		}}, mods...)...))
@@ -170,7 +98,7 @@ func TestCommitOnOneNodeIsADeltaOnAnother(t *testing.T) {
 
 	// Node b loses NATS: its sessions are woken from SQL, and catch up by
 	// pulling over the socket.
-	d.proxies[1].cut()
+	d.proxies[1].Cut()
 	poll.Until(t, wait, "node b to see NATS down", func() bool { return !b.NATS.Conn().IsConnected() })
 	for range 2 {
 		s = pa.push([2]string{"r3", "p1"}, [2]string{"r4", "p1"})
@@ -181,7 +109,7 @@ func TestCommitOnOneNodeIsADeltaOnAnother(t *testing.T) {
 
 	// Back on the bus: the consumer replays what it missed (skipped: the
 	// session already observed it) and deltas resume.
-	d.proxies[1].restore()
+	d.proxies[1].Restore()
 	poll.Until(t, wait, "node b to reconnect", func() bool { return b.NATS.Conn().IsConnected() })
 	for i := range 3 {
 		s = pa.push([2]string{"r5", "p1"})
@@ -290,13 +218,13 @@ func TestCommitMissedWhileDisconnectedWakesAfterReconnect(t *testing.T) {
 	m := b.Realtime.Metrics()
 	checks, gaps := m.PartitionChecks.Load(), m.TailGaps.Load()
 
-	d.proxies[1].cut()
+	d.proxies[1].Cut()
 	poll.Until(t, wait, "node b to see NATS down", func() bool { return !b.NATS.Conn().IsConnected() })
 	// The poll at the disconnect has read the partition: what is
 	// committed from here on, node b hears of only through the gap.
 	waitMetric(t, "the disconnect's poll", m.PartitionChecks.Load, checks+1)
 	s := pa.push([2]string{"r2", "p1"})
-	d.proxies[1].restore()
+	d.proxies[1].Restore()
 	waitMetric(t, "the reconnect's gap", m.TailGaps.Load, gaps+1)
 	c.wakeAtLeast(ssp2.WakeCatchupRequired, s)
 	c.sync()

@@ -121,10 +121,10 @@ func TestPresenceOfALostNodeLeaves(t *testing.T) {
 	wantFanout(t, fanout(b, 0), "project:p1", ssp2.PresenceJoin, "alice", "alice-1", `{"x":1}`)
 	// Node a falls off the bus: after three silent alive intervals node b
 	// drops its documents.
-	d.proxies[0].cut()
+	d.proxies[0].Cut()
 	wantFanout(t, fanout(b, 1), "project:p1", ssp2.PresenceLeave, "alice", "alice-1", "")
 	// Back: it re-announces, and b sees alice again.
-	d.proxies[0].restore()
+	d.proxies[0].Restore()
 	wantFanout(t, fanout(b, 2), "project:p1", ssp2.PresenceJoin, "alice", "alice-1", `{"x":1}`)
 }
 

@@ -35,7 +35,7 @@ var layers = [][]string{
 
 // testHelpers are imported by tests only, so they may reach anywhere.
 var testHelpers = []string{"storage/storagetest", "storage/pgstore/pgtest", "embedded/embeddedtest", "bus/bustest",
-	"internal/poll", "internal/testvectors", "internal/nodetest"}
+	"internal/poll", "internal/testvectors", "internal/nodetest", "internal/proxytest"}
 
 // layerOf is the layer index and entry of a package path relative to
 // the module.
