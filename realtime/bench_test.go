@@ -383,7 +383,7 @@ func BenchmarkReconnectStorm(b *testing.B) {
 				c.mu.Lock()
 				c.rep.cursors["tasks"] = -1 // bootstrap
 				c.mu.Unlock()
-				c.sync()
+				c.catchUp() // it closes next: no confirming round
 				caught := time.Since(start) - dialed
 				c.close()
 				mu.Lock()

@@ -471,21 +471,48 @@ func (c *wsClient) pullRequest() []byte {
 	return encode(c.t, 2, frames...)
 }
 
-// sync runs pull rounds over the socket until the log is exhausted (an
-// epoch reset included), applying them, then acks the cursor floor.
-func (c *wsClient) sync() {
+// catchUp runs pull rounds over the socket until the log is exhausted
+// (an epoch reset included), applying them, then acks the cursor floor.
+// The ack has no reply: the server may still apply it after a commit made
+// once catchUp returns, and answer that commit with a wake-up instead of
+// a delta (the session stays suppressed until an ack reaches it).
+func (c *wsClient) catchUp() {
 	c.t.Helper()
 	for range 10 {
-		m := decode(c.t, c.round(c.pullRequest(), 1<<20))
-		c.mu.Lock()
-		again := c.rep.apply(c.t, m, false)
-		c.mu.Unlock()
-		if !again {
+		if !c.pullRound() {
 			c.ack(c.floor())
 			return
 		}
 	}
 	c.t.Fatal("sync: too many rounds")
+}
+
+// sync is catchUp, then one more round, which the server answers only
+// after it applied the ack (it handles a socket's messages in order): a
+// commit made after sync returns meets the ack applied, so it comes as a
+// delta. Should that round bring commits (another writer's), sync acks
+// and confirms again.
+func (c *wsClient) sync() {
+	c.t.Helper()
+	c.catchUp()
+	for range 10 {
+		floor := c.floor()
+		if !c.pullRound() && c.floor() == floor {
+			return
+		}
+		c.catchUp()
+	}
+	c.t.Fatal("sync: the log kept moving")
+}
+
+// pullRound runs one pull round and applies it; it reports whether
+// another round is needed.
+func (c *wsClient) pullRound() bool {
+	c.t.Helper()
+	m := decode(c.t, c.round(c.pullRequest(), 1<<20))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rep.apply(c.t, m, false)
 }
 
 func (c *wsClient) floor() int64 {
