@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/syncnode/syncnode/backfill"
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/edge"
@@ -17,6 +19,7 @@ import (
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/internal/proxytest"
 	"github.com/syncnode/syncnode/node"
+	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 )
 
@@ -251,4 +254,54 @@ func edgeStreamCount(t testing.TB, hub *node.Node) uint64 {
 		return 0
 	}
 	return info.State.Msgs
+}
+
+// startHeldMigration runs, at the edge node edg, a backfill of
+// todo_titles over the edge's partition whose first batch (row bf-1, at
+// seq 3 after two seed commits) commits and whose second then waits: it
+// returns once the first committed. finish releases the second batch
+// (bf-2, the last) and returns the job's error; the cleanup releases it
+// too, so a failing test does not leave the batch holding the edge's
+// partition lock.
+func startHeldMigration(t *testing.T, ctx context.Context, edg *node.Node) (finish func() error) {
+	t.Helper()
+	todos, _ := nodetest.Schema(t).Table("todos")
+	row := func(id string) ssp2.Operation {
+		b, err := todos.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte(project)}, {Bytes: []byte("backfilled")}, {Bool: false}})
+		if err != nil {
+			t.Error(err)
+		}
+		return ssp2.Operation{Table: "todos", RowID: id, Op: ssp2.OpUpsert, Payload: b}
+	}
+	runner, err := edg.Backfiller(backfill.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	second := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, backfill.Job{Partition: edgePart, Name: "todo_titles", Sources: []string{"todos"},
+			Batch: func(_ context.Context, _ storage.Tx, cursor string) ([]ssp2.Operation, string, bool, error) {
+				if cursor == "" {
+					return []ssp2.Operation{row("bf-1")}, "1", false, nil
+				}
+				close(second)
+				<-release
+				return []ssp2.Operation{row("bf-2")}, "2", true, nil
+			}})
+		done <- err
+	}()
+	select {
+	case <-second:
+	case err := <-done:
+		t.Fatalf("the migration ended before its second batch: %v", err)
+	}
+	return func() error {
+		unblock()
+		return <-done
+	}
 }

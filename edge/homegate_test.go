@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/syncnode/syncnode/backfill"
 	"github.com/syncnode/syncnode/client"
-	"github.com/syncnode/syncnode/internal/nodetest"
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/ssp2"
-	"github.com/syncnode/syncnode/storage"
 )
 
 // TestHubGateFollowsHome: a backfill of an edge partition runs at the
@@ -43,39 +39,7 @@ func TestHubGateFollowsHome(t *testing.T) {
 	m := tp.hub.Realtime.Metrics()
 	deltas, resets := m.Deltas.Load(), m.WakesReset.Load()
 
-	todos, _ := nodetest.Schema(t).Table("todos")
-	row := func(id string) ssp2.Operation {
-		b, err := todos.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte(project)}, {Bytes: []byte("backfilled")}, {Bool: false}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ssp2.Operation{Table: "todos", RowID: id, Op: ssp2.OpUpsert, Payload: b}
-	}
-	runner, err := tp.edg.Backfiller(backfill.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	// A failure while the batch waits must not leave it holding the
-	// edge's partition lock through the cleanup.
-	t.Cleanup(unblock)
-	second := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := runner.Run(ctx, backfill.Job{Partition: edgePart, Name: "todo_titles", Sources: []string{"todos"},
-			Batch: func(_ context.Context, _ storage.Tx, cursor string) ([]ssp2.Operation, string, bool, error) {
-				if cursor == "" {
-					return []ssp2.Operation{row("bf-1")}, "1", false, nil
-				}
-				close(second)
-				<-release
-				return []ssp2.Operation{row("bf-2")}, "2", true, nil
-			}})
-		done <- err
-	}()
-	<-second
+	finish := startHeldMigration(t, ctx, tp.edg)
 	// The first batch is committed at the edge (seq 3) and replicated;
 	// the hub refuses the partition meanwhile.
 	tp.waitReplica(edgePart)
@@ -108,8 +72,7 @@ func TestHubGateFollowsHome(t *testing.T) {
 		t.Fatal("the hub's realtime client holds the migration's batch row mid-migration")
 	}
 
-	unblock()
-	if err := <-done; err != nil {
+	if err := finish(); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, waitLong, "the hub serves the partition again", func() bool {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncnode/syncnode/backfill"
 	"github.com/syncnode/syncnode/client"
 	"github.com/syncnode/syncnode/edge"
 	"github.com/syncnode/syncnode/embedded"
@@ -22,7 +21,6 @@ import (
 	"github.com/syncnode/syncnode/internal/poll"
 	"github.com/syncnode/syncnode/node"
 	"github.com/syncnode/syncnode/ssp2"
-	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/pgstore"
 	"github.com/syncnode/syncnode/storage/pgstore/pgtest"
 )
@@ -354,44 +352,14 @@ func TestHubFollowerRefusesMigrationAtOnce(t *testing.T) {
 		t.Fatalf("the follower served %d rows, want 2", reader.Count("todos"))
 	}
 
-	todos, _ := nodetest.Schema(t).Table("todos")
-	row := func(id string) ssp2.Operation {
-		b, err := todos.Codec.AppendRow(nil, []ssp2.Value{{Bytes: []byte(id)}, {Bytes: []byte(project)}, {Bytes: []byte("backfilled")}, {Bool: false}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ssp2.Operation{Table: "todos", RowID: id, Op: ssp2.OpUpsert, Payload: b}
-	}
-	runner, err := hc.edg.Backfiller(backfill.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	second := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := runner.Run(ctx, backfill.Job{Partition: edgePart, Name: "todo_titles", Sources: []string{"todos"},
-			Batch: func(_ context.Context, _ storage.Tx, cursor string) ([]ssp2.Operation, string, bool, error) {
-				if cursor == "" {
-					return []ssp2.Operation{row("bf-1")}, "1", false, nil
-				}
-				close(second)
-				<-release
-				return []ssp2.Operation{row("bf-2")}, "2", true, nil
-			}})
-		done <- err
-	}()
-	<-second
+	finish := startHeldMigration(t, ctx, hc.edg)
 	// The first batch (seq 3) is in the replica: the follower's very next
 	// request is refused, with the holder's reason.
 	hc.waitReplica()
 	if hp, _ := hc.hubs[follower].Store.PartitionGet(ctx, edgePart); hp.MaxCommitSeq != 3 {
 		t.Fatalf("replica at seq %d, want 3 (the first batch)", hp.MaxCommitSeq)
 	}
-	_, err = reader.SyncUntilIdle(ctx)
+	_, err := reader.SyncUntilIdle(ctx)
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Code != ssp2.CodeSchemaNotReady || !ce.Retryable || !strings.Contains(string(ce.Details), `"home_checkpoint_pending"`) {
 		t.Fatalf("the follower answered %v mid-migration, want the retryable sync.schema_not_ready (home_checkpoint_pending)", err)
@@ -400,8 +368,7 @@ func TestHubFollowerRefusesMigrationAtOnce(t *testing.T) {
 		t.Fatalf("the follower served %d rows mid-migration, want the 2 from before it", reader.Count("todos"))
 	}
 
-	unblock()
-	if err := <-done; err != nil {
+	if err := finish(); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, waitLong, "the follower serves the partition again", func() bool {
