@@ -98,6 +98,8 @@ func TestCommitOnOneNodeIsADeltaOnAnother(t *testing.T) {
 
 	// Node b loses NATS: its sessions are woken from SQL, and catch up by
 	// pulling over the socket.
+	m := b.Realtime.Metrics()
+	gaps := m.TailGaps.Load()
 	d.proxies[1].Cut()
 	poll.Until(t, wait, "node b to see NATS down", func() bool { return !b.NATS.Conn().IsConnected() })
 	for range 2 {
@@ -111,6 +113,27 @@ func TestCommitOnOneNodeIsADeltaOnAnother(t *testing.T) {
 	// session already observed it) and deltas resume.
 	d.proxies[1].Restore()
 	poll.Until(t, wait, "node b to reconnect", func() bool { return b.NATS.Conn().IsConnected() })
+	// The reconnect's gap report reads the partition in SQL and wakes a
+	// session behind it: a commit that lands before that read is answered
+	// with a wake-up, not a delta. The read is queued on the partition's
+	// worker ahead of every commit the report precedes, so once a commit
+	// made after the report is answered (delta or wake-up) it has run,
+	// and a sync leaves the session live.
+	waitMetric(t, "the reconnect's gap", m.TailGaps.Load, gaps+1)
+	probe := pa.push([2]string{"r5", "p1"})
+	c.until("the probe's delta or wake-up", func() bool {
+		if len(c.deltas) > deltas {
+			return true
+		}
+		for _, e := range c.events {
+			if w, ok := e.(*ssp2.Wake); ok && w.Cursor >= probe {
+				return true
+			}
+		}
+		return false
+	})
+	c.sync()
+	deltas = c.numDeltas()
 	for i := range 3 {
 		s = pa.push([2]string{"r5", "p1"})
 		if got := deltaSeq(t, c.applyDelta(deltas+i)); got != s {
