@@ -1,7 +1,5 @@
 package ssp2
 
-import "fmt"
-
 // ColumnType is a column's wire type tag (SPEC.md §2.4).
 type ColumnType uint8
 
@@ -34,12 +32,7 @@ var columnTypeNames = [...]string{
 func (t ColumnType) Valid() bool { return t >= TypeString && t <= TypeCrdt }
 
 // String returns the spec name of the type ("string", "blob_ref", …).
-func (t ColumnType) String() string {
-	if t.Valid() {
-		return columnTypeNames[t]
-	}
-	return fmt.Sprintf("ColumnType(%d)", uint8(t))
-}
+func (t ColumnType) String() string { return enumString("ColumnType", columnTypeNames[:], t) }
 
 // ParseColumnType maps a spec type name to its tag.
 func ParseColumnType(name string) (ColumnType, bool) {

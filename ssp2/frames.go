@@ -102,15 +102,9 @@ const (
 	OpDelete Op = 2
 )
 
-func (o Op) String() string {
-	switch o {
-	case OpUpsert:
-		return "upsert"
-	case OpDelete:
-		return "delete"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
+var opNames = [...]string{OpUpsert: "upsert", OpDelete: "delete"}
+
+func (o Op) String() string { return enumString("Op", opNames[:], o) }
 
 func readOp(r *reader, what string) Op {
 	at := r.pos()
@@ -450,17 +444,9 @@ const (
 	PushRejected PushStatus = 3
 )
 
-func (s PushStatus) String() string {
-	switch s {
-	case PushApplied:
-		return "applied"
-	case PushCached:
-		return "cached"
-	case PushRejected:
-		return "rejected"
-	}
-	return fmt.Sprintf("PushStatus(%d)", uint8(s))
-}
+var pushStatusNames = [...]string{PushApplied: "applied", PushCached: "cached", PushRejected: "rejected"}
+
+func (s PushStatus) String() string { return enumString("PushStatus", pushStatusNames[:], s) }
 
 // OpStatus is a result record's status.
 type OpStatus uint8
@@ -472,17 +458,9 @@ const (
 	OpError    OpStatus = 3
 )
 
-func (s OpStatus) String() string {
-	switch s {
-	case OpApplied:
-		return "applied"
-	case OpConflict:
-		return "conflict"
-	case OpError:
-		return "error"
-	}
-	return fmt.Sprintf("OpStatus(%d)", uint8(s))
-}
+var opStatusNames = [...]string{OpApplied: "applied", OpConflict: "conflict", OpError: "error"}
+
+func (s OpStatus) String() string { return enumString("OpStatus", opStatusNames[:], s) }
 
 // OpResult is one result record, a tagged union on Status: applied carries
 // nothing else; conflict carries Code, Message, ServerVersion, ServerRow
@@ -703,17 +681,9 @@ const (
 	SubReset   SubStatus = 3
 )
 
-func (s SubStatus) String() string {
-	switch s {
-	case SubActive:
-		return "active"
-	case SubRevoked:
-		return "revoked"
-	case SubReset:
-		return "reset"
-	}
-	return fmt.Sprintf("SubStatus(%d)", uint8(s))
-}
+var subStatusNames = [...]string{SubActive: "active", SubRevoked: "revoked", SubReset: "reset"}
+
+func (s SubStatus) String() string { return enumString("SubStatus", subStatusNames[:], s) }
 
 // SubStart is SUB_START (0x12, §4.4), opening a subscription section.
 type SubStart struct {
@@ -856,15 +826,9 @@ const (
 	MediaSQLite MediaType = 2
 )
 
-func (m MediaType) String() string {
-	switch m {
-	case MediaRows:
-		return "rows"
-	case MediaSQLite:
-		return "sqlite"
-	}
-	return fmt.Sprintf("MediaType(%d)", uint8(m))
-}
+var mediaTypeNames = [...]string{MediaRows: "rows", MediaSQLite: "sqlite"}
+
+func (m MediaType) String() string { return enumString("MediaType", mediaTypeNames[:], m) }
 
 // SegmentRef is SEGMENT_REF (0x14, §5.4). URLExpiresAtMs is present iff URL
 // is.

@@ -16,14 +16,18 @@ const (
 	KindResponse MsgKind = 2
 )
 
-func (k MsgKind) String() string {
-	switch k {
-	case KindRequest:
-		return "request"
-	case KindResponse:
-		return "response"
+var msgKindNames = [...]string{KindRequest: "request", KindResponse: "response"}
+
+func (k MsgKind) String() string { return enumString("MsgKind", msgKindNames[:], k) }
+
+// enumString names a one-byte enum value from its table of spec names
+// (indexed by value, "" where no value is defined), or Type(n) for a value
+// the table does not name.
+func enumString[T ~uint8](typ string, names []string, v T) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("MsgKind(%d)", uint8(k))
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
 }
 
 // Envelope constants (§1.2).

@@ -2,7 +2,6 @@ package ssp2
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 	"math/bits"
 )
@@ -101,10 +100,7 @@ var sparseViolationNames = [...]string{
 }
 
 func (v SparseViolation) String() string {
-	if v >= SparsePresencePadding && v <= SparseBadText {
-		return sparseViolationNames[v]
-	}
-	return fmt.Sprintf("SparseViolation(%d)", uint8(v))
+	return enumString("SparseViolation", sparseViolationNames[:], v)
 }
 
 // SparseRowError is the error of DecodeSparseRow. It unwraps to an *Error
