@@ -1,10 +1,10 @@
 package ssp2
 
 import (
-	"bytes"
 	"slices"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // CompareUTF16 compares a and b by UTF-16 code units, the order JavaScript
@@ -38,25 +38,10 @@ func CompareUTF16(a, b string) int {
 	return compareRunesUTF16(ra, rb)
 }
 
-// compareUTF16Bytes is CompareUTF16 over byte slices (no conversion).
+// compareUTF16Bytes is CompareUTF16 over byte slices, viewed as strings
+// without a copy (CompareUTF16 keeps neither).
 func compareUTF16Bytes(a, b []byte) int {
-	n := min(len(a), len(b))
-	i := 0
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	if i == n {
-		return cmpInt(len(a), len(b))
-	}
-	for i > 0 && !utf8.RuneStart(a[i]) {
-		i--
-	}
-	ra, _ := utf8.DecodeRune(a[i:])
-	rb, _ := utf8.DecodeRune(b[i:])
-	if ra == rb {
-		return bytes.Compare(a[i:], b[i:])
-	}
-	return compareRunesUTF16(ra, rb)
+	return CompareUTF16(unsafe.String(unsafe.SliceData(a), len(a)), unsafe.String(unsafe.SliceData(b), len(b)))
 }
 
 // compareRunesUTF16 orders two distinct runes by their UTF-16 encodings.

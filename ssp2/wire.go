@@ -217,20 +217,26 @@ func newMapNames(what string) *mapNames {
 	return &mapNames{what: what, key: what + " key", value: what + " value", valueCount: what + " value count", values: what + " values"}
 }
 
+// mapKey reads the key of entry i of a map field and refuses one that does
+// not sort strictly after prev, the key before it: canonical maps have
+// unique keys, ascending by UTF-16 code units.
+func (r *reader) mapKey(names *mapNames, i int, prev []byte) []byte {
+	at := r.pos()
+	k := r.strBytes(names.key)
+	if r.err == nil && i > 0 && compareUTF16Bytes(prev, k) >= 0 {
+		r.failAt(at, "%s keys not unique and ascending by UTF-16 code units at %q", names.what, k)
+	}
+	return k
+}
+
 // stringListMap reads map str → list(str) with canonical key order.
 func (r *reader) stringListMap(names *mapNames) map[string][]string {
-	what := names.what
-	n := r.count(what, 8) // key length + list count
+	n := r.count(names.what, 8) // key length + list count
 	m := make(map[string][]string, n)
 	var prev []byte
 	for i := 0; i < n && r.err == nil; i++ {
-		at := r.pos()
-		k := r.strBytes(names.key)
+		k := r.mapKey(names, i, prev)
 		if r.err != nil {
-			break
-		}
-		if i > 0 && compareUTF16Bytes(prev, k) >= 0 {
-			r.failAt(at, "%s keys not unique and ascending by UTF-16 code units at %q", what, k)
 			break
 		}
 		prev = k
@@ -249,18 +255,12 @@ func (r *reader) stringListMap(names *mapNames) map[string][]string {
 
 // stringMap reads map str → str with canonical key order.
 func (r *reader) stringMap(names *mapNames) map[string]string {
-	what := names.what
-	n := r.count(what, 8)
+	n := r.count(names.what, 8)
 	m := make(map[string]string, n)
 	var prev []byte
 	for i := 0; i < n && r.err == nil; i++ {
-		at := r.pos()
-		k := r.strBytes(names.key)
+		k := r.mapKey(names, i, prev)
 		if r.err != nil {
-			break
-		}
-		if i > 0 && compareUTF16Bytes(prev, k) >= 0 {
-			r.failAt(at, "%s keys not unique and ascending by UTF-16 code units at %q", what, k)
 			break
 		}
 		prev = k
