@@ -64,6 +64,33 @@ var gateTests = []test{
 
 const gateNow = int64(5_000_000)
 
+// declareCheckpoint declares k at now and returns the stored row.
+func declareCheckpoint(t *testing.T, s storage.Store, k storage.CheckpointKey, now int64) storage.Checkpoint {
+	t.Helper()
+	cp, err := s.CheckpointDeclare(t.Context(), k, now)
+	check(t, err)
+	return cp
+}
+
+// claimCheckpoint claims k at now and returns the claimed row.
+func claimCheckpoint(t *testing.T, s storage.Store, k storage.CheckpointKey, now int64) storage.Checkpoint {
+	t.Helper()
+	cp, err := s.CheckpointClaim(t.Context(), k, now)
+	check(t, err)
+	return cp
+}
+
+// activateAs runs an activation that must succeed with the outcome want;
+// what names it in the failure.
+func activateAs(t *testing.T, s storage.Store, what string, a storage.CheckpointActivateParams, want storage.ActivateOutcome) {
+	t.Helper()
+	out, err := s.CheckpointActivate(t.Context(), a)
+	check(t, err)
+	if out != want {
+		t.Fatalf("%s = %s, want %s", what, out, want)
+	}
+}
+
 func key(p storage.Partition, name string) storage.CheckpointKey {
 	return storage.CheckpointKey{Partition: p.ID, Name: name, SchemaVersion: 1}
 }
@@ -152,8 +179,7 @@ func testGateDeclare(t *testing.T, e *env) {
 	if _, ok, err := s.WriterFence(ctx, p.ID); err != nil || ok {
 		t.Fatalf("fence before any declaration: ok %v, err %v; want none", ok, err)
 	}
-	cp, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
+	cp := declareCheckpoint(t, s, k, gateNow)
 	want := storage.Checkpoint{CheckpointKey: k, State: storage.CheckpointDeclared, UpdatedAtMs: gateNow}
 	if cp != want {
 		t.Fatalf("declared = %+v, want %+v", cp, want)
@@ -162,28 +188,23 @@ func testGateDeclare(t *testing.T, e *env) {
 		t.Fatalf("fence after declare = %d, %v, %v; want 1", v, ok, err)
 	}
 	// Idempotent on a declared row and on a backfilling row.
-	again, err := s.CheckpointDeclare(ctx, k, gateNow+10)
-	check(t, err)
+	again := declareCheckpoint(t, s, k, gateNow+10)
 	if again != want {
 		t.Fatalf("second declare = %+v, want the stored row %+v", again, want)
 	}
-	claimed, err := s.CheckpointClaim(ctx, k, gateNow+20)
-	check(t, err)
-	again, err = s.CheckpointDeclare(ctx, k, gateNow+30)
-	check(t, err)
+	claimed := claimCheckpoint(t, s, k, gateNow+20)
+	again = declareCheckpoint(t, s, k, gateNow+30)
 	if again != claimed || again.State != storage.CheckpointBackfilling {
 		t.Fatalf("declare over backfilling = %+v, want the claimed row %+v", again, claimed)
 	}
 	// A fence already above the version is never lowered.
 	check(t, gateHooks(t, s).HookSetFence(ctx, p.ID, 7))
-	_, err = s.CheckpointDeclare(ctx, key(p, "other"), gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, key(p, "other"), gateNow)
 	if v, _, err := s.WriterFence(ctx, p.ID); err != nil || v != 7 {
 		t.Fatalf("fence after declaring under a higher fence = %d, %v; want 7", v, err)
 	}
 	// An unregistered partition can be declared (it has no commits yet).
-	cp, err = s.CheckpointDeclare(ctx, storage.CheckpointKey{Partition: "not-yet", Name: "x", SchemaVersion: 1}, gateNow)
-	check(t, err)
+	cp = declareCheckpoint(t, s, storage.CheckpointKey{Partition: "not-yet", Name: "x", SchemaVersion: 1}, gateNow)
 	if cp.State != storage.CheckpointDeclared {
 		t.Fatalf("declare on an unregistered partition = %+v", cp)
 	}
@@ -219,8 +240,7 @@ func testGateClaimRace(t *testing.T, e *env) {
 	ctx := t.Context()
 	p := partition(t, s)
 	k := key(p, "race")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, k, gateNow)
 	const n = 8
 	epochs := make([]int64, n)
 	errs := make([]error, n)
@@ -263,13 +283,8 @@ func testGateClaimRefusals(t *testing.T, e *env) {
 
 	k := key(p, "done")
 	seq := appendTask(t, s, sc, p.ID, "t1")
-	_, err = s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	out, err := s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow})
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("activate = %s", out)
-	}
+	declareCheckpoint(t, s, k, gateNow)
+	activateAs(t, s, "activate", storage.CheckpointActivateParams{CheckpointKey: k, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow}, storage.ActivateActivated)
 	before := snapshot(t, s, p.ID)
 	_, err = s.CheckpointClaim(ctx, k, gateNow+1)
 	wantCode(t, err, ssp2.CodeStorageCheckpointNotDeclared)
@@ -281,16 +296,13 @@ func testGateAdvance(t *testing.T, e *env) {
 	ctx := t.Context()
 	p := partition(t, s)
 	k := key(p, "adv")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, k, gateNow)
 	// A declared (unclaimed) row has no owner to advance it.
 	if ok, err := s.CheckpointAdvance(ctx, storage.CheckpointAdvanceParams{CheckpointKey: k, OwnerEpoch: 0, Watermark: 1, NowMs: gateNow}); err != nil || ok {
 		t.Fatalf("advance of an unclaimed checkpoint = %v, %v; want false", ok, err)
 	}
-	stale, err := s.CheckpointClaim(ctx, k, gateNow+1)
-	check(t, err)
-	owner, err := s.CheckpointClaim(ctx, k, gateNow+2)
-	check(t, err)
+	stale := claimCheckpoint(t, s, k, gateNow+1)
+	owner := claimCheckpoint(t, s, k, gateNow+2)
 	if owner.OwnerEpoch != stale.OwnerEpoch+1 {
 		t.Fatalf("second claim epoch %d after %d", owner.OwnerEpoch, stale.OwnerEpoch)
 	}
@@ -326,12 +338,9 @@ func testGateAdvanceInTx(t *testing.T, e *env) {
 	ctx := t.Context()
 	p := partition(t, s)
 	k := key(p, "batch")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	stale, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
-	owner, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, k, gateNow)
+	stale := claimCheckpoint(t, s, k, gateNow)
+	owner := claimCheckpoint(t, s, k, gateNow)
 
 	batch := func(epoch int64, rowID string) (bool, error) {
 		var advanced bool
@@ -378,7 +387,7 @@ func testGateAdvanceInTx(t *testing.T, e *env) {
 		t.Fatal("the owner's batch did not land with its progress")
 	}
 	// A batch that fails after advancing rolls the advance back too.
-	err = s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
+	err := s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
 		if _, err := tx.CheckpointAdvance(ctx, storage.CheckpointAdvanceParams{CheckpointKey: k, OwnerEpoch: owner.OwnerEpoch, Watermark: 0, ObservedRows: 99, NowMs: gateNow}); err != nil {
 			return err
 		}
@@ -397,16 +406,10 @@ func testGateActivate(t *testing.T, e *env) {
 	p := partition(t, s)
 	k := key(p, "one-way")
 	seq := appendTask(t, s, sc, p.ID, "t1")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	claimed, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
-	out, err := s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch,
-		Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow + 1})
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("activate = %s, want activated", out)
-	}
+	declareCheckpoint(t, s, k, gateNow)
+	claimed := claimCheckpoint(t, s, k, gateNow)
+	activateAs(t, s, "activate", storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch,
+		Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow + 1}, storage.ActivateActivated)
 	activated := only(t, s, p.ID)
 	want := storage.Checkpoint{CheckpointKey: k, State: storage.CheckpointActivated, Watermark: seq, OwnerEpoch: claimed.OwnerEpoch, UpdatedAtMs: gateNow + 1}
 	if activated != want {
@@ -414,12 +417,11 @@ func testGateActivate(t *testing.T, e *env) {
 	}
 	before := snapshot(t, s, p.ID)
 	// Re-activation and re-claiming are refused; re-declaring returns it.
-	_, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow + 2})
+	_, err := s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow + 2})
 	wantCode(t, err, ssp2.CodeStorageCheckpointNotDeclared)
 	_, err = s.CheckpointClaim(ctx, k, gateNow+2)
 	wantCode(t, err, ssp2.CodeStorageCheckpointNotDeclared)
-	again, err := s.CheckpointDeclare(ctx, k, gateNow+2)
-	check(t, err)
+	again := declareCheckpoint(t, s, k, gateNow+2)
 	if again != activated {
 		t.Fatalf("declare over activated = %+v, want %+v", again, activated)
 	}
@@ -428,13 +430,8 @@ func testGateActivate(t *testing.T, e *env) {
 	// A declared, never claimed checkpoint activates with owner epoch 0
 	// (an operator marking a projection complete).
 	k2 := key(p, "unclaimed")
-	_, err = s.CheckpointDeclare(ctx, k2, gateNow)
-	check(t, err)
-	out, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k2, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow})
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("activate unclaimed = %s", out)
-	}
+	declareCheckpoint(t, s, k2, gateNow)
+	activateAs(t, s, "activate unclaimed", storage.CheckpointActivateParams{CheckpointKey: k2, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow}, storage.ActivateActivated)
 }
 
 func testGateActivateStale(t *testing.T, e *env) {
@@ -443,10 +440,8 @@ func testGateActivateStale(t *testing.T, e *env) {
 	p := partition(t, s)
 	k := key(p, "stale")
 	seq := appendTask(t, s, sc, p.ID, "t1")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	claimed, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, k, gateNow)
+	claimed := claimCheckpoint(t, s, k, gateNow)
 	// A write to a table that is not a source never makes it stale.
 	appendNote(t, s, sc, p.ID, 1)
 	// A source write racing the backfill (from another goroutine, as from
@@ -456,11 +451,7 @@ func testGateActivateStale(t *testing.T, e *env) {
 	raced := <-done
 	before := snapshot(t, s, p.ID)
 	act := storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow + 5}
-	out, err := s.CheckpointActivate(ctx, act)
-	check(t, err)
-	if out != storage.ActivateStale {
-		t.Fatalf("activate after a source write = %s, want stale", out)
-	}
+	activateAs(t, s, "activate after a source write", act, storage.ActivateStale)
 	unchanged(t, "a stale activation", before, s, p.ID)
 	// The backfill's own writes to a source table (a new column of the
 	// table it is computed from) do not count; another client's do.
@@ -473,18 +464,12 @@ func testGateActivateStale(t *testing.T, e *env) {
 	act.Watermark, act.OwnClientID = raced, "backfill-client"
 	before = snapshot(t, s, p.ID)
 	act.Watermark = seq
-	if out, err := s.CheckpointActivate(ctx, act); err != nil || out != storage.ActivateStale {
-		t.Fatalf("activate below another client's write, own writes excluded = %s, %v; want stale", out, err)
-	}
+	activateAs(t, s, "activate below another client's write, own writes excluded", act, storage.ActivateStale)
 	unchanged(t, "a stale activation", before, s, p.ID)
 	// With the watermark at the racing write, it activates; the own
 	// commit above it is not a source change.
 	act.Watermark = raced
-	out, err = s.CheckpointActivate(ctx, act)
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("activate at the new watermark = %s", out)
-	}
+	activateAs(t, s, "activate at the new watermark", act, storage.ActivateActivated)
 }
 
 func testGateActivateUnverifiable(t *testing.T, e *env) {
@@ -495,29 +480,19 @@ func testGateActivateUnverifiable(t *testing.T, e *env) {
 	first := appendTask(t, s, sc, p.ID, "t1")
 	appendTask(t, s, sc, p.ID, "t2")
 	appendTask(t, s, sc, p.ID, "t3")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	claimed, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
-	p, err = s.PartitionGet(ctx, p.ID)
+	declareCheckpoint(t, s, k, gateNow)
+	claimed := claimCheckpoint(t, s, k, gateNow)
+	p, err := s.PartitionGet(ctx, p.ID)
 	check(t, err)
 	res := prune(t, s, storage.PruneParams{Partition: p.ID, LogEpoch: p.LogEpoch, ThroughSeq: first + 1, NowMs: gateNow, MinRetainedCommits: 1})
 	if res.HorizonSeq != first+1 {
 		t.Fatalf("horizon = %d, want %d", res.HorizonSeq, first+1)
 	}
 	before := snapshot(t, s, p.ID)
-	out, err := s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: first, Sources: []string{"tasks"}, NowMs: gateNow})
-	check(t, err)
-	if out != storage.ActivateUnverifiable {
-		t.Fatalf("activate below the horizon = %s, want unverifiable", out)
-	}
+	activateAs(t, s, "activate below the horizon", storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: first, Sources: []string{"tasks"}, NowMs: gateNow}, storage.ActivateUnverifiable)
 	unchanged(t, "an unverifiable activation", before, s, p.ID)
 	// Even without any source change in the retained log: pruned is never clean.
-	out, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: first, Sources: []string{"notes"}, NowMs: gateNow})
-	check(t, err)
-	if out != storage.ActivateUnverifiable {
-		t.Fatalf("activate below the horizon for another source = %s, want unverifiable", out)
-	}
+	activateAs(t, s, "activate below the horizon for another source", storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Watermark: first, Sources: []string{"notes"}, NowMs: gateNow}, storage.ActivateUnverifiable)
 }
 
 func testGateActivateFenceMissing(t *testing.T, e *env) {
@@ -529,11 +504,10 @@ func testGateActivateFenceMissing(t *testing.T, e *env) {
 	// A declared checkpoint without its fence is an inconsistent database
 	// (written by hand or by an older tool).
 	check(t, h.HookRawCheckpoint(ctx, storage.Checkpoint{CheckpointKey: k, State: storage.CheckpointDeclared, UpdatedAtMs: gateNow}))
-	claimed, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
+	claimed := claimCheckpoint(t, s, k, gateNow)
 	act := storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: claimed.OwnerEpoch, Sources: []string{"tasks"}, NowMs: gateNow}
 	before := snapshot(t, s, p.ID)
-	_, err = s.CheckpointActivate(ctx, act)
+	_, err := s.CheckpointActivate(ctx, act)
 	wantCode(t, err, ssp2.CodeStorageCheckpointFenceMissing)
 	unchanged(t, "an unfenced activation", before, s, p.ID)
 
@@ -543,11 +517,7 @@ func testGateActivateFenceMissing(t *testing.T, e *env) {
 	_, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: k2, NowMs: gateNow})
 	wantCode(t, err, ssp2.CodeStorageCheckpointFenceMissing)
 	// The fence at the checkpoint's version lets it activate.
-	out, err := s.CheckpointActivate(ctx, act)
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("activate once fenced = %s", out)
-	}
+	activateAs(t, s, "activate once fenced", act, storage.ActivateActivated)
 }
 
 func testGateActivateRefusals(t *testing.T, e *env) {
@@ -556,12 +526,9 @@ func testGateActivateRefusals(t *testing.T, e *env) {
 	p := partition(t, s)
 	k := key(p, "refusals")
 	seq := appendTask(t, s, sc, p.ID, "t1")
-	_, err := s.CheckpointDeclare(ctx, k, gateNow)
-	check(t, err)
-	stale, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
-	owner, err := s.CheckpointClaim(ctx, k, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, k, gateNow)
+	stale := claimCheckpoint(t, s, k, gateNow)
+	owner := claimCheckpoint(t, s, k, gateNow)
 	good := storage.CheckpointActivateParams{CheckpointKey: k, OwnerEpoch: owner.OwnerEpoch, Watermark: seq, Sources: []string{"tasks"}, NowMs: gateNow}
 	before := snapshot(t, s, p.ID)
 	for _, tc := range []struct {
@@ -586,11 +553,7 @@ func testGateActivateRefusals(t *testing.T, e *env) {
 		}
 	}
 	unchanged(t, "refused activations", before, s, p.ID)
-	out, err := s.CheckpointActivate(ctx, good)
-	check(t, err)
-	if out != storage.ActivateActivated {
-		t.Fatalf("the owner's activation = %s", out)
-	}
+	activateAs(t, s, "the owner's activation", good, storage.ActivateActivated)
 }
 
 func testGateWriterFence(t *testing.T, e *env) {
@@ -769,16 +732,12 @@ func testGateRead(t *testing.T, e *env) {
 	if !g.HasMarker || g.SchemaVersion != 1 || !g.Registered || g.LogEpoch != p.LogEpoch || len(g.Pending) != 0 {
 		t.Fatalf("gate read = %+v", g)
 	}
-	_, err = s.CheckpointDeclare(ctx, key(p, "b"), gateNow)
-	check(t, err)
-	_, err = s.CheckpointDeclare(ctx, key(p, "a"), gateNow)
-	check(t, err)
-	_, err = s.CheckpointClaim(ctx, key(p, "b"), gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, key(p, "b"), gateNow)
+	declareCheckpoint(t, s, key(p, "a"), gateNow)
+	claimCheckpoint(t, s, key(p, "b"), gateNow)
 	// Another partition's checkpoint is not this partition's business.
 	other := partition(t, s)
-	_, err = s.CheckpointDeclare(ctx, key(other, "c"), gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, key(other, "c"), gateNow)
 	g = readGate(t, s, p.ID, 1)
 	want := []storage.PendingCheckpoint{{Name: "a", State: storage.CheckpointDeclared}, {Name: "b", State: storage.CheckpointBackfilling}}
 	if !reflect.DeepEqual(g.Pending, want) {
@@ -788,14 +747,12 @@ func testGateRead(t *testing.T, e *env) {
 	if g2 := readGate(t, s, p.ID, 2); len(g2.Pending) != 0 {
 		t.Fatalf("pending at version 2 = %+v", g2.Pending)
 	}
-	_, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: key(p, "a"), NowMs: gateNow})
-	check(t, err)
+	activateAs(t, s, "activate a", storage.CheckpointActivateParams{CheckpointKey: key(p, "a"), NowMs: gateNow}, storage.ActivateActivated)
 	if g = readGate(t, s, p.ID, 1); len(g.Pending) != 1 || g.Pending[0].Name != "b" {
 		t.Fatalf("pending after activating a = %+v", g.Pending)
 	}
 	// An unregistered partition reads with its pending checkpoints.
-	_, err = s.CheckpointDeclare(ctx, storage.CheckpointKey{Partition: "later", Name: "x", SchemaVersion: 1}, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, storage.CheckpointKey{Partition: "later", Name: "x", SchemaVersion: 1}, gateNow)
 	g = readGate(t, s, "later", 1)
 	if g.Registered || g.LogEpoch != "" || len(g.Pending) != 1 {
 		t.Fatalf("gate read of an unregistered partition = %+v", g)
@@ -820,20 +777,17 @@ func testGateRevisions(t *testing.T, e *env) {
 		}
 		return g
 	}
-	_, err := s.CheckpointDeclare(ctx, key(p, "r"), gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, key(p, "r"), gateNow)
 	g1 := step("declare", g0, false)
 	// Claims and progress do not change whether the partition is served.
-	claimed, err := s.CheckpointClaim(ctx, key(p, "r"), gateNow)
-	check(t, err)
+	claimed := claimCheckpoint(t, s, key(p, "r"), gateNow)
 	if _, err := s.CheckpointAdvance(ctx, storage.CheckpointAdvanceParams{CheckpointKey: key(p, "r"), OwnerEpoch: claimed.OwnerEpoch, NowMs: gateNow}); err != nil {
 		t.Fatal(err)
 	}
 	if g := readGate(t, s, p.ID, 1); !g.SameToken(g1) {
 		t.Fatalf("claim/advance moved the token: %+v → %+v", g1, g)
 	}
-	_, err = s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: key(p, "r"), OwnerEpoch: claimed.OwnerEpoch, NowMs: gateNow})
-	check(t, err)
+	activateAs(t, s, "activate r", storage.CheckpointActivateParams{CheckpointKey: key(p, "r"), OwnerEpoch: claimed.OwnerEpoch, NowMs: gateNow}, storage.ActivateActivated)
 	g2 := step("activate", g1, false)
 	if len(g2.Pending) != len(g0.Pending) {
 		t.Fatalf("pending after activation = %+v", g2.Pending)
@@ -900,8 +854,7 @@ func testGateEnsureDeclares(t *testing.T, e *env) {
 
 	// A restart with the same declarations is a no-op: ownership and
 	// progress survive.
-	claimed, err := s.CheckpointClaim(ctx, decls[0], gateNow)
-	check(t, err)
+	claimed := claimCheckpoint(t, s, decls[0], gateNow)
 	before := snapshot(t, s, p.ID, other.ID)
 	check(t, s.EnsureSchemaWithCheckpoints(ctx, mustParse(t, withVersion(schemaV1, 2)), decls))
 	unchanged(t, "a restart with the same declarations", before, s, p.ID, other.ID)
@@ -911,8 +864,7 @@ func testGateEnsureDeclares(t *testing.T, e *env) {
 	// Once activated, a build need declare nothing.
 	for _, d := range decls {
 		cp := only(t, s, d.Partition)
-		_, err := s.CheckpointActivate(ctx, storage.CheckpointActivateParams{CheckpointKey: d, OwnerEpoch: cp.OwnerEpoch, NowMs: gateNow})
-		check(t, err)
+		activateAs(t, s, "activate "+d.Partition, storage.CheckpointActivateParams{CheckpointKey: d, OwnerEpoch: cp.OwnerEpoch, NowMs: gateNow}, storage.ActivateActivated)
 	}
 	check(t, s.EnsureSchema(ctx, mustParse(t, withVersion(schemaV1, 2))))
 }
@@ -922,10 +874,8 @@ func testGateEnsureIncomplete(t *testing.T, e *env) {
 	ctx := t.Context()
 	p := partition(t, s)
 	a, b := key(p, "set-a"), key(p, "set-b")
-	_, err := s.CheckpointDeclare(ctx, a, gateNow)
-	check(t, err)
-	_, err = s.CheckpointDeclare(ctx, b, gateNow)
-	check(t, err)
+	declareCheckpoint(t, s, a, gateNow)
+	declareCheckpoint(t, s, b, gateNow)
 	before := snapshot(t, s, p.ID)
 	for _, decls := range [][]storage.CheckpointKey{nil, {b}} {
 		err := s.EnsureSchemaWithCheckpoints(ctx, mustParse(t, schemaV1), decls)
@@ -939,7 +889,7 @@ func testGateEnsureIncomplete(t *testing.T, e *env) {
 	check(t, s.EnsureSchemaWithCheckpoints(ctx, mustParse(t, schemaV1), []storage.CheckpointKey{a, b}))
 	// A declaration of another checkpoint, next to the pending ones, is
 	// still incomplete — and its row rolls back with the refusal.
-	err = s.EnsureSchemaWithCheckpoints(ctx, mustParse(t, schemaV1), []storage.CheckpointKey{a, key(p, "set-c")})
+	err := s.EnsureSchemaWithCheckpoints(ctx, mustParse(t, schemaV1), []storage.CheckpointKey{a, key(p, "set-c")})
 	wantCode(t, err, ssp2.CodeStorageCheckpointIncomplete)
 	unchanged(t, "a refused EnsureSchema with a new declaration", before, s, p.ID)
 }
