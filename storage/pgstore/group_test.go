@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,36 +64,7 @@ func TestWriteGroup(t *testing.T) {
 			return err
 		}
 	}
-	release := make(chan struct{})
-	errs := make([]error, members)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
-			if err := push(0)(tx); err != nil {
-				return err
-			}
-			<-release
-			return nil
-		})
-	}()
-	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(txid) == 1
-	})
-	for i := 1; i < members; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.WriteTx(ctx, "p", push(i))
-		}()
-	}
-	waitQueued(t, s, "p", members-1)
-	close(release)
-	wg.Wait()
-
+	errs := runGroup(t, s, members, false, push)
 	for i, err := range errs {
 		var want error
 		switch i % 3 {
@@ -151,7 +123,6 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 	const members = 7
 	var (
 		mu      sync.Mutex
-		started bool
 		aliased = map[int]bool{}
 	)
 	push := func(i int) func(tx storage.Tx) error {
@@ -178,30 +149,7 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 			return err
 		}
 	}
-	release := make(chan struct{})
-	errs := make([]error, members)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
-			mu.Lock()
-			started = true
-			mu.Unlock()
-			<-release
-			return push(0)(tx)
-		})
-	})
-	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return started
-	})
-	for i := 1; i < members; i++ {
-		wg.Go(func() { errs[i] = s.WriteTx(ctx, "p", push(i)) })
-	}
-	waitQueued(t, s, "p", members-1)
-	close(release)
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range runGroup(t, s, members, true, push) {
 		if err != nil {
 			t.Fatalf("member %d: %v", i, err)
 		}
@@ -228,6 +176,43 @@ func TestWriteGroupMemberSavepoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runGroup runs push(0) as the leader of partition "p"'s write group and
+// holds the partition until push(1) … push(members-1) wait behind it, so
+// they all join its transaction, then lets them run and returns each one's
+// WriteTx error. The leader holds before its own fn when holdFirst, after
+// it otherwise.
+func runGroup(t *testing.T, s *Store, members int, holdFirst bool, push func(i int) func(storage.Tx) error) []error {
+	t.Helper()
+	ctx := t.Context()
+	var held atomic.Bool
+	release := make(chan struct{})
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
+			if !holdFirst {
+				if err := push(0)(tx); err != nil {
+					return err
+				}
+			}
+			held.Store(true)
+			<-release
+			if holdFirst {
+				return push(0)(tx)
+			}
+			return nil
+		})
+	})
+	poll.Until(t, 10*time.Second, "the leader holds the partition", held.Load)
+	for i := 1; i < members; i++ {
+		wg.Go(func() { errs[i] = s.WriteTx(ctx, "p", push(i)) })
+	}
+	waitQueued(t, s, "p", members-1)
+	close(release)
+	wg.Wait()
+	return errs
 }
 
 // waitQueued waits until n WriteTx calls wait in the partition's group.
@@ -320,36 +305,7 @@ func TestWriteGroupDeferredUpsert(t *testing.T) {
 			return err
 		}
 	}
-	release := make(chan struct{})
-	errs := make([]error, members)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errs[0] = s.WriteTx(ctx, "p", func(tx storage.Tx) error {
-			if err := push(0)(tx); err != nil {
-				return err
-			}
-			<-release
-			return nil
-		})
-	}()
-	poll.Until(t, 10*time.Second, "the leader holds the partition", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(versions) == 1
-	})
-	for i := 1; i < members; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.WriteTx(ctx, "p", push(i))
-		}()
-	}
-	waitQueued(t, s, "p", members-1)
-	close(release)
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range runGroup(t, s, members, false, push) {
 		if err != nil {
 			t.Errorf("member %d: WriteTx = %v", i, err)
 		}
