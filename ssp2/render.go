@@ -24,12 +24,9 @@ func RenderMessage(b []byte) ([]byte, error) {
 	}
 	var j jsonWriter
 	j.open('{')
-	j.key("magic")
-	j.str(envelopeMagic)
-	j.key("wireVersion")
-	j.int(int64(m.WireVersion))
-	j.key("msgKind")
-	j.str(m.Kind.String())
+	j.strField("magic", envelopeMagic)
+	j.intField("wireVersion", int64(m.WireVersion))
+	j.strField("msgKind", m.Kind.String())
 	j.key("frames")
 	j.open('[')
 	for _, f := range m.Frames {
@@ -50,135 +47,95 @@ func renderFrame(j *jsonWriter, f Frame, v uint16) {
 	}
 	switch f := f.(type) {
 	case *ReqHeader:
-		j.key("clientId")
-		j.str(f.ClientID)
-		j.key("schemaVersion")
-		j.int(int64(f.SchemaVersion))
+		j.strField("clientId", f.ClientID)
+		j.intField("schemaVersion", int64(f.SchemaVersion))
 		j.optStr("logEpoch", f.LogEpoch)
 	case *PushCommit:
-		j.key("clientCommitId")
-		j.str(f.ClientCommitID)
+		j.strField("clientCommitId", f.ClientCommitID)
 		j.key("operations")
 		j.open('[')
 		for _, o := range f.Operations {
 			j.open('{')
-			j.key("table")
-			j.str(o.Table)
-			j.key("rowId")
-			j.str(o.RowID)
-			j.key("op")
-			j.str(o.Op.String())
+			j.strField("table", o.Table)
+			j.strField("rowId", o.RowID)
+			j.strField("op", o.Op.String())
 			j.optInt("baseVersion", o.BaseVersion)
-			if o.Payload != nil {
-				j.key("payload")
-				j.base64(o.Payload)
-			}
+			j.optBase64("payload", o.Payload)
 			j.close('}')
 		}
 		j.close(']')
 	case *PullHeader:
-		j.key("limitCommits")
-		j.int(int64(f.LimitCommits))
-		j.key("limitSnapshotRows")
-		j.int(int64(f.LimitSnapshotRows))
-		j.key("maxSnapshotPages")
-		j.int(int64(f.MaxSnapshotPages))
-		j.key("accept")
-		j.int(int64(f.Accept))
+		j.intField("limitCommits", int64(f.LimitCommits))
+		j.intField("limitSnapshotRows", int64(f.LimitSnapshotRows))
+		j.intField("maxSnapshotPages", int64(f.MaxSnapshotPages))
+		j.intField("accept", int64(f.Accept))
 	case *Subscription:
-		j.key("id")
-		j.str(f.ID)
-		j.key("table")
-		j.str(f.Table)
+		j.strField("id", f.ID)
+		j.strField("table", f.Table)
 		j.key("scopes")
 		j.scopeLists(f.Scopes)
 		j.optRaw("params", f.Params)
-		j.key("cursor")
-		j.int(f.Cursor)
+		j.intField("cursor", f.Cursor)
 		j.optRaw("bootstrapState", f.BootstrapState)
 	case *RespHeader:
 		j.optI32("requiredSchemaVersion", f.RequiredSchemaVersion)
 		j.optI32("latestSchemaVersion", f.LatestSchemaVersion)
 		if v >= 2 {
-			j.key("logEpoch")
-			j.str(f.LogEpoch)
-			j.key("resetRequired")
-			j.bool(f.ResetRequired)
+			j.strField("logEpoch", f.LogEpoch)
+			j.boolField("resetRequired", f.ResetRequired)
 		}
 	case *Lease:
-		j.key("leaseId")
-		j.str(f.LeaseID)
-		j.key("expiresAtMs")
-		j.int(f.ExpiresAtMs)
+		j.strField("leaseId", f.LeaseID)
+		j.intField("expiresAtMs", f.ExpiresAtMs)
 	case *PushResult:
-		j.key("clientCommitId")
-		j.str(f.ClientCommitID)
-		j.key("status")
-		j.str(f.Status.String())
+		j.strField("clientCommitId", f.ClientCommitID)
+		j.strField("status", f.Status.String())
 		j.optInt("commitSeq", f.CommitSeq)
 		j.key("results")
 		j.open('[')
 		for _, o := range f.Results {
 			j.open('{')
-			j.key("opIndex")
-			j.int(int64(o.OpIndex))
-			j.key("status")
-			j.str(o.Status.String())
+			j.intField("opIndex", int64(o.OpIndex))
+			j.strField("status", o.Status.String())
 			if o.Status != OpApplied {
-				j.key("code")
-				j.str(o.Code)
-				j.key("message")
-				j.str(o.Message)
+				j.strField("code", o.Code)
+				j.strField("message", o.Message)
 			}
 			switch o.Status {
 			case OpConflict:
-				j.key("serverVersion")
-				j.int(o.ServerVersion)
-				j.key("serverRow")
-				j.base64(o.ServerRow)
+				j.intField("serverVersion", o.ServerVersion)
+				j.base64Field("serverRow", o.ServerRow)
 				if v >= 3 {
-					j.key("conflictColumns")
-					j.base64(o.ConflictColumns)
+					j.base64Field("conflictColumns", o.ConflictColumns)
 				}
 			case OpError:
-				j.key("retryable")
-				j.bool(o.Retryable)
+				j.boolField("retryable", o.Retryable)
 			}
 			j.close('}')
 		}
 		j.close(']')
 	case *PushResultDetails:
-		j.key("clientCommitId")
-		j.str(f.ClientCommitID)
+		j.strField("clientCommitId", f.ClientCommitID)
 		j.key("entries")
 		j.open('[')
 		for _, e := range f.Entries {
 			j.open('{')
-			j.key("opIndex")
-			j.int(int64(e.OpIndex))
-			j.key("details")
-			j.raw(e.DetailsJSON)
+			j.intField("opIndex", int64(e.OpIndex))
+			j.rawField("details", e.DetailsJSON)
 			j.close('}')
 		}
 		j.close(']')
 	case *SubStart:
-		j.key("id")
-		j.str(f.ID)
-		j.key("status")
-		j.str(f.Status.String())
-		j.key("reasonCode")
-		j.str(f.ReasonCode)
+		j.strField("id", f.ID)
+		j.strField("status", f.Status.String())
+		j.strField("reasonCode", f.ReasonCode)
 		j.key("effectiveScopes")
 		j.scopeLists(f.EffectiveScopes)
-		j.key("bootstrap")
-		j.bool(f.Bootstrap)
+		j.boolField("bootstrap", f.Bootstrap)
 	case *Commit:
-		j.key("commitSeq")
-		j.int(f.CommitSeq)
-		j.key("createdAtMs")
-		j.int(f.CreatedAtMs)
-		j.key("actorId")
-		j.str(f.ActorID)
+		j.intField("commitSeq", f.CommitSeq)
+		j.intField("createdAtMs", f.CreatedAtMs)
+		j.strField("actorId", f.ActorID)
 		j.key("tables")
 		j.open('[')
 		for _, t := range f.Tables {
@@ -189,70 +146,43 @@ func renderFrame(j *jsonWriter, f Frame, v uint16) {
 		j.open('[')
 		for _, c := range f.Changes {
 			j.open('{')
-			j.key("tableIndex")
-			j.int(int64(c.TableIndex))
-			j.key("rowId")
-			j.str(c.RowID)
-			j.key("op")
-			j.str(c.Op.String())
+			j.intField("tableIndex", int64(c.TableIndex))
+			j.strField("rowId", c.RowID)
+			j.strField("op", c.Op.String())
 			j.optInt("rowVersion", c.RowVersion)
 			j.key("scopes")
-			j.open('{')
-			for _, k := range sortedKeysUTF16(c.Scopes) {
-				j.key(k)
-				j.str(c.Scopes[k])
-			}
-			j.close('}')
-			if c.Row != nil {
-				j.key("row")
-				j.base64(c.Row)
-			}
+			j.scopes(c.Scopes)
+			j.optBase64("row", c.Row)
 			j.close('}')
 		}
 		j.close(']')
 	case *SegmentRef:
-		j.key("segmentId")
-		j.str(f.SegmentID)
-		j.key("mediaType")
-		j.str(f.MediaType.String())
-		j.key("table")
-		j.str(f.Table)
-		j.key("byteLength")
-		j.int(f.ByteLength)
-		j.key("rowCount")
-		j.int(f.RowCount)
-		j.key("asOfCommitSeq")
-		j.int(f.AsOfCommitSeq)
-		j.key("scopeDigest")
-		j.str(f.ScopeDigest)
+		j.strField("segmentId", f.SegmentID)
+		j.strField("mediaType", f.MediaType.String())
+		j.strField("table", f.Table)
+		j.intField("byteLength", f.ByteLength)
+		j.intField("rowCount", f.RowCount)
+		j.intField("asOfCommitSeq", f.AsOfCommitSeq)
+		j.strField("scopeDigest", f.ScopeDigest)
 		j.optStr("rowCursor", f.RowCursor)
 		j.optStr("nextRowCursor", f.NextRowCursor)
 		j.optStr("url", f.URL)
 		j.optInt("urlExpiresAtMs", f.URLExpiresAtMs)
 	case *SegmentInline:
-		j.key("payload")
-		j.base64(f.Payload)
+		j.base64Field("payload", f.Payload)
 	case *SubEnd:
-		j.key("nextCursor")
-		j.int(f.NextCursor)
+		j.intField("nextCursor", f.NextCursor)
 		j.optRaw("bootstrapState", f.BootstrapState)
 	case *ErrorFrame:
-		j.key("code")
-		j.str(f.Code)
-		j.key("message")
-		j.str(f.Message)
-		j.key("category")
-		j.str(f.Category)
-		j.key("retryable")
-		j.bool(f.Retryable)
-		j.key("recommendedAction")
-		j.str(f.RecommendedAction)
+		j.strField("code", f.Code)
+		j.strField("message", f.Message)
+		j.strField("category", f.Category)
+		j.boolField("retryable", f.Retryable)
+		j.strField("recommendedAction", f.RecommendedAction)
 		j.optRaw("details", f.Details)
 	case *Unknown:
-		j.key("frameType")
-		j.int(int64(f.Type))
-		j.key("payload")
-		j.base64(f.Payload)
+		j.intField("frameType", int64(f.Type))
+		j.base64Field("payload", f.Payload)
 	}
 	j.close('}')
 }
@@ -280,8 +210,7 @@ func RenderSegment(b []byte) ([]byte, error) {
 		}
 		codec.decodeTrusted(row, vals)
 		j.open('{')
-		j.key("serverVersion")
-		j.int(sv)
+		j.intField("serverVersion", sv)
 		j.key("values")
 		j.open('{')
 		for i, c := range h.Columns {
@@ -306,14 +235,10 @@ func RenderSegment(b []byte) ([]byte, error) {
 
 func renderSegmentHeader(j *jsonWriter, h *SegmentHeader) {
 	j.open('{')
-	j.key("magic")
-	j.str(segmentMagic)
-	j.key("formatVersion")
-	j.int(segmentFormatVersion)
-	j.key("table")
-	j.str(h.Table)
-	j.key("schemaVersion")
-	j.int(int64(h.SchemaVersion))
+	j.strField("magic", segmentMagic)
+	j.intField("formatVersion", segmentFormatVersion)
+	j.strField("table", h.Table)
+	j.intField("schemaVersion", int64(h.SchemaVersion))
 	renderColumns(j, h.Columns)
 	j.key("blocks")
 	j.open('[')
@@ -325,12 +250,9 @@ func renderColumns(j *jsonWriter, cols []Column) {
 	j.open('[')
 	for _, c := range cols {
 		j.open('{')
-		j.key("name")
-		j.str(c.Name)
-		j.key("type")
-		j.str(c.Type.String())
-		j.key("nullable")
-		j.bool(c.Nullable)
+		j.strField("name", c.Name)
+		j.strField("type", c.Type.String())
+		j.boolField("nullable", c.Nullable)
 		j.close('}')
 	}
 	j.close(']')
@@ -449,34 +371,75 @@ func (j *jsonWriter) base64(b []byte) {
 	j.b = append(j.b, '"')
 }
 
+// Object members: a key and its value.
+
+func (j *jsonWriter) strField(k, v string) {
+	j.key(k)
+	j.str(v)
+}
+
+func (j *jsonWriter) intField(k string, v int64) {
+	j.key(k)
+	j.int(v)
+}
+
+func (j *jsonWriter) boolField(k string, v bool) {
+	j.key(k)
+	j.bool(v)
+}
+
+func (j *jsonWriter) rawField(k string, v []byte) {
+	j.key(k)
+	j.raw(v)
+}
+
+func (j *jsonWriter) base64Field(k string, v []byte) {
+	j.key(k)
+	j.base64(v)
+}
+
+// Optional members, omitted when absent (nil).
+
 func (j *jsonWriter) optStr(k string, v *string) {
 	if v != nil {
-		j.key(k)
-		j.str(*v)
+		j.strField(k, *v)
 	}
 }
 
 func (j *jsonWriter) optInt(k string, v *int64) {
 	if v != nil {
-		j.key(k)
-		j.int(*v)
+		j.intField(k, *v)
 	}
 }
 
 func (j *jsonWriter) optI32(k string, v *int32) {
 	if v != nil {
-		j.key(k)
-		j.int(int64(*v))
+		j.intField(k, int64(*v))
 	}
 }
 
 func (j *jsonWriter) optRaw(k string, v []byte) {
 	if v != nil {
-		j.key(k)
-		j.raw(v)
+		j.rawField(k, v)
 	}
 }
 
+func (j *jsonWriter) optBase64(k string, v []byte) {
+	if v != nil {
+		j.base64Field(k, v)
+	}
+}
+
+// scopes writes a map str → str, keys in UTF-16 code unit order.
+func (j *jsonWriter) scopes(m map[string]string) {
+	j.open('{')
+	for _, k := range sortedKeysUTF16(m) {
+		j.strField(k, m[k])
+	}
+	j.close('}')
+}
+
+// scopeLists writes a map str → list(str), keys in UTF-16 code unit order.
 func (j *jsonWriter) scopeLists(m map[string][]string) {
 	j.open('{')
 	for _, k := range sortedKeysUTF16(m) {
