@@ -29,10 +29,11 @@ const tooDeep = -2
 // scanJSONShallow is scanJSONValue for documents nested at most 64 deep,
 // which is nearly all of them: the nesting stack is one register (push
 // shifts left, bit 0 is the innermost level, 1 for an object), keys and
-// values scan their strings in separate copies of the loop, and escapes
-// and non-ASCII leave the loop through stringSpecial. Fewer live values
-// keep the hot path in registers. Deeper documents return tooDeep and are
-// scanned again by scanJSONValue.
+// values scan their strings in separate copies of the loop (stringRun,
+// written out by hand: it is too large for the compiler to inline), and
+// escapes and non-ASCII leave the loop through stringSpecial. Fewer live
+// values keep the hot path in registers. Deeper documents return tooDeep
+// and are scanned again by scanJSONValue.
 func scanJSONShallow(b []byte, i int) int {
 	var stack uint64
 	depth := 0
@@ -245,11 +246,13 @@ func skipJSONSpace(b []byte, i int) int {
 }
 
 // scanJSONValue scans one value starting at b[i] (no leading whitespace) and
-// returns the index just past it, or -1. It is one flat state machine (the
-// labels are its states, string scanning included, so the hot path makes
-// no calls). Nesting lives on a bit stack, 1 for an object: a register for
-// the first 64 levels and a slice beyond, so hostile depth costs neither
-// call stack nor more than one pass.
+// returns the index just past it, or -1. It is validJSON's fallback for
+// documents nested deeper than scanJSONShallow goes, so it trades the last
+// nanosecond for sharing: strings go through stringRun and stringSpecial,
+// numbers through scanJSONNumber. It is one flat state machine (the labels
+// are its states). Nesting lives on a bit stack, 1 for an object: a
+// register for the first 64 levels and a slice beyond, so hostile depth
+// costs neither call stack nor more than one pass.
 func scanJSONValue(b []byte, i int) int {
 	var (
 		stack uint64   // levels 1–64
@@ -268,18 +271,7 @@ value: // a value starts at b[i]
 	case vsString:
 		isKey = false
 		goto str
-	case vsDigit:
-		// Integers are the common number: scan them here and leave
-		// fractions and exponents to scanJSONNumber.
-		if c != '0' {
-			start := i
-			for i++; i < len(b) && b[i]-'0' <= 9; i++ {
-			}
-			if i >= len(b) || (b[i] != '.' && b[i]|0x20 != 'e') {
-				goto after
-			}
-			i = start
-		}
+	case vsDigit, vsMinus:
 		i = scanJSONNumber(b, i)
 	case vsContainer:
 		depth++
@@ -295,10 +287,7 @@ value: // a value starts at b[i]
 			}
 			deep[d>>6] = deep[d>>6]&^(1<<(d&63)) | uint64(c&^'[')>>5<<(d&63)
 		}
-		i++
-		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-			i++
-		}
+		i = skipJSONSpace(b, i+1)
 		if i < len(b) && b[i] == c+2 { // '{'+2 == '}', '['+2 == ']'
 			i++
 			depth--
@@ -314,8 +303,6 @@ value: // a value starts at b[i]
 		i = scanJSONLiteral(b, i, "false")
 	case vsNull:
 		i = scanJSONLiteral(b, i, "null")
-	case vsMinus:
-		i = scanJSONNumber(b, i)
 	default:
 		return -1
 	}
@@ -327,19 +314,14 @@ after: // a value ended at b[i]
 	if depth == 0 {
 		return i
 	}
-	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-		i++
-	}
-	if i >= len(b) {
+	if i = skipJSONSpace(b, i); i >= len(b) {
 		return -1
 	}
 	c = b[i]
 	i++
 	switch c {
 	case ',':
-		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-			i++
-		}
+		i = skipJSONSpace(b, i)
 		if inObject(stack, deep, depth) {
 			goto key
 		}
@@ -365,73 +347,16 @@ key: // a member name starts at b[i]
 	isKey = true
 
 str: // a string token starts at b[i] == '"'
-	i++
-	for {
-		// Eight bytes at a time; the lowest flagged lane is a true stop.
-		// Near the end the last eight bytes are loaded and shifted so lane
-		// 0 is b[i]; the lanes shifted in are zero, which flags them as
-		// controls, so a string without its closing quote lands on
-		// len(b) and fails below.
-		if i+8 <= len(b) {
-			m := stringStops(binary.LittleEndian.Uint64(b[i:]))
-			if m == 0 {
-				i += 8
-				continue
-			}
-			i += bits.TrailingZeros64(m) >> 3
-		} else if len(b) >= 8 {
-			x := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (uint(i-(len(b)-8)) * 8)
-			i += bits.TrailingZeros64(stringStops(x)) >> 3
-		}
-		if i >= len(b) {
-			return -1
-		}
-		c = b[i]
-		if c == '"' {
-			i++
-			break
-		}
-		switch {
-		case c == '\\':
-			if i+1 >= len(b) {
-				return -1
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return -1
-				}
-				i += 6
-			default:
-				return -1
-			}
-		case c < 0x20:
-			return -1
-		case c < utf8.RuneSelf: // a false-positive lane
-			i++
-		default:
-			n := utf8Seq(b, i)
-			if n == 0 {
-				return -1
-			}
-			i += n
-		}
+	if i = scanJSONString(b, i); i < 0 {
+		return -1
 	}
 	if !isKey {
 		goto after
 	}
-	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-		i++
-	}
-	if i >= len(b) || b[i] != ':' {
+	if i = skipJSONSpace(b, i); i >= len(b) || b[i] != ':' {
 		return -1
 	}
-	i++
-	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-		i++
-	}
+	i = skipJSONSpace(b, i+1)
 	goto value
 }
 
@@ -489,50 +414,18 @@ func stringStops(x uint64) uint64 {
 }
 
 // scanJSONString scans a string token at b[i] == '"', checking that its
-// content is valid UTF-8. Eight bytes are tested at a time; the lowest
-// flagged lane is always a true stop, so the scan jumps straight to it.
+// content is valid UTF-8, and returns the index just past it, or -1.
 func scanJSONString(b []byte, i int) int {
 	i++
 	for {
-		for i+8 <= len(b) {
-			m := stringStops(binary.LittleEndian.Uint64(b[i:]))
-			if m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
+		if i = stringRun(b, i); i >= len(b) {
 			return -1
 		}
-		switch c := b[i]; {
-		case c == '"':
+		if b[i] == '"' {
 			return i + 1
-		case c == '\\':
-			if i+1 >= len(b) {
-				return -1
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return -1
-				}
-				i += 6
-			default:
-				return -1
-			}
-		case c < 0x20:
+		}
+		if i = stringSpecial(b, i); i < 0 {
 			return -1
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			n := utf8Seq(b, i)
-			if n == 0 {
-				return -1
-			}
-			i += n
 		}
 	}
 }
@@ -790,4 +683,25 @@ func hex4(b []byte, i int) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// stringRun returns the index of the first byte at or after b[i] that can
+// end a run of plain string bytes (see stringStops), or len(b). Eight bytes
+// are tested at a time; the lowest flagged lane is always a true stop.
+// Near the end the last eight bytes are loaded and shifted so lane 0 is
+// b[i]; the lanes shifted in are zero, which flags them as controls, so a
+// string without its closing quote lands on len(b). Inputs shorter than
+// eight bytes are left to the caller's byte-wise path (i is returned).
+func stringRun(b []byte, i int) int {
+	for i+8 <= len(b) {
+		if m := stringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	if len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (uint(i-(len(b)-8)) * 8)
+		i += bits.TrailingZeros64(stringStops(x)) >> 3
+	}
+	return i
 }
