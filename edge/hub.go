@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -781,19 +782,9 @@ func (h *Hub) Status() []LinkStatus {
 			ls.Partitions = append(ls.Partitions, rs)
 		}
 		l.mu.Unlock()
-		slices.SortFunc(ls.Partitions, func(a, b ReplicaStatus) int { return cmpString(a.Partition, b.Partition) })
+		slices.SortFunc(ls.Partitions, func(a, b ReplicaStatus) int { return strings.Compare(a.Partition, b.Partition) })
 		out = append(out, ls)
 	}
-	slices.SortFunc(out, func(a, b LinkStatus) int { return cmpString(a.Edge, b.Edge) })
+	slices.SortFunc(out, func(a, b LinkStatus) int { return strings.Compare(a.Edge, b.Edge) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package ssp2
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -23,7 +24,7 @@ func CompareUTF16(a, b string) int {
 		i++
 	}
 	if i == n {
-		return cmpInt(len(a), len(b))
+		return cmp.Compare(len(a), len(b))
 	}
 	// Back up to the start of the rune holding the first difference; the
 	// prefix is shared, so it starts at the same offset in both strings.
@@ -48,11 +49,11 @@ func compareUTF16Bytes(a, b []byte) int {
 func compareRunesUTF16(ra, rb rune) int {
 	ua, ub := firstUnit(ra), firstUnit(rb)
 	if ua != ub {
-		return cmpInt(int(ua), int(ub))
+		return cmp.Compare(int(ua), int(ub))
 	}
 	// Equal first units: both are supplementary with the same high
 	// surrogate, and the low surrogates order like the runes.
-	return cmpInt(int(ra), int(rb))
+	return cmp.Compare(int(ra), int(rb))
 }
 
 // firstUnit is the first UTF-16 code unit of r.
@@ -61,16 +62,6 @@ func firstUnit(r rune) rune {
 		return 0xD800 + (r-0x10000)>>10
 	}
 	return r
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sortedKeysUTF16 returns the keys of m in UTF-16 code unit order.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -59,24 +60,14 @@ func IndexEntries(buf []IndexEntry, changes []storage.Change) []IndexEntry {
 	}
 	slices.SortFunc(out, func(a, b IndexEntry) int {
 		if a.Table != b.Table {
-			return cmpString(a.Table, b.Table)
+			return strings.Compare(a.Table, b.Table)
 		}
 		if a.Variable != b.Variable {
-			return cmpString(a.Variable, b.Variable)
+			return strings.Compare(a.Variable, b.Variable)
 		}
-		return cmpString(a.Value, b.Value)
+		return strings.Compare(a.Value, b.Value)
 	})
 	return slices.Compact(out)
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // CheckWindow validates window parameters.
