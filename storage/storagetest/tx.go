@@ -230,37 +230,60 @@ func testTxRowsAhead(t *testing.T, e *env) {
 	}
 }
 
+// holdWriteTx starts a WriteTx on partition that runs before (nil:
+// nothing), then holds the transaction, and with it the partition's lock,
+// until release is called, and then runs after (nil: nothing). It returns
+// once the lock is held; release returns the WriteTx's error.
+func holdWriteTx(t *testing.T, s storage.Store, partition string, before, after func(storage.Tx) error) (release func() error) {
+	t.Helper()
+	inside, proceed := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.WriteTx(t.Context(), partition, func(tx storage.Tx) error {
+			if before != nil {
+				if err := before(tx); err != nil {
+					return err
+				}
+			}
+			close(inside)
+			<-proceed
+			if after != nil {
+				return after(tx)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-inside:
+	case err := <-done:
+		t.Fatalf("the holding WriteTx ended before it held the lock: %v", err)
+	}
+	return func() error {
+		close(proceed)
+		return <-done
+	}
+}
+
 // testTxLockHeld holds one partition's lock and checks that a second
 // WriteTx on it does not get in before the first commits.
 func testTxLockHeld(t *testing.T, e *env) {
 	s, sc := e.store()
 	p := partition(t, s)
 	ctx := t.Context()
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	firstDone := make(chan error, 1)
-	go func() {
-		firstDone <- s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
-			if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, "first")); err != nil {
-				return err
-			}
-			// Rolling back a savepoint keeps the lock.
-			sp, err := tx.Savepoint(ctx)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t2", "p1", 1, "undone")); err != nil {
-				return err
-			}
-			if err := sp.Rollback(ctx); err != nil {
-				return err
-			}
-			close(inside)
-			<-release
-			return nil
-		})
-	}()
-	<-inside
+	release := holdWriteTx(t, s, p.ID, func(tx storage.Tx) error {
+		if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, "first")); err != nil {
+			return err
+		}
+		// Rolling back a savepoint keeps the lock.
+		sp, err := tx.Savepoint(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t2", "p1", 1, "undone")); err != nil {
+			return err
+		}
+		return sp.Rollback(ctx)
+	}, nil)
 	secondIn := make(chan int64, 1)
 	secondDone := make(chan error, 1)
 	go func() {
@@ -276,8 +299,7 @@ func testTxLockHeld(t *testing.T, e *env) {
 		t.Fatalf("a second WriteTx ran while the lock was held (read version %d)", v)
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(release)
-	check(t, <-firstDone)
+	check(t, release())
 	if v := <-secondIn; v != 1 {
 		t.Fatalf("second WriteTx read version %d, want 1 (the first's committed write)", v)
 	}
@@ -293,17 +315,7 @@ func testTxOtherPartition(t *testing.T, e *env) {
 	}
 	p, q := partition(t, s), partition(t, s)
 	ctx := t.Context()
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	firstDone := make(chan error, 1)
-	go func() {
-		firstDone <- s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
-			close(inside)
-			<-release
-			return nil
-		})
-	}()
-	<-inside
+	release := holdWriteTx(t, s, p.ID, nil, nil)
 	otherDone := make(chan error, 1)
 	go func() { otherDone <- s.WriteTx(ctx, q.ID, func(tx storage.Tx) error { return nil }) }()
 	select {
@@ -312,8 +324,7 @@ func testTxOtherPartition(t *testing.T, e *env) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a WriteTx on another partition waited for the held lock")
 	}
-	close(release)
-	check(t, <-firstDone)
+	check(t, release())
 }
 
 // testTxLockWaitCancel: a WriteTx waiting for a held lock gives up when
@@ -322,18 +333,10 @@ func testTxLockWaitCancel(t *testing.T, e *env) {
 	s, sc := e.store()
 	p := partition(t, s)
 	ctx := t.Context()
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	firstDone := make(chan error, 1)
-	go func() {
-		firstDone <- s.WriteTx(ctx, p.ID, func(tx storage.Tx) error {
-			close(inside)
-			<-release
-			_, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, nil))
-			return err
-		})
-	}()
-	<-inside
+	release := holdWriteTx(t, s, p.ID, nil, func(tx storage.Tx) error {
+		_, err := tx.RowUpsert(ctx, "tasks", task(t, sc, "t1", "p1", 1, nil))
+		return err
+	})
 	waitCtx, cancel := context.WithCancel(ctx)
 	secondDone := make(chan error, 1)
 	ran := false
@@ -347,8 +350,7 @@ func testTxLockWaitCancel(t *testing.T, e *env) {
 	if ran {
 		t.Fatal("fn ran although the context ended while waiting for the lock")
 	}
-	close(release)
-	check(t, <-firstDone)
+	check(t, release())
 }
 
 func testTxErrorRollsBack(t *testing.T, e *env) {
