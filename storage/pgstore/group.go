@@ -151,19 +151,12 @@ func (s *Store) disband(partition string, g *writeGroup) {
 // (rows.go), before any member ran, the transaction rolls back, the
 // waiting members start over and lead returns errDeferredFailed.
 func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows []storage.RowRef, fn func(t *tx) error, deferOK bool) error {
-	c, err := s.pool.Acquire(ctx)
+	t, err := s.beginWrite(ctx)
 	if err != nil {
 		s.disband(partition, g)
-		return fmt.Errorf("write transaction: %w", err)
+		return err
 	}
-	defer c.Release()
-	t := &tx{s: s, c: c, inst: s.schema.Load()}
-	done := false
-	defer func() {
-		if !done {
-			t.rollback(ctx)
-		}
-	}()
+	defer t.end(ctx)
 	// The lock wait honours ctx; once it is held, nothing a member's
 	// cancellation does may break the shared connection.
 	if err := t.lock(ctx, partition, rows); err != nil {
@@ -187,7 +180,7 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows 
 		}
 	}()
 	t.deferOK = deferOK
-	err = s.runLeader(ctx, t, fn)
+	err = t.run(fn)
 	t.deferOK = false
 	if t.deferFailed {
 		err = errDeferredFailed
@@ -231,22 +224,10 @@ func (s *Store) lead(ctx context.Context, partition string, g *writeGroup, rows 
 	if err != nil && t.deferFailed && len(kept) == 0 {
 		return errDeferredFailed // the leader's writes alone: it runs again
 	}
-	done = err == nil
 	for _, m := range kept {
 		m.done <- err
 	}
 	return err
-}
-
-// runLeader runs the leader's fn on the transaction.
-func (s *Store) runLeader(ctx context.Context, t *tx, fn func(t *tx) error) error {
-	if err := fn(t); err != nil {
-		return err
-	}
-	if t.aborted {
-		return storage.ErrTxAborted
-	}
-	return nil
 }
 
 // errMemberPanicked is a member's outcome when its fn panicked (the panic
@@ -326,15 +307,12 @@ func (t *tx) memberRun(ctx context.Context, fn func(t *tx) error, deferOK bool) 
 			t.undoMember(ctx, base)
 		}
 	}()
-	err = fn(t)
+	err = t.run(fn)
 	if t.deferFailed {
 		return errDeferredFailed
 	}
 	if err != nil {
 		return err
-	}
-	if t.aborted {
-		return storage.ErrTxAborted
 	}
 	t.savepoints = nil
 	t.queue("RELEASE SAVEPOINT " + groupSavepoint)

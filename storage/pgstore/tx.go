@@ -56,6 +56,8 @@ type tx struct {
 	// broken is set when a member's writes could not be rolled back: the
 	// group's transaction cannot commit.
 	broken error
+	// committed: COMMIT succeeded, so end does not roll back.
+	committed bool
 	// A read transaction's planned window (plan.go): trail is sent behind
 	// the next statement (the planned window's first read and COMMIT);
 	// spent says that pipeline ended the transaction, missed that a read
@@ -288,32 +290,49 @@ func (s *Store) WriteTx(ctx context.Context, partition string, fn func(tx storag
 // (seeding, wiping, epoch rotation, pruning) that change the partition row
 // or the whole partition, which a group's later members would not see in
 // their Locked row.
-func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) error) (err error) {
-	c, err := s.pool.Acquire(ctx)
+func (s *Store) writeTx(ctx context.Context, partition string, fn func(t *tx) error) error {
+	t, err := s.beginWrite(ctx)
 	if err != nil {
-		return fmt.Errorf("write transaction: %w", err)
+		return err
 	}
-	defer c.Release()
-	t := &tx{s: s, c: c, inst: s.schema.Load()}
-	done := false
-	defer func() {
-		if !done {
-			t.rollback(ctx)
-		}
-	}()
+	defer t.end(ctx)
 	if err := t.lock(ctx, partition, nil); err != nil {
 		return err
 	}
+	if err := t.run(fn); err != nil {
+		return err
+	}
+	return t.commit(ctx)
+}
+
+// beginWrite takes a pooled connection for a write transaction, which
+// t.lock then begins. The caller defers t.end.
+func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("write transaction: %w", err)
+	}
+	return &tx{s: s, c: c, inst: s.schema.Load()}, nil
+}
+
+// end rolls a write transaction back unless it committed, and returns
+// its connection to the pool.
+func (t *tx) end(ctx context.Context) {
+	if !t.committed {
+		t.rollback(ctx)
+	}
+	t.c.Release()
+}
+
+// run runs fn on the transaction; a fn that returns nil but left the
+// transaction aborted fails with storage.ErrTxAborted.
+func (t *tx) run(fn func(t *tx) error) error {
 	if err := fn(t); err != nil {
 		return err
 	}
 	if t.aborted {
 		return storage.ErrTxAborted
 	}
-	if err := t.commit(ctx); err != nil {
-		return err
-	}
-	done = true
 	return nil
 }
 
@@ -344,6 +363,7 @@ func (t *tx) commit(ctx context.Context) error {
 	if err := t.send(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", translate(err, ""))
 	}
+	t.committed = true
 	return nil
 }
 
