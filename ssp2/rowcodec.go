@@ -100,6 +100,17 @@ func minValueLen(t ColumnType) int {
 	return 4 // u32 length prefix
 }
 
+// valueLen is the encoded length of the non-null value of type t at the
+// start of p, a value decode accepted (a variable-length one's prefix is
+// read, not checked).
+func valueLen(t ColumnType, p []byte) int {
+	n := minValueLen(t)
+	if n == 4 {
+		n += int(binary.LittleEndian.Uint32(p))
+	}
+	return n
+}
+
 // Columns returns the column list the codec was compiled for.
 func (c *RowCodec) Columns() []Column { return c.cols }
 
@@ -394,16 +405,8 @@ func (v *Value) set(null bool, i int64, f float64, b bool, bytes []byte) {
 func (c *RowCodec) valueOffset(src []byte, col int) int {
 	off := c.bitmapLen
 	for i, t := range c.types[:col] {
-		if src[i>>3]&(1<<(i&7)) != 0 {
-			continue
-		}
-		switch t {
-		case TypeInteger, TypeFloat:
-			off += 8
-		case TypeBoolean:
-			off++
-		default:
-			off += 4 + int(binary.LittleEndian.Uint32(src[off:]))
+		if src[i>>3]&(1<<(i&7)) == 0 {
+			off += valueLen(t, src[off:])
 		}
 	}
 	return off + 4

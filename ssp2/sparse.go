@@ -436,16 +436,8 @@ func (c *SparseCodec) valueOffset(body, pres, nulls []byte, col int) int {
 		}
 		null := nulls[j>>3]&(1<<(j&7)) != 0
 		j++
-		if null {
-			continue
-		}
-		switch t {
-		case TypeInteger, TypeFloat:
-			off += 8
-		case TypeBoolean:
-			off++
-		default:
-			off += 4 + int(binary.LittleEndian.Uint32(body[off:]))
+		if !null {
+			off += valueLen(t, body[off:])
 		}
 	}
 	return off + 4
