@@ -21,18 +21,20 @@ import (
 // TestSteadyRoundsCompileNothing: once warm, push + pull rounds compile
 // no statement on any of the store's connections. A statement whose plan
 // depends on a bound value (a "col = ?" matched against a partial index's
-// WHERE, a LIKE prefix, a bare LIMIT ?) is expired by SQLite whenever that
-// parameter is bound, so every run parses and plans it again; the rounds
-// here run every statement of the push and pull path, and a statement
-// that recompiles fails the test with its SQL.
+// WHERE, a LIKE prefix) is expired by SQLite whenever that parameter is
+// bound, and a bare LIMIT ? whenever its value changes, so the next run
+// parses and plans it again; the rounds here run every statement of the
+// push and pull path, and a statement compiled again fails the test with
+// its SQL. The one compilation allowed is a reader's first preparation
+// of a statement another reader had already cached: once per connection.
 //
 // The rounds are those of `syncnode load push-pull`, a little widened:
-// four clients on their own projects (one also subscribed to another's),
+// four clients on their own projects (one also subscribed to another's)
 // pushing concurrently, so the writer groups their commits under
 // savepoints, each round one commit that inserts a row and updates
 // another, then an incremental pull of every subscription; the engine's
-// serve-gate check in each transaction; the relay's reads of the log
-// after every round.
+// serve-gate check in each transaction; the relay's reads of the log and
+// a reaction's enqueue, claim and completion after every round.
 func TestSteadyRoundsCompileNothing(t *testing.T) {
 	ctx := context.Background()
 	const readers = 4
