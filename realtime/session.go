@@ -70,7 +70,7 @@ type session struct {
 	epoch      string
 	wire       uint16
 	regs       []engine.Registration
-	regKey     string
+	regKey     string              // wire version and registrations: what a delta's encoding depends on
 	keys       map[string]struct{} // scope keys held: the presence grant
 	cursor     int64               // highest acked
 	persisted  int64               // highest ack written to the client record
@@ -114,10 +114,13 @@ func (s *session) start(a engine.Attachment, latest int64) {
 	s.enqueueLocked(outMsg{kind: kindControl, text: true, data: hello}, false)
 }
 
-// setRegsLocked replaces the registrations and the scope keys they hold.
+// setRegsLocked replaces the registrations and the scope keys they hold,
+// and keys the deltas they encode (under the wire version set before).
 func (s *session) setRegsLocked(regs []engine.Registration) {
 	s.regs = regs
 	var b strings.Builder
+	b.WriteString(strconv.Itoa(int(s.wire)))
+	b.WriteByte('/')
 	keys := map[string]struct{}{}
 	for _, r := range regs {
 		b.WriteString(strconv.Quote(r.ID))
@@ -263,7 +266,7 @@ func (s *session) delta(n *note) encodedDelta {
 	if len(s.regs) == 0 {
 		return encodedDelta{}
 	}
-	key := strconv.Itoa(int(s.wire)) + "/" + s.regKey
+	key := s.regKey
 	if d, ok := n.deltas[key]; ok {
 		return d
 	}
