@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -359,7 +360,17 @@ func (s *session) next() (outMsg, bool) {
 
 // writeLoop drains the session to the socket; a write that fails or takes
 // longer than WriteTimeout ends the connection.
+//
+// One timer bounds every write, dropping the connection when a write
+// overruns; the writes take a context that is never done, so the socket
+// library arms no watcher of its own per message (with a per-write
+// timeout context that was ~20 allocations per socket round). Closing the
+// session ends a write in flight as before: the socket closes under it.
 func (s *session) writeLoop() {
+	wctx := context.WithoutCancel(s.ctx)
+	timer := time.AfterFunc(time.Hour, s.drop)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -375,10 +386,9 @@ func (s *session) writeLoop() {
 			if m.text {
 				typ = websocket.MessageText
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, s.h.cfg.WriteTimeout)
-			err := s.conn.Write(ctx, typ, m.data)
-			timedOut := ctx.Err() == context.DeadlineExceeded
-			cancel()
+			timer.Reset(s.h.cfg.WriteTimeout)
+			err := s.conn.Write(wctx, typ, m.data)
+			timedOut := !timer.Stop()
 			if m.done != nil {
 				m.done <- err
 			}
