@@ -162,6 +162,8 @@ func TestLoadUsageErrors(t *testing.T) {
 		{"load", "push-pull", "--max-p95", "bootstrap=1s"},
 		{"load", "push-pull", "--max-p95", "round"},
 		{"load", "push-pull", "--url", "http://127.0.0.1:1", "--postgres", "postgres://x"},
+		{"load", "push-pull", "--transport", "quic"},
+		{"load", "bootstrap-storm", "--transport", "socket"},
 	} {
 		var stdout, stderr syncBuffer
 		if err := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr); err == nil {
