@@ -396,8 +396,17 @@ type request struct {
 // to w. Once the response has started every failure is written in-band
 // (ERROR, END) and logged; Sync then returns nil.
 func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
+	return e.SyncChecked(ctx, id, body, w, nil)
+}
+
+// SyncChecked is Sync with check, when set, run on the decoded request
+// before anything else: its error fails the request before the response
+// starts, as a decode error does. The realtime channel checks a socket
+// round's clientId with it, and notes whether the round pulls, without
+// decoding the request a second time.
+func (e *Engine) SyncChecked(ctx context.Context, id Identity, body []byte, w io.Writer, check func(*ssp2.Request) error) error {
 	e.metrics.Requests.Add(1)
-	err := e.sync(ctx, id, body, w)
+	err := e.sync(ctx, id, body, w, check)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -408,10 +417,15 @@ func (e *Engine) Sync(ctx context.Context, id Identity, body []byte, w io.Writer
 	return err
 }
 
-func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer) error {
+func (e *Engine) sync(ctx context.Context, id Identity, body []byte, w io.Writer, check func(*ssp2.Request) error) error {
 	req, err := ssp2.DecodeRequestWindow(body, e.cfg.WireWindow)
 	if err != nil {
 		return err
+	}
+	if check != nil {
+		if err := check(req); err != nil {
+			return err
+		}
 	}
 	r := &request{id: id, req: req, cw: clientWriter{w: w}, now: e.nowMs()}
 	r.w = &r.cw

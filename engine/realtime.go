@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -94,11 +93,14 @@ func (e *Engine) Attach(ctx context.Context, id Identity, clientID string) (Atta
 	if !a.HasClient || len(a.Client.Subscriptions) == 0 {
 		return a, nil
 	}
-	var subs []registeredSub
-	if err := json.Unmarshal(a.Client.Subscriptions, &subs); err != nil {
-		e.log.Warn("unreadable client subscriptions; registering none", "partition", id.Partition, "client", clientID, "err", err)
+	// A socket round re-attaches at its end: the list is the one the
+	// round's pull just decoded, from the memo.
+	rec := e.subs.get(a.Client.Subscriptions)
+	if rec == nil {
+		e.log.Warn("unreadable client subscriptions; registering none", "partition", id.Partition, "client", clientID)
 		return a, nil
 	}
+	subs := rec.list
 	if len(subs) == 0 {
 		return a, nil
 	}

@@ -12,8 +12,8 @@
 //	GET  /__load/metrics → {"rssBytes","peakRssBytes","cpuSeconds","requests","requestErrors",
 //	                        "requestDurationMs":{"p50","p95","p99"},"segmentsBuilt","segmentsReused",
 //	                        "pushApplied","pushConflicted","pushRejected","realtimeDeltas",
-//	                        "realtimeWakes","realtimeOpened","realtimeClosed","pruneRuns",
-//	                        "pruneRemovedCommits"}
+//	                        "realtimeWakes","realtimeOpened","realtimeClosed","realtimeRounds",
+//	                        "realtimeAcks","pruneRuns","pruneRemovedCommits"}
 //	POST /__load/prune   → {"removedCommits": n}
 //	POST /__load/reset {"seedRows": n} → {}
 //
@@ -138,6 +138,7 @@ type Fixture struct {
 type engineCounts struct {
 	segmentsBuilt, segmentsReused, pushApplied, pushConflicted, pushRejected int64
 	realtimeDeltas, realtimeWakes, realtimeOpened, realtimeClosed            int64
+	realtimeRounds, realtimeAcks                                             int64
 }
 
 func (f *Fixture) engineCounts() *engineCounts {
@@ -152,6 +153,7 @@ func (f *Fixture) engineCounts() *engineCounts {
 	if r := f.cfg.Realtime; r != nil {
 		c.realtimeDeltas, c.realtimeWakes = r.Deltas.Load(), r.Wakes()
 		c.realtimeOpened, c.realtimeClosed = r.Opened.Load(), r.Closed.Load()
+		c.realtimeRounds, c.realtimeAcks = r.Rounds.Load(), r.Acks.Load()
 	}
 	return c
 }
@@ -228,6 +230,8 @@ type Metrics struct {
 	RealtimeWakes       int64       `json:"realtimeWakes"`
 	RealtimeOpened      int64       `json:"realtimeOpened"`
 	RealtimeClosed      int64       `json:"realtimeClosed"`
+	RealtimeRounds      int64       `json:"realtimeRounds"`
+	RealtimeAcks        int64       `json:"realtimeAcks"`
 	PruneRuns           int64       `json:"pruneRuns"`
 	PruneRemovedCommits int64       `json:"pruneRemovedCommits"`
 }
@@ -253,6 +257,7 @@ func (f *Fixture) Snapshot() Metrics {
 		PushRejected:   now.pushRejected - base.pushRejected,
 		RealtimeDeltas: now.realtimeDeltas - base.realtimeDeltas, RealtimeWakes: now.realtimeWakes - base.realtimeWakes,
 		RealtimeOpened: now.realtimeOpened - base.realtimeOpened, RealtimeClosed: now.realtimeClosed - base.realtimeClosed,
+		RealtimeRounds: now.realtimeRounds - base.realtimeRounds, RealtimeAcks: now.realtimeAcks - base.realtimeAcks,
 		PruneRuns: f.pruneRuns.Load(), PruneRemovedCommits: f.pruneRemoved.Load(),
 	}
 }

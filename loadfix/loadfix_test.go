@@ -145,7 +145,7 @@ func TestLoadFixture(t *testing.T) {
 			}
 			m := metrics(t, base)
 			for _, k := range []string{"rssBytes", "peakRssBytes", "cpuSeconds", "requests", "requestErrors", "requestDurationMs", "segmentsBuilt", "segmentsReused",
-				"pushApplied", "pushConflicted", "pushRejected", "realtimeDeltas", "realtimeWakes", "realtimeOpened", "realtimeClosed", "pruneRuns", "pruneRemovedCommits"} {
+				"pushApplied", "pushConflicted", "pushRejected", "realtimeDeltas", "realtimeWakes", "realtimeOpened", "realtimeClosed", "realtimeRounds", "realtimeAcks", "pruneRuns", "pruneRemovedCommits"} {
 				if _, ok := m[k]; !ok {
 					t.Errorf("metrics lack %s: %v", k, m)
 				}

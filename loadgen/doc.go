@@ -36,6 +36,16 @@
 //	                   once a second. p95 read ≤ 600 / 1000 ms, write ≤ 800 / 1000
 //	                   ms, RSS ≤ 900 / 400 MiB.
 //
+// Config.Transport (`--transport`) chooses what carries the rounds of
+// push-pull and maintenance-churn: POST /sync (http, the default) or one
+// realtime WebSocket per user (socket, SPEC.md §8.7), the way reference
+// clients sync once connected. A socket user connects, waits for hello,
+// runs its rounds as 0x01 messages, applies the deltas that arrived
+// between rounds and acks the highest nextCursor it applied, and after
+// every round acks its cursor floor (§8.2), which lifts the server's
+// delta suppression. The other scenarios keep their own mix; every result
+// names its transport.
+//
 // Users start evenly spread over a short ramp, then run until the duration
 // is up; a round in flight then finishes. Throughput is ops over the wall
 // time, ramp included, as the reference computes it. Percentiles are the
@@ -59,7 +69,8 @@
 // content address checked (the reference suite does not download them).
 // Realtime connections check hello, tags and chunk framing (§8.7: one
 // round at a time, no delta inside a response, nothing after END) and
-// decode every delta; like the reference's they never ack.
+// decode every delta; those of reconnect-storm and mixed-soak never ack,
+// like the reference's.
 //
 // # Measuring the server, not the tool
 //

@@ -41,7 +41,11 @@ func startNode(tb testing.TB, b backend) *node.Node {
 		DataDir: tb.TempDir(), Schema: loadfix.Schema(), HTTP: node.HTTPConfig{Listen: "127.0.0.1:0"},
 		NATS: embedded.Config{Port: embedded.RandomPort}, API: httpapi.Config{Auth: loadfix.Auth()},
 		Routes: func(_ context.Context, n *node.Node, h http.Handler) (http.Handler, func(context.Context) error, error) {
-			f, err := loadfix.New(loadfix.Config{Store: n.Store, Engine: n.Engine})
+			lc := loadfix.Config{Store: n.Store, Engine: n.Engine}
+			if n.Realtime != nil {
+				lc.Realtime = n.Realtime.Metrics()
+			}
+			f, err := loadfix.New(lc)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -189,6 +193,44 @@ func TestScenariosSmoke(t *testing.T) {
 					share, ceiling := res.Extra["thinkShare"], res.Extra["paceCeilingPerSec"]
 					if share <= 0 || share >= 1 || ceiling < res.OpsPerSec || ceiling > 1.1*5/0.015 {
 						t.Fatalf("think share %v, pace ceiling %v rounds/s at %v rounds/s", share, ceiling, res.OpsPerSec)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestScenariosOverSocket runs push-pull and maintenance-churn with their
+// rounds on the realtime socket, as a reference client syncs: every round
+// the tool counted is a socket round the hub ran, no round went over
+// POST /sync, and every ack the clients sent reached the hub.
+func TestScenariosOverSocket(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			n := startNode(t, b)
+			for _, name := range []string{"push-pull", "maintenance-churn"} {
+				t.Run(name, func(t *testing.T) {
+					cfg := smoke(n.URL())
+					cfg.Transport = TransportSocket
+					res, err := Run(context.Background(), name, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					behaved(t, res)
+					m := res.Server
+					// The only HTTP round is the epoch acquisition; one
+					// socket per user and the probe.
+					if res.Transport != TransportSocket || m.Requests != 1 || m.RealtimeRounds != res.Rounds || m.RealtimeOpened != int64(res.VUs)+1 {
+						t.Fatalf("transport %s, %d rounds; server %+v", res.Transport, res.Rounds, m)
+					}
+					// At least the post-round ack of every round but a
+					// user's first pages of a bootstrap.
+					acks := int64(res.Extra["acks"])
+					if acks < res.Ops || m.RealtimeAcks != acks {
+						t.Fatalf("%d acks sent, %d received, for %d ops", acks, m.RealtimeAcks, res.Ops)
+					}
+					if name == "push-pull" && m.PushApplied != res.Ops {
+						t.Fatalf("%d pushes applied for %d ops", m.PushApplied, res.Ops)
 					}
 				})
 			}

@@ -38,16 +38,20 @@ const (
 // rtConn is one realtime WebSocket of a virtual client (§8): it waits for
 // hello, runs sync rounds over the socket (request and response as 0x01
 // chunks, one round at a time), and checks and counts what the server
-// pushes between rounds — deltas (0x00), wake-ups, heartbeats. It never
-// acks, as the reference load suite's realtime clients do not: the server
-// suppresses deltas for such a session and sends wake-ups instead.
+// pushes between rounds — deltas (0x00), wake-ups, heartbeats. On its own
+// it never acks, as the reference load suite's realtime clients do not:
+// the server suppresses deltas for such a session and sends wake-ups
+// instead. A socketClient drives one the way a reference client does:
+// with keepDeltas set the connection keeps each delta section's
+// nextCursor for the client to apply, and the client acks (ack).
 type rtConn struct {
-	ws       *websocket.Conn
-	clientID string
-	hello    chan *ssp2.Hello
-	closed   chan struct{} // the reader stopped
-	closing  atomic.Bool
-	out      []byte
+	ws         *websocket.Conn
+	clientID   string
+	keepDeltas bool
+	hello      chan *ssp2.Hello
+	closed     chan struct{} // the reader stopped
+	closing    atomic.Bool
+	out        []byte
 
 	mu      sync.Mutex
 	err     error // first failure; the connection is dead after it
@@ -56,8 +60,11 @@ type rtConn struct {
 	resp    []byte
 	scanned int // bytes of resp scanned into whole frames (after the envelope)
 	done    chan []byte
+	// pending holds, per subscription id, the highest SUB_END.nextCursor
+	// of the deltas received since the client last took them (keepDeltas).
+	pending map[string]int64
 
-	deltas, wakes atomic.Int64
+	deltas, wakes, acks atomic.Int64
 }
 
 // realtimeURL is the WebSocket URL of the realtime channel for clientID.
@@ -68,8 +75,9 @@ func (t *httpTarget) realtimeURL(clientID string) string {
 	return u.String()
 }
 
-// dialRealtime opens the realtime channel and waits for hello.
-func (t *httpTarget) dialRealtime(ctx context.Context, clientID string) (*rtConn, error) {
+// dialRealtime opens the realtime channel and waits for hello; with
+// keepDeltas the connection keeps delta sections for its client to apply.
+func (t *httpTarget) dialRealtime(ctx context.Context, clientID string, keepDeltas bool) (*rtConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, helloTimeout)
 	defer cancel()
 	ws, resp, err := websocket.Dial(ctx, t.realtimeURL(clientID), &websocket.DialOptions{HTTPClient: t.hc, HTTPHeader: t.header})
@@ -83,7 +91,7 @@ func (t *httpTarget) dialRealtime(ctx context.Context, clientID string) (*rtConn
 		return nil, fmt.Errorf("realtime upgrade: %w", err)
 	}
 	ws.SetReadLimit(maxRoundResponse)
-	c := &rtConn{ws: ws, clientID: clientID, hello: make(chan *ssp2.Hello, 1), closed: make(chan struct{}), done: make(chan []byte, 1)}
+	c := &rtConn{ws: ws, clientID: clientID, keepDeltas: keepDeltas, hello: make(chan *ssp2.Hello, 1), closed: make(chan struct{}), done: make(chan []byte, 1)}
 	go c.read()
 	select {
 	case h := <-c.hello:
@@ -189,7 +197,11 @@ func (c *rtConn) binary(b []byte) error {
 		if mid {
 			return errors.New("a delta (0x00) in the middle of a round response (§8.7)")
 		}
-		if err := checkDelta(b[1:]); err != nil {
+		var keep func(id string, next int64)
+		if c.keepDeltas {
+			keep = c.keep
+		}
+		if err := readDelta(b[1:], keep); err != nil {
 			return fmt.Errorf("delta: %w", err)
 		}
 		c.deltas.Add(1)
@@ -200,8 +212,9 @@ func (c *rtConn) binary(b []byte) error {
 	return nil // unknown tags are ignored (§8.7)
 }
 
-// checkDelta decodes a delta: one complete SSP2 response.
-func checkDelta(b []byte) error {
+// readDelta decodes a delta: one complete SSP2 response. section, when
+// set, receives each section's subscription id and SUB_END.nextCursor.
+func readDelta(b []byte, section func(id string, next int64)) error {
 	mr, err := ssp2.NewMessageReader(bytes.NewReader(b))
 	if err != nil {
 		return err
@@ -209,6 +222,7 @@ func checkDelta(b []byte) error {
 	if mr.Kind() != ssp2.KindResponse {
 		return fmt.Errorf("a %s, want a response", mr.Kind())
 	}
+	var id string
 	for {
 		f, err := mr.Next()
 		if errors.Is(err, io.EOF) {
@@ -217,10 +231,55 @@ func checkDelta(b []byte) error {
 		if err != nil {
 			return err
 		}
-		if e, ok := f.(*ssp2.ErrorFrame); ok {
-			return fmt.Errorf("in-band ERROR %s: %s", e.Code, e.Message)
+		switch f := f.(type) {
+		case *ssp2.ErrorFrame:
+			return fmt.Errorf("in-band ERROR %s: %s", f.Code, f.Message)
+		case *ssp2.SubStart:
+			id = f.ID
+		case *ssp2.SubEnd:
+			if section != nil {
+				section(id, f.NextCursor)
+			}
 		}
 	}
+}
+
+// keep records a delta section for the client to apply.
+func (c *rtConn) keep(id string, next int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending == nil {
+		c.pending = map[string]int64{}
+	}
+	if cur, ok := c.pending[id]; !ok || next > cur {
+		c.pending[id] = next
+	}
+}
+
+// takeDeltas hands the sections kept since the last call to f, one per
+// subscription id with its highest nextCursor.
+func (c *rtConn) takeDeltas(f func(id string, next int64)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, next := range c.pending {
+		f(id, next)
+		delete(c.pending, id)
+	}
+}
+
+// ack sends {"type":"ack","cursor":n} (§8.2) within timeout.
+func (c *rtConn) ack(ctx context.Context, cursor int64, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	b, err := ssp2.MarshalControl(&ssp2.Ack{Cursor: cursor})
+	if err != nil {
+		return fmt.Errorf("realtime %s: ack: %w", c.clientID, err)
+	}
+	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("realtime %s: ack: %w", c.clientID, err)
+	}
+	c.acks.Add(1)
+	return nil
 }
 
 // chunk appends a round response chunk; the round completes when the
@@ -321,4 +380,48 @@ func (t timedRT) roundTrip(ctx context.Context, req []byte) (io.Reader, func(), 
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	return t.c.roundTrip(ctx, req)
+}
+
+// socketClient syncs a virtual client over its own realtime connection
+// the way a reference client does once connected (SPEC.md §8.2, §8.7).
+// Before each round it applies the delta sections that arrived since the
+// previous one — a section of a subscription that has synced and is not
+// bootstrapping moves its cursor forward; an older one is a duplicate —
+// and acks the highest nextCursor it applied. Each round runs on the
+// socket. After each round it acks its cursor floor, the lowest cursor of
+// the subscriptions that have synced and are not bootstrapping (none, no
+// ack): the ack that lifts the server's delta suppression. Wake-ups need
+// nothing more, the user's next round being the pull they ask for.
+type socketClient struct {
+	c       *vclient
+	conn    *rtConn
+	timeout time.Duration
+}
+
+func (s *socketClient) roundTrip(ctx context.Context, req []byte) (io.Reader, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.conn.roundTrip(ctx, req)
+}
+
+// beforeRound applies the deltas received since the last round.
+func (s *socketClient) beforeRound(ctx context.Context) error {
+	applied := int64(-1)
+	s.conn.takeDeltas(func(id string, next int64) {
+		if s.c.applyDelta(id, next) {
+			applied = max(applied, next)
+		}
+	})
+	if applied < 0 {
+		return nil
+	}
+	return s.conn.ack(ctx, applied, s.timeout)
+}
+
+// afterRound acks the cursor floor.
+func (s *socketClient) afterRound(ctx context.Context) error {
+	if floor, ok := s.c.cursorFloor(); ok {
+		return s.conn.ack(ctx, floor, s.timeout)
+	}
+	return nil
 }

@@ -82,6 +82,55 @@ func TestRealtimeRoundFraming(t *testing.T) {
 	}
 }
 
+// TestDeltaApplication: a kept delta section moves a live subscription's
+// cursor forward and counts in its ack floor; a duplicate, or one for a
+// subscription still bootstrapping, changes nothing.
+func TestDeltaApplication(t *testing.T) {
+	conn := newTestConn()
+	conn.keepDeltas = true
+	delta := append([]byte{tagDelta}, testResponse(t)...) // section "s", nextCursor 7
+	if err := conn.binary(delta); err != nil {
+		t.Fatal(err)
+	}
+	c := newVClient("c1", "e1")
+	c.subscribe("s", "p")
+	c.subscribe("boot", "q")
+	take := func() (applied []int64) {
+		conn.takeDeltas(func(id string, next int64) {
+			if c.applyDelta(id, next) {
+				applied = append(applied, next)
+			}
+		})
+		return applied
+	}
+	if got := take(); len(got) != 0 || c.subs[0].frame.Cursor != -1 {
+		t.Fatalf("applied %v to a subscription that never synced (cursor %d)", got, c.subs[0].frame.Cursor)
+	}
+	if _, ok := c.cursorFloor(); ok {
+		t.Fatal("a floor with no live subscription")
+	}
+	c.subs[0].synced, c.subs[0].frame.Cursor = true, 5
+	c.subs[1].synced, c.subs[1].frame.Cursor, c.subs[1].frame.BootstrapState = true, 3, []byte(`"t"`)
+	if err := conn.binary(delta); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); len(got) != 1 || got[0] != 7 || c.subs[0].frame.Cursor != 7 {
+		t.Fatalf("applied %v, cursor %d; want 7", got, c.subs[0].frame.Cursor)
+	}
+	if f, ok := c.cursorFloor(); !ok || f != 7 {
+		t.Fatalf("floor %d %v, want 7 (the bootstrapping subscription does not count)", f, ok)
+	}
+	if err := conn.binary(delta); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); len(got) != 0 || c.subs[0].frame.Cursor != 7 {
+		t.Fatalf("a duplicate applied: %v, cursor %d", got, c.subs[0].frame.Cursor)
+	}
+	if conn.deltas.Load() != 3 {
+		t.Fatalf("%d deltas counted, want 3", conn.deltas.Load())
+	}
+}
+
 func TestRealtimeControl(t *testing.T) {
 	c := newTestConn()
 	seen := false

@@ -24,8 +24,8 @@ func WriteSummary(w io.Writer, r *Result) {
 	if !r.Pass {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\n%s · %s · %d VUs · %s · dataset %s · %s\n", r.Scenario, r.Profile, r.VUs,
-		time.Duration(r.DurationSec*float64(time.Second)), thousands(float64(r.Dataset)), verdict)
+	fmt.Fprintf(w, "\n%s · %s · %d VUs · %s · dataset %s · over %s · %s\n", r.Scenario, r.Profile, r.VUs,
+		time.Duration(r.DurationSec*float64(time.Second)), thousands(float64(r.Dataset)), r.Transport, verdict)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  throughput\t%s %ss/s (%s %ss in %.1f s, %s sync rounds)\n", thousands(r.OpsPerSec), r.Unit,
 		thousands(float64(r.Ops)), r.Unit, r.WallSec, thousands(float64(r.Rounds)))
@@ -229,6 +229,9 @@ type row struct {
 // summarize takes the medians of an outcome's runs.
 func summarize(o Outcome) row {
 	r := row{profile: profileText(o.Profile)}
+	if len(o.Runs) > 0 && TakesTransport(o.Scenario) && o.Runs[0].Transport != TransportHTTP {
+		r.profile += ", over " + string(o.Runs[0].Transport)
+	}
 	if o.Smoke {
 		r.profile += " (smoke)"
 	}

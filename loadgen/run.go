@@ -52,8 +52,36 @@ type Config struct {
 	FetchSegments bool
 	// RoundTimeout bounds one round (default 60 s).
 	RoundTimeout time.Duration
+	// Transport carries the users' sync rounds in the scenarios that take
+	// a choice (push-pull, maintenance-churn): TransportHTTP (POST /sync,
+	// the default) or TransportSocket (the realtime channel, §8.7). The
+	// other scenarios keep their own mix.
+	Transport Transport
 	// Progress receives a progress line once a second; nil for none.
 	Progress io.Writer
+}
+
+// Transport is what carries a scenario's sync rounds.
+type Transport string
+
+const (
+	// TransportHTTP: one POST /sync per round.
+	TransportHTTP Transport = "http"
+	// TransportSocket: rounds over one realtime WebSocket per user, as
+	// reference clients sync once connected (SPEC.md §8.7), with the
+	// deltas applied and acked (§8.2).
+	TransportSocket Transport = "socket"
+	// TransportMixed is reported by scenarios whose users ride both.
+	TransportMixed Transport = "http+socket"
+)
+
+// Transports lists the choices of Config.Transport.
+func Transports() []Transport { return []Transport{TransportHTTP, TransportSocket} }
+
+// TakesTransport reports whether scenario name honours Config.Transport.
+func TakesTransport(name string) bool {
+	s, ok := scenarioByName(name)
+	return ok && s.transport == ""
 }
 
 // Result is the outcome of one scenario run; it is also the JSON result.
@@ -64,6 +92,8 @@ type Result struct {
 	VUs         int     `json:"vus"`
 	DurationSec float64 `json:"durationSec"`
 	Dataset     int     `json:"dataset"`
+	// Transport carried the users' sync rounds.
+	Transport Transport `json:"transport"`
 	// Fixture: the server has the load fixture's /__load routes.
 	Fixture bool    `json:"fixture"`
 	WallSec float64 `json:"wallSec"`
@@ -156,6 +186,13 @@ func Run(ctx context.Context, name string, cfg Config) (*Result, error) {
 	}
 	if cfg.RoundTimeout <= 0 {
 		cfg.RoundTimeout = defaultRoundTimeout
+	}
+	switch cfg.Transport {
+	case "":
+		cfg.Transport = TransportHTTP
+	case TransportHTTP, TransportSocket:
+	default:
+		return nil, fmt.Errorf("load: unknown transport %q (choose one of %v)", cfg.Transport, Transports())
 	}
 	t, err := newHTTPTarget(cfg.URL, cfg.Header, cfg.RoundTimeout, prof.VUs+8, cfg.FetchSegments)
 	if err != nil {
@@ -276,14 +313,22 @@ func (r *run) prepare() error {
 	if r.epoch, err = r.t.acquireEpoch(r.ctx, r.clientID("epoch")); err != nil {
 		return err
 	}
-	if r.sc.realtime {
-		c, err := r.t.dialRealtime(r.ctx, r.clientID("probe"))
+	if r.sc.realtime || r.transport() == TransportSocket {
+		c, err := r.t.dialRealtime(r.ctx, r.clientID("probe"), false)
 		if err != nil {
 			return err
 		}
 		c.close()
 	}
 	return nil
+}
+
+// transport is what carries the users' rounds in this run.
+func (r *run) transport() Transport {
+	if r.sc.transport != "" {
+		return r.sc.transport
+	}
+	return r.cfg.Transport
 }
 
 // note prints a remark on the progress writer.
@@ -351,7 +396,7 @@ func (r *run) execute() (*Result, error) {
 
 	res := &Result{
 		Scenario: r.sc.name, Profile: profileName(r.cfg.Smoke), URL: r.cfg.URL,
-		VUs: r.prof.VUs, DurationSec: r.prof.Duration.Seconds(), Dataset: r.prof.Dataset, Fixture: r.fixture,
+		VUs: r.prof.VUs, DurationSec: r.prof.Duration.Seconds(), Dataset: r.prof.Dataset, Transport: r.transport(), Fixture: r.fixture,
 		WallSec: wall.Seconds(), Unit: r.sc.unit, Ops: r.ops.Load(), Rounds: r.rounds.Load(),
 		Errors: r.errCount.Load(), FirstErrors: r.errs, Extra: map[string]float64{},
 	}
@@ -497,9 +542,19 @@ func (r *run) count(name string, n int64) {
 	v.(*atomic.Int64).Add(n)
 }
 
-// round runs one sync round of c over rt and counts it.
+// round runs one sync round of c over rt and counts it; a socketClient
+// applies its deltas before and acks after.
 func (r *run) round(c *vclient, rt roundTripper, rowID, project string, lim pullLimits) (roundResult, error) {
+	sc, _ := rt.(*socketClient)
+	if sc != nil {
+		if err := sc.beforeRound(r.ctx); err != nil {
+			return roundResult{}, err
+		}
+	}
 	res, err := c.round(r.ctx, rt, rowID, project, lim)
+	if err == nil && sc != nil {
+		err = sc.afterRound(r.ctx)
+	}
 	if err == nil {
 		r.rounds.Add(1)
 		if res.resets > 0 {

@@ -20,6 +20,9 @@ type scenario struct {
 	// series are the latency series; the first is the headline one.
 	series   []string
 	realtime bool // needs the realtime channel
+	// transport is what the scenario's rounds ride whatever the run's
+	// Config.Transport; "" means the users' rounds ride the chosen one.
+	transport Transport
 	// p95 ceilings per series in ms and the server's peak RSS in MiB,
 	// besides zero protocol errors.
 	p95    map[string]ceiling
@@ -87,7 +90,7 @@ func scenarioByName(name string) (*scenario, bool) {
 // incremental pull that must return its own commit.
 var pushPull = &scenario{
 	name:   "push-pull",
-	about:  "N clients each loop push+pull rounds on their own project over HTTP",
+	about:  "N clients each loop push+pull rounds on their own project (over --transport)",
 	full:   Profile{VUs: 50, Duration: 20 * time.Second},
 	smoke:  Profile{VUs: 5, Duration: 4 * time.Second},
 	ramp:   1500 * time.Millisecond,
@@ -97,7 +100,7 @@ var pushPull = &scenario{
 	rssMiB: ceiling{400, 700},
 	vu: func(r *run, n int) error {
 		project := clientProject(n)
-		return httpUser{id: "pp", sub: "tasks", project: project, series: "round", row: rows(project+"-r", 20)}.run(r, n)
+		return syncUser{id: "pp", sub: "tasks", project: project, series: "round", row: rows(project+"-r", 20)}.run(r, n)
 	},
 }
 
@@ -106,15 +109,16 @@ var pushPull = &scenario{
 // the dataset (at least 1,000 rows); one snapshot must be built once and
 // reused by everyone else.
 var bootstrapStorm = &scenario{
-	name:   "bootstrap-storm",
-	about:  "M fresh clients bootstrap the same seeded dataset over and over; segment reuse must dominate",
-	full:   Profile{VUs: 50, Duration: 60 * time.Second, Dataset: 100_000},
-	smoke:  Profile{VUs: 5, Duration: 8 * time.Second, Dataset: 2_000},
-	ramp:   500 * time.Millisecond,
-	unit:   "bootstrap",
-	series: []string{"bootstrap", "page"},
-	p95:    map[string]ceiling{"bootstrap": {3000, 15000}},
-	rssMiB: ceiling{400, 900},
+	name:      "bootstrap-storm",
+	about:     "M fresh clients bootstrap the same seeded dataset over and over; segment reuse must dominate",
+	full:      Profile{VUs: 50, Duration: 60 * time.Second, Dataset: 100_000},
+	smoke:     Profile{VUs: 5, Duration: 8 * time.Second, Dataset: 2_000},
+	ramp:      500 * time.Millisecond,
+	transport: TransportHTTP,
+	unit:      "bootstrap",
+	series:    []string{"bootstrap", "page"},
+	p95:       map[string]ceiling{"bootstrap": {3000, 15000}},
+	rssMiB:    ceiling{400, 900},
 	vu: func(r *run, n int) error {
 		lim := pullLimits{snapshotRows: int32(max(1000, r.prof.Dataset/2)), pages: 1, accept: acceptImage}
 		for i := 0; r.running(); i++ {
@@ -169,12 +173,13 @@ var reconnectStorm = &scenario{
 	unit:       "reconnect",
 	series:     []string{"reconnect", "catchup"},
 	realtime:   true,
+	transport:  TransportSocket,
 	p95:        map[string]ceiling{"reconnect": {2000, 1500}, "catchup": {1500, 1000}},
 	rssMiB:     ceiling{400, 700},
 	background: []func(*run) error{stormWriter},
 	vu: func(r *run, n int) error {
 		id := r.clientID("rc", n)
-		conn, err := r.t.dialRealtime(r.ctx, id)
+		conn, err := r.t.dialRealtime(r.ctx, id, false)
 		if err != nil {
 			return err
 		}
@@ -189,7 +194,7 @@ var reconnectStorm = &scenario{
 			c = newVClient(id, r.epoch)
 			c.subscribe("storm", stormProject)
 			start := time.Now()
-			if conn, err = r.t.dialRealtime(r.ctx, id); err != nil {
+			if conn, err = r.t.dialRealtime(r.ctx, id, false); err != nil {
 				return err
 			}
 			connect := time.Since(start)
@@ -236,6 +241,9 @@ func (r *run) closeRealtime(c *rtConn) {
 	c.close()
 	r.count("deltas", c.deltas.Load())
 	r.count("wakes", c.wakes.Load())
+	if n := c.acks.Load(); n > 0 {
+		r.count("acks", n)
+	}
 }
 
 // maintenanceChurn: users share 8 projects; even users write (30 rows per
@@ -252,7 +260,7 @@ var maintenanceChurn = &scenario{
 	rssMiB:     ceiling{400, 700},
 	background: []func(*run) error{pruner(200 * time.Millisecond)},
 	vu: func(r *run, n int) error {
-		u := httpUser{id: "mc", sub: "tasks", project: clientProject(n % 8), series: "round"}
+		u := syncUser{id: "mc", sub: "tasks", project: clientProject(n % 8), series: "round"}
 		if n%2 == 0 {
 			u.row = rows(u.project+"-w", 30)
 		}
@@ -320,6 +328,7 @@ var mixedSoak = &scenario{
 	unit:       "round",
 	series:     []string{"read", "write", "realtime"},
 	realtime:   true,
+	transport:  TransportMixed,
 	p95:        map[string]ceiling{"read": {1000, 600}, "write": {1000, 800}},
 	rssMiB:     ceiling{400, 900},
 	background: []func(*run) error{pruner(500 * time.Millisecond)},
@@ -329,9 +338,9 @@ var mixedSoak = &scenario{
 			return soakRealtime(r, n)
 		case 3:
 			project := clientProject(n % 8)
-			return httpUser{id: "soak", sub: "sub", project: project, series: "write", row: rows(project+"-s", 40), pause: 15 * time.Millisecond}.run(r, n)
+			return syncUser{id: "soak", sub: "sub", project: project, series: "write", row: rows(project+"-s", 40), pause: 15 * time.Millisecond, over: TransportHTTP}.run(r, n)
 		default:
-			return httpUser{id: "soak", sub: "sub", project: stormProject, series: "read", pause: 15 * time.Millisecond}.run(r, n)
+			return syncUser{id: "soak", sub: "sub", project: stormProject, series: "read", pause: 15 * time.Millisecond, over: TransportHTTP}.run(r, n)
 		}
 	},
 	finish: func(r *run, res *Result) {
@@ -352,19 +361,38 @@ var mixedSoak = &scenario{
 	checks: func(r *run, res *Result) []Check { return []Check{pruneCheck(res)} },
 }
 
-// httpUser is a virtual user over HTTP: subscribed to one project, it
-// pulls once, then loops rounds — a push of row(seq) and a pull when row
-// is set, a pull otherwise — recording each in series, pause apart.
-type httpUser struct {
+// syncUser is a virtual user subscribed to one project: it pulls once,
+// then loops rounds — a push of row(seq) and a pull when row is set, a
+// pull otherwise — recording each in series, pause apart. Its rounds ride
+// over (the run's transport when empty); on the socket it is a
+// socketClient.
+type syncUser struct {
 	id, sub, project, series string
 	row                      func(seq int) string
 	pause                    time.Duration
+	over                     Transport
 }
 
-func (u httpUser) run(r *run, n int) error {
-	c := newVClient(r.clientID(u.id, n), r.epoch)
+func (u syncUser) run(r *run, n int) error {
+	id := r.clientID(u.id, n)
+	c := newVClient(id, r.epoch)
 	c.subscribe(u.sub, u.project)
-	if _, err := r.round(c, r.t, "", "", pullOnly); err != nil {
+	over := u.over
+	if over == "" {
+		over = r.transport()
+	}
+	var rt roundTripper = r.t
+	var sc *socketClient
+	if over == TransportSocket {
+		conn, err := r.t.dialRealtime(r.ctx, id, true)
+		if err != nil {
+			return err
+		}
+		defer r.closeRealtime(conn)
+		sc = &socketClient{c: c, conn: conn, timeout: r.cfg.RoundTimeout}
+		rt = sc
+	}
+	if _, err := r.round(c, rt, "", "", pullOnly); err != nil {
 		return err
 	}
 	for seq := 0; r.running(); seq++ {
@@ -372,7 +400,7 @@ func (u httpUser) run(r *run, n int) error {
 		if u.row != nil {
 			row, lim = u.row(seq), pushPullLimits
 		}
-		res, err := r.round(c, r.t, row, u.project, lim)
+		res, err := r.round(c, rt, row, u.project, lim)
 		if err != nil {
 			return err
 		}
@@ -394,7 +422,7 @@ func rows(prefix string, n int) func(int) string {
 // project every 30 ms.
 func soakRealtime(r *run, n int) error {
 	id := r.clientID("soak-rt", n)
-	conn, err := r.t.dialRealtime(r.ctx, id)
+	conn, err := r.t.dialRealtime(r.ctx, id, false)
 	if err != nil {
 		return err
 	}

@@ -99,6 +99,37 @@ func newVClient(id, epoch string) *vclient {
 	return c
 }
 
+// live reports whether the subscription has synced and is not
+// bootstrapping: deltas apply to it and its cursor counts in an ack.
+func (s *subState) live() bool {
+	return s.synced && s.frame.Cursor >= 0 && s.frame.BootstrapState == nil
+}
+
+// applyDelta applies a delta section of subscription id ending at next:
+// a live subscription behind it moves its cursor there. It reports
+// whether it did (an older section is a duplicate, §8.2).
+func (c *vclient) applyDelta(id string, next int64) bool {
+	for _, s := range c.subs {
+		if s.frame.ID == id && s.live() && next > s.frame.Cursor {
+			s.frame.Cursor = next
+			return true
+		}
+	}
+	return false
+}
+
+// cursorFloor is the lowest cursor of the live subscriptions — what a
+// client acks after a pull round (§8.2) — and false when none is live.
+func (c *vclient) cursorFloor() (int64, bool) {
+	floor, ok := int64(0), false
+	for _, s := range c.subs {
+		if s.live() && (!ok || s.frame.Cursor < floor) {
+			floor, ok = s.frame.Cursor, true
+		}
+	}
+	return floor, ok
+}
+
 // subscribe adds a subscription to a project of the tasks table; it
 // starts with a bootstrap (cursor -1).
 func (c *vclient) subscribe(id, project string) {
@@ -290,7 +321,7 @@ func (s *subState) end(f *ssp2.SubEnd, reset bool, pushSeq int64, commits int, l
 		s.frame.Cursor, s.frame.BootstrapState, s.synced = -1, nil, false
 		return nil
 	}
-	incremental := s.synced && s.frame.Cursor >= 0 && s.frame.BootstrapState == nil
+	incremental := s.live()
 	if incremental && f.NextCursor < s.frame.Cursor {
 		return fmt.Errorf("subscription %s: nextCursor %d is behind the cursor %d it pulled from", s.frame.ID, f.NextCursor, s.frame.Cursor)
 	}

@@ -281,8 +281,11 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 			return nil // a late success must not count
 		}}})
 	k := e.commit("p", plan{key: "k", typ: "t"})[0]
-	rx := <-started
-	res, err := e.store.ReactionClaim(e.ctx, storage.ReactionClaimParams{Partition: "p", Owner: "thief", NowMs: rx.LeaseExpiresAtMs, LeaseMs: 60_000, Limit: 1})
+	<-started
+	// The thief claims at a time past any expiry the runner's heartbeats
+	// can have set by now (each extends to its own now + Lease): a claim at
+	// the first expiry loses the race to a heartbeat on a loaded machine.
+	res, err := e.store.ReactionClaim(e.ctx, storage.ReactionClaimParams{Partition: "p", Owner: "thief", NowMs: time.Now().Add(time.Hour).UnixMilli(), LeaseMs: 60_000, Limit: 1})
 	if err != nil || len(res.Claimed) != 1 {
 		t.Fatalf("steal: %+v, %v", res, err)
 	}

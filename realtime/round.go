@@ -73,25 +73,24 @@ func (s *session) runRound(body []byte, done chan struct{}) {
 	defer close(done)
 	s.h.metrics.Rounds.Add(1)
 	w := &roundWriter{s: s, tr: frameTracker{skip: 8}}
-	// Every version the codec reads: the engine refuses the ones its
-	// window does not serve, as POST /sync does.
-	req, err := ssp2.DecodeRequestWindow(body, ssp2.WireWindow{Min: ssp2.MinWireVersion, Max: ssp2.MaxWireVersion})
-	if err == nil && req.Header.ClientID != s.clientID {
-		err = ssp2.Errorf(ssp2.CodeInvalidClientID, "a socket round's clientId must be the connection's")
-	}
-	if err == nil && req.Pull != nil {
-		// Registrations follow the record the round just wrote, before
-		// its END leaves: what the client sends after END is judged by
-		// them.
-		w.beforeEnd = func() {
-			if !w.tr.sawError {
-				s.refresh(s.ctx, false)
+	// The engine decodes the request once, exactly as for POST /sync, and
+	// hands it here before it runs.
+	err := s.h.cfg.Engine.SyncChecked(s.ctx, s.ident, body, w, func(req *ssp2.Request) error {
+		if req.Header.ClientID != s.clientID {
+			return ssp2.Errorf(ssp2.CodeInvalidClientID, "a socket round's clientId must be the connection's")
+		}
+		if req.Pull != nil {
+			// Registrations follow the record the round just wrote,
+			// before its END leaves: what the client sends after END is
+			// judged by them.
+			w.beforeEnd = func() {
+				if !w.tr.sawError {
+					s.refresh(s.ctx, false)
+				}
 			}
 		}
-	}
-	if err == nil {
-		err = s.h.cfg.Engine.Sync(s.ctx, s.ident, body, w)
-	}
+		return nil
+	})
 	if err != nil && !w.started {
 		s.writeFailure(w, binary.LittleEndian.Uint16(body[4:6]), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -70,7 +71,7 @@ type session struct {
 	epoch      string
 	wire       uint16
 	regs       []engine.Registration
-	regKey     string
+	regKey     string              // wire version and registrations: what a delta's encoding depends on
 	keys       map[string]struct{} // scope keys held: the presence grant
 	cursor     int64               // highest acked
 	persisted  int64               // highest ack written to the client record
@@ -114,10 +115,13 @@ func (s *session) start(a engine.Attachment, latest int64) {
 	s.enqueueLocked(outMsg{kind: kindControl, text: true, data: hello}, false)
 }
 
-// setRegsLocked replaces the registrations and the scope keys they hold.
+// setRegsLocked replaces the registrations and the scope keys they hold,
+// and keys the deltas they encode (under the wire version set before).
 func (s *session) setRegsLocked(regs []engine.Registration) {
 	s.regs = regs
 	var b strings.Builder
+	b.WriteString(strconv.Itoa(int(s.wire)))
+	b.WriteByte('/')
 	keys := map[string]struct{}{}
 	for _, r := range regs {
 		b.WriteString(strconv.Quote(r.ID))
@@ -263,7 +267,7 @@ func (s *session) delta(n *note) encodedDelta {
 	if len(s.regs) == 0 {
 		return encodedDelta{}
 	}
-	key := strconv.Itoa(int(s.wire)) + "/" + s.regKey
+	key := s.regKey
 	if d, ok := n.deltas[key]; ok {
 		return d
 	}
@@ -356,7 +360,17 @@ func (s *session) next() (outMsg, bool) {
 
 // writeLoop drains the session to the socket; a write that fails or takes
 // longer than WriteTimeout ends the connection.
+//
+// One timer bounds every write, dropping the connection when a write
+// overruns; the writes take a context that is never done, so the socket
+// library arms no watcher of its own per message (with a per-write
+// timeout context that was ~20 allocations per socket round). Closing the
+// session ends a write in flight as before: the socket closes under it.
 func (s *session) writeLoop() {
+	wctx := context.WithoutCancel(s.ctx)
+	timer := time.AfterFunc(time.Hour, s.drop)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -372,10 +386,9 @@ func (s *session) writeLoop() {
 			if m.text {
 				typ = websocket.MessageText
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, s.h.cfg.WriteTimeout)
-			err := s.conn.Write(ctx, typ, m.data)
-			timedOut := ctx.Err() == context.DeadlineExceeded
-			cancel()
+			timer.Reset(s.h.cfg.WriteTimeout)
+			err := s.conn.Write(wctx, typ, m.data)
+			timedOut := !timer.Stop()
 			if m.done != nil {
 				m.done <- err
 			}

@@ -54,6 +54,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxRSS := fs.Int64("max-rss", 0, "override the server peak-RSS ceiling, in MiB")
 	fetch := fs.Bool("fetch-segments", false, "download referenced segments and check them (default: count rows from the descriptor, as the reference suite does)")
 	timeout := fs.Duration("timeout", time.Minute, "bound on one round")
+	transport := fs.String("transport", string(loadgen.TransportHTTP), "what carries the rounds of push-pull and maintenance-churn: http (POST /sync) or socket (the realtime WebSocket, as reference clients sync)")
 	runs := fs.Int("runs", 1, "runs per scenario; tables show medians")
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")
 	report := fs.Bool("report", false, "print the README's markdown table on stdout (summaries then go to stderr)")
@@ -90,13 +91,26 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *runs < 1 {
 		return errors.New("load: --runs must be at least 1")
 	}
+	tr := loadgen.Transport(*transport)
+	if !slices.Contains(loadgen.Transports(), tr) {
+		return fmt.Errorf("load: --transport %q: choose http or socket", *transport)
+	}
+	if tr != loadgen.TransportHTTP && names[0] != "all" && !loadgen.TakesTransport(names[0]) {
+		var takers []string
+		for _, n := range loadgen.Names() {
+			if loadgen.TakesTransport(n) {
+				takers = append(takers, n)
+			}
+		}
+		return fmt.Errorf("load: --transport applies to %s, not %s", strings.Join(takers, " and "), names[0])
+	}
 	if *url != "" && *postgres != "" {
 		return errors.New("load: --postgres configures the local node; it cannot be combined with --url")
 	}
 
 	cfg := loadgen.Config{
 		URL: *url, Header: headers.h, Smoke: *smoke, VUs: *vus, Duration: *duration,
-		MaxP95: p95.m, MaxRSSBytes: *maxRSS << 20, FetchSegments: *fetch, RoundTimeout: *timeout,
+		MaxP95: p95.m, MaxRSSBytes: *maxRSS << 20, FetchSegments: *fetch, RoundTimeout: *timeout, Transport: tr,
 	}
 	if *token != "" {
 		if cfg.Header == nil {

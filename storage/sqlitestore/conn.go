@@ -23,6 +23,10 @@ type conn struct {
 	// ran counts the statements run (each binds once): whether a read
 	// transaction has read yet (partcache.go).
 	ran uint64
+	// sql is the statement being prepared or run (the last one, between
+	// statements): what the compile test attributes SQLite's
+	// compilations to (compile_test.go).
+	sql string
 }
 
 type stmt struct {
@@ -89,6 +93,7 @@ func (c *conn) stmt(ctx context.Context, q string) (*stmt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	c.sql = q
 	if s, ok := c.stmts[q]; ok {
 		return s, nil
 	}
@@ -194,6 +199,7 @@ func (c *conn) execOnce(ctx context.Context, q string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	c.sql = q
 	nv, err := c.bind(args)
 	if err != nil {
 		return err
@@ -207,6 +213,7 @@ func (c *conn) queryOnce(ctx context.Context, q string, args ...any) (*rows, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	c.sql = q
 	ds, err := c.dc.(driver.ConnPrepareContext).PrepareContext(stmtCtx, q)
 	if err != nil {
 		return nil, err

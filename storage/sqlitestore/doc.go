@@ -41,6 +41,15 @@
 // run time, as every SQLite before 3.54 treated it: one plan per
 // statement.
 //
+// The same holds for every plan: no statement's plan may depend on a
+// bound value, since binding a parameter the planner looked at (a
+// "col = ?" matched against a partial index's WHERE, a LIKE or GLOB
+// pattern) expires the statement on every bind. Constants such as the
+// reaction statuses of the partial indexes are written into the SQL.
+// (SQLITE_DBCONFIG_ENABLE_QPSG would pin plans, but modernc.org/sqlite
+// has no way to set it.) TestSteadyRoundsCompileNothing runs steady push
+// and pull rounds and fails on any statement compiled again.
+//
 // # Durability
 //
 // WAL mode with synchronous=FULL (the default) syncs the WAL before every
