@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"modernc.org/sqlite"
 )
@@ -38,19 +37,14 @@ import (
 //
 // A reader holding an old snapshot can keep the WAL from restarting, so
 // once it holds more than checkpointHardFactor times CheckpointPages the
-// writer's checkpoint is a RESTART: it waits up to restartWait for the
-// readers to leave the WAL (writes wait meanwhile, so not for the whole
-// busy timeout), and the next group starts it over; a reader slower
-// than that leaves it for the next round.
+// writer's checkpoint is a RESTART: it waits up to the busy timeout for
+// the readers to leave the WAL, and the next group starts it over.
 // journal_size_limit then truncates a WAL file that grew past its steady
 // size.
 
 // checkpointHardFactor bounds the WAL at this many times
 // Config.CheckpointPages before a checkpoint waits for readers.
 const checkpointHardFactor = 8
-
-// restartWait bounds a RESTART checkpoint's wait for readers.
-const restartWait = 100 * time.Millisecond
 
 // walPageBytes is the WAL bytes a page takes for journal_size_limit: a
 // frame header and a page of the default size, rounded up.
@@ -83,7 +77,6 @@ type CheckpointStats struct {
 type checkpointer struct {
 	c       *conn
 	pages   int64         // Config.CheckpointPages
-	busy    time.Duration // Config.BusyTimeout
 	kick    chan struct{} // capacity 1: a checkpoint is wanted
 	stop    chan struct{}
 	done    chan struct{}
@@ -120,7 +113,6 @@ func startCheckpointer(ctx context.Context, cfg Config) (*checkpointer, error) {
 	k := &checkpointer{
 		c:     c,
 		pages: int64(cfg.CheckpointPages),
-		busy:  cfg.BusyTimeout,
 		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -190,16 +182,6 @@ func (k *checkpointer) idle(wc *conn) {
 	if k.walPages.Load() > checkpointHardFactor*k.pages {
 		mode = "RESTART"
 		k.restarts.Add(1)
-		if err := setBusyTimeout(wc, min(restartWait, k.busy)); err != nil {
-			k.failures.Add(1)
-			slog.Warn("sqlite WAL checkpoint failed", "err", err)
-			return
-		}
-		defer func() {
-			if err := setBusyTimeout(wc, k.busy); err != nil {
-				slog.Warn("sqlite busy_timeout not restored", "err", err)
-			}
-		}()
 	}
 	_, _, err := k.exec(wc, mode)
 	if err != nil {
@@ -208,10 +190,6 @@ func (k *checkpointer) idle(wc *conn) {
 		return
 	}
 	k.tails.Add(1)
-}
-
-func setBusyTimeout(c *conn, d time.Duration) error {
-	return c.execOnce(stmtCtx, "PRAGMA busy_timeout = "+strconv.FormatInt(d.Milliseconds(), 10))
 }
 
 // exec runs a checkpoint in mode on c and returns the WAL's frames and
