@@ -23,8 +23,6 @@ const (
 // Defaults.
 const (
 	DefaultBusyTimeout = 5 * time.Second
-	// DefaultCheckpointPages is SQLite's own wal_autocheckpoint default.
-	DefaultCheckpointPages = 1000
 	// MaxReaders bounds the reader pool.
 	MaxReaders = 64
 )
@@ -41,11 +39,6 @@ type Config struct {
 	// Readers is the size of the reader connection pool (default
 	// max(4, GOMAXPROCS)).
 	Readers int
-	// CheckpointPages is the WAL size, in pages, past which a background
-	// connection checkpoints it (checkpoint.go; default
-	// DefaultCheckpointPages). Negative: the writer checkpoints itself
-	// inside the commit that passes SQLite's default.
-	CheckpointPages int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -58,9 +51,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Readers == 0 {
 		c.Readers = max(4, runtime.GOMAXPROCS(0))
-	}
-	if c.CheckpointPages == 0 {
-		c.CheckpointPages = DefaultCheckpointPages
 	}
 	return c
 }

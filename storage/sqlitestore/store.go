@@ -49,8 +49,7 @@ type Store struct {
 	// the coordinator before it grants the first member, read by members
 	// (which run while the coordinator waits for them).
 	group *groupTouches
-	fresh freshness     // what the writer knows of commits from outside (fresh.go)
-	ckpt  *checkpointer // background WAL checkpoints (checkpoint.go); nil: the writer's own
+	fresh freshness // what the writer knows of commits from outside (fresh.go)
 	// The serve gate but for EnsureSchemaWithCheckpoints (gate.go), and
 	// the segment index, written once over this store's SQL.
 	*gateStore
@@ -84,9 +83,6 @@ func dsn(cfg Config, reader bool) string {
 	q.Add("_pragma", "synchronous("+string(cfg.Synchronous)+")")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", "temp_store(MEMORY)")
-	for _, p := range checkpointPragmas(cfg) {
-		q.Add("_pragma", p)
-	}
 	// The page cache is the process's biggest non-Go memory: each
 	// connection grows its own up to cache_size, and the writer's is
 	// never reset. A reader drops its cache whenever another connection
@@ -164,10 +160,6 @@ func (s *Store) open(ctx context.Context) error {
 		return fmt.Errorf("open sqlite: %w", err)
 	}
 	if err := s.migrate(ctx, wc); err != nil {
-		_ = wc.close()
-		return err
-	}
-	if s.ckpt, err = startCheckpointer(ctx, s.cfg); err != nil {
 		_ = wc.close()
 		return err
 	}
@@ -253,7 +245,6 @@ func (s *Store) Close() error {
 			<-s.writerDone
 			errs = append(errs, s.closeAdvances(), s.writerConn.execOnce(context.Background(), "PRAGMA optimize"), s.writerConn.close())
 		}
-		errs = append(errs, s.ckpt.close())
 		for range s.nReaders {
 			errs = append(errs, (<-s.readers).close())
 		}

@@ -122,7 +122,6 @@ collect:
 			s.parts.end(nil)
 		} else {
 			s.parts.end(&touched)
-			s.ckpt.committed(c)
 		}
 	}
 	if groupErr != nil {
@@ -131,7 +130,6 @@ collect:
 	for _, m := range members {
 		m.result <- groupErr
 	}
-	s.ckpt.idle(c) // checkpoint.go
 }
 
 // rollback ends a failed transaction; it fails harmlessly when SQLite
