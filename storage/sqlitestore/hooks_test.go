@@ -70,7 +70,7 @@ func (s *Store) HookTamper(ctx context.Context, table, column, reason string) er
 		inst := s.schema.Load()
 		ts := inst.tables[table]
 		return s.rawExec(ctx, "DROP TABLE "+t,
-			createTableSQL(table, ts.t.WireColumns(), []string{schemaplan.ColRowID, schemaplan.ColPartition}))
+			ddl.CreateTable(table, ts.t.WireColumns(), []string{schemaplan.ColRowID, schemaplan.ColPartition}))
 	}
 	return fmt.Errorf("unknown tamper reason %q", reason)
 }
