@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
@@ -27,20 +28,13 @@ func (s *Store) rawExec(ctx context.Context, stmts ...string) error {
 	return nil
 }
 
+// columnType is table.column's type in the installed schema.
 func (s *Store) columnType(table, column string) (ssp2.ColumnType, error) {
-	inst := s.schema.Load()
-	if inst == nil {
-		return 0, errNoSchema
+	var sc *schema.Schema
+	if inst := s.schema.Load(); inst != nil {
+		sc = inst.schema
 	}
-	ts, ok := inst.tables[table]
-	if !ok {
-		return 0, fmt.Errorf("no table %s", table)
-	}
-	i, ok := ts.t.ColumnIndex(column)
-	if !ok {
-		return 0, fmt.Errorf("no column %s.%s", table, column)
-	}
-	return ts.t.Columns[i].Type, nil
+	return storagetest.ColumnType(sc, table, column)
 }
 
 func (s *Store) HookTamper(ctx context.Context, table, column, reason string) error {

@@ -2,9 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -103,20 +101,15 @@ func buildTableSQL(t *schema.Table) *tableSQL {
 	}
 }
 
-var errNoSchema = errors.New("no schema installed: call EnsureSchema first")
-
 // table resolves an application table of the installed schema.
 func (t *tx) table(op, name string) (*tableSQL, error) {
 	if t.inst == nil {
-		return nil, fmt.Errorf("%s: %w", op, errNoSchema)
+		return nil, schemaplan.TableError(op, name, false)
 	}
-	ts, ok := t.inst.tables[name]
-	if !ok {
-		e := ssp2.Errorf(ssp2.CodeUnknownTable, "table %q is not in the installed schema", name)
-		e.Op = op
-		return nil, e
+	if ts, ok := t.inst.tables[name]; ok {
+		return ts, nil
 	}
-	return ts, nil
+	return nil, schemaplan.TableError(op, name, true)
 }
 
 // RowGet implements storage.ReadTx.
@@ -152,32 +145,9 @@ func (t *tx) RowGet(ctx context.Context, partition, table, rowID string) (storag
 }
 
 // bindValue converts a typed column value to the Go type pgx encodes
-// into the column's type.
+// into the column's type (schemaplan.BindValue): a boolean as bool.
 func bindValue(typ ssp2.ColumnType, v ssp2.Value) any {
-	if v.Null {
-		return nil
-	}
-	switch typ {
-	case ssp2.TypeInteger:
-		return v.Int
-	case ssp2.TypeFloat:
-		if math.IsNaN(v.Float) {
-			// SQL has no portable NaN (SQLite stores NULL): both stores
-			// store NULL, which a NOT NULL column refuses. The payload
-			// keeps the bits.
-			return nil
-		}
-		return v.Float
-	case ssp2.TypeBoolean:
-		return v.Bool
-	case ssp2.TypeBytes, ssp2.TypeCrdt:
-		if v.Bytes == nil {
-			return []byte{}
-		}
-		return v.Bytes
-	default:
-		return string(v.Bytes)
-	}
+	return schemaplan.BindValue(typ, v, false, true)
 }
 
 // Deferred writes. Under the partition lock every statement whose reply

@@ -3,7 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,31 +31,9 @@ func sqlType(t ssp2.ColumnType) string {
 	}
 }
 
-// createTableSQL is the DDL of an application table: the internal columns,
-// the schema columns in declaration order, and the primary key pk. The
-// key columns use COLLATE "C" so row ids order bytewise, as in SQLite.
-func createTableSQL(name string, cols []ssp2.Column, pk []string) string {
-	var b strings.Builder
-	b.WriteString("CREATE TABLE " + quote(name) + " (\n")
-	for _, c := range append(append([]ssp2.Column(nil), schemaplan.InternalColumns...), cols...) {
-		b.WriteString("  " + quote(c.Name) + " " + sqlType(c.Type))
-		if c.Name == schemaplan.ColPartition || c.Name == schemaplan.ColRowID {
-			b.WriteString(` COLLATE "C"`)
-		}
-		if !c.Nullable {
-			b.WriteString(" NOT NULL")
-		}
-		b.WriteString(",\n")
-	}
-	quoted := make([]string, len(pk))
-	for i, c := range pk {
-		quoted[i] = quote(c)
-	}
-	b.WriteString("  PRIMARY KEY (" + strings.Join(quoted, ", ") + ")\n)")
-	return b.String()
-}
-
-var defaultPK = []string{schemaplan.ColPartition, schemaplan.ColRowID}
+// ddl spells the application tables in PostgreSQL: the key columns use
+// COLLATE "C" so row ids order bytewise, as in SQLite.
+var ddl = schemaplan.DDL{Quote: quote, SQLType: sqlType, KeyCollate: ` COLLATE "C"`, TableOptions: ""}
 
 // EnsureSchema implements storage.Store in one transaction, under the
 // schema's advisory lock so that nodes starting together install once; a
@@ -65,86 +43,44 @@ func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Schema) error {
 }
 
 func ensureSchema(ctx context.Context, tx pgx.Tx, sc *schema.Schema) error {
-	marker, ok, err := readMarker(ctx, tx)
-	if err != nil {
-		return err
-	}
-	var stored *schemaplan.Marker
-	if ok {
-		stored = &schemaplan.Marker{Version: marker.Version, Layouts: marker.Layouts}
-	}
-	plan, err := schemaplan.Decide(stored, sc)
-	if err != nil {
-		return err
-	}
-	for _, t := range plan.Create {
-		exists, cols, err := catalog(ctx, tx, t.Name)
-		if err != nil {
-			return err
-		}
-		if exists {
-			// A table left by an earlier run without a marker must
-			// already be what we would create.
-			if err := schemaplan.CheckPhysical(t.Layout(), true, cols, sqlType); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := tx.Exec(ctx, createTableSQL(t.Name, t.WireColumns(), defaultPK)); err != nil {
-			return fmt.Errorf("ensure schema: create %s: %w", t.Name, err)
-		}
-	}
-	for _, k := range plan.Keep {
-		exists, cols, err := catalog(ctx, tx, k.Table.Name)
-		if err != nil {
-			return err
-		}
-		if plan.Action == schemaplan.Migrate && exists {
-			// Internal columns a table built by an older build lacks
-			// arrive only with a schema version bump (SPEC.md §2.4).
-			for _, col := range schemaplan.Upgradable(cols) {
-				ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
-				if _, err := tx.Exec(ctx, ddl); err != nil {
-					return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
-				}
-				cols = append(cols, schemaplan.PhysicalColumn{Name: col.Name, Type: sqlType(col.Type)})
-			}
-		}
-		if err := schemaplan.CheckPhysical(k.Stored, exists, cols, sqlType); err != nil {
-			return err
-		}
-		for _, col := range k.Added {
-			ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
-			if _, err := tx.Exec(ctx, ddl); err != nil {
-				return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
-			}
-		}
-		if k.NeedsRewrite() {
-			if err := rewriteRows(ctx, tx, k); err != nil {
-				return err
-			}
-		}
-	}
-	for _, t := range sc.Tables {
-		if err := reconcileIndexes(ctx, tx, t); err != nil {
-			return err
-		}
-	}
-	if plan.Action == schemaplan.Verify {
-		return nil
-	}
-	layouts, err := schema.MarshalLayouts(sc.Layouts())
-	if err != nil {
-		return fmt.Errorf("ensure schema: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
+	return schemaplan.Ensure(ctx, schemaSteps{tx}, ddl, sc)
+}
+
+// schemaSteps are the steps of schemaplan.Ensure in PostgreSQL, on the
+// schema transaction.
+type schemaSteps struct{ tx pgx.Tx }
+
+func (st schemaSteps) ReadMarker(ctx context.Context) (storage.SchemaMarker, bool, error) {
+	return readMarker(ctx, st.tx)
+}
+
+func (st schemaSteps) Catalog(ctx context.Context, table string) (bool, []schemaplan.PhysicalColumn, error) {
+	return catalog(ctx, st.tx, table)
+}
+
+func (st schemaSteps) Exec(ctx context.Context, ddl string) error {
+	_, err := st.tx.Exec(ctx, ddl)
+	return err
+}
+
+func (st schemaSteps) RewriteRows(ctx context.Context, k schemaplan.Kept) error {
+	return rewriteRows(ctx, st.tx, k)
+}
+
+func (st schemaSteps) ReconcileIndexes(ctx context.Context, t *schema.Table) error {
+	return reconcileIndexes(ctx, st.tx, t)
+}
+
+// Analyzed does nothing: autovacuum keeps PostgreSQL's statistics.
+func (schemaSteps) Analyzed(context.Context, *schema.Schema) error { return nil }
+
+func (st schemaSteps) WriteMarker(ctx context.Context, version int32, layouts []byte) error {
+	_, err := st.tx.Exec(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
 		VALUES (1, $1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET schema_version = EXCLUDED.schema_version,
 			layouts = EXCLUDED.layouts, updated_at_ms = EXCLUDED.updated_at_ms`,
-		sc.Version, string(layouts), time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("ensure schema: write marker: %w", err)
-	}
-	return nil
+		version, string(layouts), time.Now().UnixMilli())
+	return err
 }
 
 // catalog reads a table's columns from pg_catalog: name, type, NOT NULL
@@ -222,67 +158,41 @@ func reconcileIndexes(ctx context.Context, tx pgx.Tx, t *schema.Table) error {
 	return nil
 }
 
-// rewriteRows re-encodes every stored payload of k's table and recomputes
-// its stored scopes, in keyset pages.
+// rewriteRows re-encodes k's table in keyset pages (schemaplan.RewriteTable),
+// each page's updates sent in one batch.
 func rewriteRows(ctx context.Context, tx pgx.Tx, k schemaplan.Kept) error {
-	rw, err := schemaplan.NewRewriter(k)
-	if err != nil {
-		return err
-	}
 	name := quote(k.Table.Name)
 	pcol, rcol := quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)
-	sel := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s WHERE (%[1]s, %[2]s) > ($1, $2) ORDER BY %[1]s, %[2]s LIMIT 500`,
-		pcol, rcol, quote(schemaplan.ColPayload), name)
-	first := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s ORDER BY %[1]s, %[2]s LIMIT 500`,
-		pcol, rcol, quote(schemaplan.ColPayload), name)
+	limit := strconv.Itoa(schemaplan.RewritePageRows)
+	sel := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s WHERE (%[1]s, %[2]s) > ($1, $2) ORDER BY %[1]s, %[2]s LIMIT %[5]s`,
+		pcol, rcol, quote(schemaplan.ColPayload), name, limit)
+	first := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s ORDER BY %[1]s, %[2]s LIMIT %[5]s`,
+		pcol, rcol, quote(schemaplan.ColPayload), name, limit)
 	upd := fmt.Sprintf(`UPDATE %s SET %s = $1, %s = $2 WHERE %s = $3 AND %s = $4`, name,
 		quote(schemaplan.ColPayload), quote(schemaplan.ColScopes), pcol, rcol)
-	type item struct {
-		partition, rowID string
-		payload          []byte
-	}
-	var after *item
-	for {
+	read := func(after *schemaplan.StoredRow) ([]schemaplan.StoredRow, error) {
 		var rows pgx.Rows
+		var err error
 		if after == nil {
 			rows, err = tx.Query(ctx, first)
 		} else {
-			rows, err = tx.Query(ctx, sel, after.partition, after.rowID)
+			rows, err = tx.Query(ctx, sel, after.Partition, after.RowID)
 		}
 		if err != nil {
-			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
+			return nil, err
 		}
-		var page []item
-		for rows.Next() {
-			var it item
-			if err := rows.Scan(&it.partition, &it.rowID, &it.payload); err != nil {
-				rows.Close()
-				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
-			}
-			page = append(page, it)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
-		}
-		b := &pgx.Batch{}
-		for _, it := range page {
-			payload, scopes, err := rw.Rewrite(it.payload)
-			if err != nil {
-				return err
-			}
-			b.Queue(upd, payload, string(scopes), it.partition, it.rowID)
-		}
-		if b.Len() > 0 {
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
-			}
-		}
-		if len(page) < 500 {
-			return nil
-		}
-		after = &page[len(page)-1]
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (r schemaplan.StoredRow, err error) {
+			err = row.Scan(&r.Partition, &r.RowID, &r.Payload)
+			return r, err
+		})
 	}
+	return schemaplan.RewriteTable(k, read, func(page []schemaplan.StoredRow) error {
+		b := &pgx.Batch{}
+		for _, r := range page {
+			b.Queue(upd, r.Payload, string(r.Scopes), r.Partition, r.RowID)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
 }
 
 func readMarker(ctx context.Context, q querier) (storage.SchemaMarker, bool, error) {

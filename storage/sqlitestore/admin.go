@@ -137,9 +137,6 @@ func (s *Store) RowSeed(ctx context.Context, p storage.SeedParams) error {
 	return nil
 }
 
-// wipeTables are the internal tables keyed by a partition column.
-var wipeTables = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications", "sync_reactions", "sync_tombstones", "sync_blob_refs", "sync_auth_leases"}
-
 // PartitionWipe implements storage.Admin under the partition write lock.
 func (s *Store) PartitionWipe(ctx context.Context, partition string) error {
 	return s.wipe(ctx, partition, nil)
@@ -158,20 +155,14 @@ func (s *Store) wipe(ctx context.Context, partition string, fence *storage.WipeF
 		if err := fence.Check(partition, t.Locked()); err != nil {
 			return err
 		}
+		var sc *schema.Schema
 		if t.inst != nil {
-			for _, ts := range t.inst.tables {
-				if _, err := t.c.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = ?", quote(ts.t.Name), quote(schemaplan.ColPartition)), partition); err != nil {
-					return t.fail("wipe partition", ts.t.Name, err)
-				}
-			}
+			sc = t.inst.schema
 		}
-		for _, table := range wipeTables {
-			if _, err := t.c.exec(ctx, "DELETE FROM "+table+" WHERE partition = ?", partition); err != nil {
-				return t.fail("wipe partition", table, err)
+		for _, w := range admincore.WipeTargets(sc) {
+			if _, err := t.c.exec(ctx, "DELETE FROM "+quote(w.Table)+" WHERE "+quote(w.Column)+" = ?", partition); err != nil {
+				return t.fail("wipe partition", w.Table, err)
 			}
-		}
-		if _, err := t.c.exec(ctx, "DELETE FROM sync_partitions WHERE id = ?", partition); err != nil {
-			return t.fail("wipe partition", "sync_partitions", err)
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
 	"github.com/syncnode/syncnode/storage/internal/schemaplan"
@@ -27,20 +28,13 @@ func (s *Store) rawExec(ctx context.Context, stmts ...string) error {
 	})
 }
 
+// columnType is table.column's type in the installed schema.
 func (s *Store) columnType(table, column string) (ssp2.ColumnType, error) {
-	inst := s.schema.Load()
-	if inst == nil {
-		return 0, errNoSchema
+	var sc *schema.Schema
+	if inst := s.schema.Load(); inst != nil {
+		sc = inst.schema
 	}
-	ts, ok := inst.tables[table]
-	if !ok {
-		return 0, fmt.Errorf("no table %s", table)
-	}
-	i, ok := ts.t.ColumnIndex(column)
-	if !ok {
-		return 0, fmt.Errorf("no column %s.%s", table, column)
-	}
-	return ts.t.Columns[i].Type, nil
+	return storagetest.ColumnType(sc, table, column)
 }
 
 func (s *Store) HookTamper(ctx context.Context, table, column, reason string) error {
@@ -70,7 +64,7 @@ func (s *Store) HookTamper(ctx context.Context, table, column, reason string) er
 		inst := s.schema.Load()
 		ts := inst.tables[table]
 		return s.rawExec(ctx, "DROP TABLE "+t,
-			createTableSQL(table, ts.t.WireColumns(), []string{schemaplan.ColRowID, schemaplan.ColPartition}))
+			ddl.CreateTable(table, ts.t.WireColumns(), []string{schemaplan.ColRowID, schemaplan.ColPartition}))
 	}
 	return fmt.Errorf("unknown tamper reason %q", reason)
 }

@@ -3,7 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/syncnode/syncnode/schema"
@@ -29,29 +29,10 @@ func sqlType(t ssp2.ColumnType) string {
 
 func quote(ident string) string { return `"` + ident + `"` }
 
-// createTableSQL is the DDL of an application table: the internal columns,
-// the schema columns in declaration order, and the primary key pk. STRICT
-// makes SQLite enforce the column types; WITHOUT ROWID clusters rows by
-// (partition, row id) so keyset scans read them in order.
-func createTableSQL(name string, cols []ssp2.Column, pk []string) string {
-	var b strings.Builder
-	b.WriteString("CREATE TABLE " + quote(name) + " (\n")
-	for _, c := range append(append([]ssp2.Column(nil), schemaplan.InternalColumns...), cols...) {
-		b.WriteString("  " + quote(c.Name) + " " + sqlType(c.Type))
-		if !c.Nullable {
-			b.WriteString(" NOT NULL")
-		}
-		b.WriteString(",\n")
-	}
-	quoted := make([]string, len(pk))
-	for i, c := range pk {
-		quoted[i] = quote(c)
-	}
-	b.WriteString("  PRIMARY KEY (" + strings.Join(quoted, ", ") + ")\n) STRICT, WITHOUT ROWID")
-	return b.String()
-}
-
-var defaultPK = []string{schemaplan.ColPartition, schemaplan.ColRowID}
+// ddl spells the application tables in SQLite: STRICT makes SQLite
+// enforce the column types; WITHOUT ROWID clusters rows by (partition,
+// row id) so keyset scans read them in order.
+var ddl = schemaplan.DDL{Quote: quote, SQLType: sqlType, TableOptions: " STRICT, WITHOUT ROWID"}
 
 // EnsureSchema implements storage.Store. Everything runs in one write
 // transaction (a member of a group transaction, writer.go); a refusal
@@ -64,92 +45,42 @@ func (s *Store) ensureSchema(ctx context.Context, c *conn, sc *schema.Schema) er
 	if err := applyMigrations(ctx, c, s.migrations); err != nil {
 		return err
 	}
-	marker, ok, err := readMarker(ctx, c)
-	if err != nil {
-		return err
-	}
-	var stored *schemaplan.Marker
-	if ok {
-		stored = &schemaplan.Marker{Version: marker.Version, Layouts: marker.Layouts}
-	}
-	plan, err := schemaplan.Decide(stored, sc)
-	if err != nil {
-		return err
-	}
+	return schemaplan.Ensure(ctx, schemaSteps{c}, ddl, sc)
+}
 
-	for _, t := range plan.Create {
-		exists, cols, err := catalog(ctx, c, t.Name)
-		if err != nil {
-			return err
-		}
-		if exists {
-			// A table left by an earlier run without a marker must
-			// already be what we would create.
-			if err := schemaplan.CheckPhysical(t.Layout(), true, cols, sqlType); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := c.execOnce(ctx, createTableSQL(t.Name, t.WireColumns(), defaultPK)); err != nil {
-			return fmt.Errorf("ensure schema: create %s: %w", t.Name, err)
-		}
-	}
-	for _, k := range plan.Keep {
-		// Before migrating, the table must match the layout it was built
-		// for; when verifying, stored and running layouts are equal.
-		exists, cols, err := catalog(ctx, c, k.Table.Name)
-		if err != nil {
-			return err
-		}
-		if plan.Action == schemaplan.Migrate && exists {
-			// Internal columns a table built by an older build lacks
-			// arrive only with a schema version bump (SPEC.md §2.4).
-			for _, col := range schemaplan.Upgradable(cols) {
-				ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
-				if err := c.execOnce(ctx, ddl); err != nil {
-					return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
-				}
-				cols = append(cols, schemaplan.PhysicalColumn{Name: col.Name, Type: sqlType(col.Type)})
-			}
-		}
-		if err := schemaplan.CheckPhysical(k.Stored, exists, cols, sqlType); err != nil {
-			return err
-		}
-		for _, col := range k.Added {
-			ddl := "ALTER TABLE " + quote(k.Table.Name) + " ADD COLUMN " + quote(col.Name) + " " + sqlType(col.Type)
-			if err := c.execOnce(ctx, ddl); err != nil {
-				return fmt.Errorf("ensure schema: add column %s.%s: %w", k.Table.Name, col.Name, err)
-			}
-		}
-		if k.NeedsRewrite() {
-			if err := rewriteRows(ctx, c, k); err != nil {
-				return err
-			}
-		}
-	}
-	for _, t := range sc.Tables {
-		if err := reconcileIndexes(ctx, c, t); err != nil {
-			return err
-		}
-	}
-	if err := seedStats(ctx, c, sc); err != nil {
-		return err
-	}
-	if plan.Action == schemaplan.Verify {
-		return nil
-	}
-	layouts, err := schema.MarshalLayouts(sc.Layouts())
-	if err != nil {
-		return fmt.Errorf("ensure schema: %w", err)
-	}
-	if err := c.execOnce(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
+// schemaSteps are the steps of schemaplan.Ensure in SQLite, on the writer
+// connection inside the schema transaction.
+type schemaSteps struct{ c *conn }
+
+func (st schemaSteps) ReadMarker(ctx context.Context) (storage.SchemaMarker, bool, error) {
+	return readMarker(ctx, st.c)
+}
+
+func (st schemaSteps) Catalog(ctx context.Context, table string) (bool, []schemaplan.PhysicalColumn, error) {
+	return catalog(ctx, st.c, table)
+}
+
+func (st schemaSteps) Exec(ctx context.Context, ddl string) error { return st.c.execOnce(ctx, ddl) }
+
+func (st schemaSteps) RewriteRows(ctx context.Context, k schemaplan.Kept) error {
+	return rewriteRows(ctx, st.c, k)
+}
+
+func (st schemaSteps) ReconcileIndexes(ctx context.Context, t *schema.Table) error {
+	return reconcileIndexes(ctx, st.c, t)
+}
+
+// Analyzed seeds the planner statistics of the new indexes (stats.go).
+func (st schemaSteps) Analyzed(ctx context.Context, sc *schema.Schema) error {
+	return seedStats(ctx, st.c, sc)
+}
+
+func (st schemaSteps) WriteMarker(ctx context.Context, version int32, layouts []byte) error {
+	return st.c.execOnce(ctx, `INSERT INTO sync_schema_marker (id, schema_version, layouts, updated_at_ms)
 		VALUES (1, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET schema_version = excluded.schema_version,
 			layouts = excluded.layouts, updated_at_ms = excluded.updated_at_ms`,
-		sc.Version, string(layouts), time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("ensure schema: write marker: %w", err)
-	}
-	return nil
+		version, string(layouts), time.Now().UnixMilli())
 }
 
 // catalog reads a table's columns from pragma_table_info; exists=false
@@ -221,61 +152,45 @@ func reconcileIndexes(ctx context.Context, c *conn, t *schema.Table) error {
 	return nil
 }
 
-// rewriteRows re-encodes every stored payload of k's table and recomputes
-// its stored scopes, in keyset pages so no cursor is open while the table
-// is updated.
+// rewriteRows re-encodes k's table in keyset pages (schemaplan.RewriteTable),
+// one UPDATE a row.
 func rewriteRows(ctx context.Context, c *conn, k schemaplan.Kept) error {
-	rw, err := schemaplan.NewRewriter(k)
-	if err != nil {
-		return err
-	}
-	type key struct{ partition, rowID string }
-	sel := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s %%s ORDER BY %[1]s, %[2]s LIMIT 500`,
-		quote(schemaplan.ColPartition), quote(schemaplan.ColRowID), quote(schemaplan.ColPayload), quote(k.Table.Name))
-	upd := fmt.Sprintf(`UPDATE %s SET %s = ?, %s = ? WHERE %s = ? AND %s = ?`, quote(k.Table.Name),
-		quote(schemaplan.ColPayload), quote(schemaplan.ColScopes), quote(schemaplan.ColPartition), quote(schemaplan.ColRowID))
-	var after *key
-	for {
-		q, args := fmt.Sprintf(sel, ""), []any(nil)
+	name := quote(k.Table.Name)
+	pcol, rcol := quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)
+	limit := strconv.Itoa(schemaplan.RewritePageRows)
+	sel := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s WHERE (%[1]s, %[2]s) > (?, ?) ORDER BY %[1]s, %[2]s LIMIT %[5]s`,
+		pcol, rcol, quote(schemaplan.ColPayload), name, limit)
+	first := fmt.Sprintf(`SELECT %[1]s, %[2]s, %[3]s FROM %[4]s ORDER BY %[1]s, %[2]s LIMIT %[5]s`,
+		pcol, rcol, quote(schemaplan.ColPayload), name, limit)
+	upd := fmt.Sprintf(`UPDATE %s SET %s = ?, %s = ? WHERE %s = ? AND %s = ?`, name,
+		quote(schemaplan.ColPayload), quote(schemaplan.ColScopes), pcol, rcol)
+	read := func(after *schemaplan.StoredRow) (page []schemaplan.StoredRow, err error) {
+		q, args := first, []any(nil)
 		if after != nil {
-			q = fmt.Sprintf(sel, fmt.Sprintf("WHERE (%s, %s) > (?, ?)", quote(schemaplan.ColPartition), quote(schemaplan.ColRowID)))
-			args = []any{after.partition, after.rowID}
+			q, args = sel, []any{after.Partition, after.RowID}
 		}
 		rows, err := c.queryOnce(ctx, q, args...)
 		if err != nil {
-			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
+			return nil, err
 		}
-		type item struct {
-			key
-			payload []byte
-		}
-		var page []item
+		defer rows.Close()
 		for rows.Next() {
-			var it item
-			if err := rows.Scan(&it.partition, &it.rowID, &it.payload); err != nil {
-				rows.Close()
-				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
+			var r schemaplan.StoredRow
+			if err := rows.Scan(&r.Partition, &r.RowID, &r.Payload); err != nil {
+				return nil, err
 			}
-			page = append(page, it)
+			page = append(page, r)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
-		}
-		for _, it := range page {
-			payload, scopes, err := rw.Rewrite(it.payload)
-			if err != nil {
+		return page, rows.Err()
+	}
+	return schemaplan.RewriteTable(k, read, func(page []schemaplan.StoredRow) error {
+		for _, r := range page {
+			if err := c.execOnce(ctx, upd, r.Payload, string(r.Scopes), r.Partition, r.RowID); err != nil {
 				return err
 			}
-			if err := c.execOnce(ctx, upd, payload, string(scopes), it.partition, it.rowID); err != nil {
-				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
-			}
 		}
-		if len(page) < 500 {
-			return nil
-		}
-		after = &page[len(page)-1].key
-	}
+		return nil
+	})
 }
 
 func readMarker(ctx context.Context, c *conn) (storage.SchemaMarker, bool, error) {

@@ -54,7 +54,7 @@ func seedStats(ctx context.Context, c *conn, sc *schema.Schema) error {
 		}
 		// The primary key (_sync_partition, _sync_row_id) is named like
 		// its table (WITHOUT ROWID).
-		ixs := append([]schemaplan.IndexDef{{Name: t.Name, Columns: defaultPK, Unique: true}}, schemaplan.Indexes(t)...)
+		ixs := append([]schemaplan.IndexDef{{Name: t.Name, Columns: schemaplan.KeyColumns, Unique: true}}, schemaplan.Indexes(t)...)
 		for _, ix := range ixs {
 			if err := c.execOnce(ctx, "INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES (?, ?, ?)", t.Name, ix.Name, seedStat(ix)); err != nil {
 				return fmt.Errorf("ensure schema: statistics of %s: %w", t.Name, err)

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,6 +172,14 @@ func testSchemaForwardMigration(t *testing.T, e *env) {
 		_, err := tx.RowUpsert(ctx, "tasks", rows[0]) // version 2
 		return err
 	})
+	// A second partition holds more rows than one keyset page of the
+	// rewrite (schemaplan.RewritePageRows), so the rewrite crosses pages.
+	seeded := partition(t, s)
+	const nSeeded = 1201
+	check(t, s.RowSeed(ctx, storage.SeedParams{Partition: seeded.ID, Table: "tasks", Count: nSeeded, Row: func(i int, w *storage.RowWrite) error {
+		*w = task(t, v1, fmt.Sprintf("s%05d", i), "p1", int64(i), "seeded")
+		return nil
+	}}))
 
 	v2 := mustParse(t, schemaV2)
 	check(t, s.EnsureSchema(ctx, v2))
@@ -207,6 +216,17 @@ func testSchemaForwardMigration(t *testing.T, e *env) {
 		}
 		return nil
 	}))
+
+	all := listAll(t, s, seeded.ID, "tasks", 1000)
+	if len(all) != nSeeded {
+		t.Fatalf("after migration %d seeded rows, want %d", len(all), nSeeded)
+	}
+	for _, r := range all {
+		vals, err := tasks.Codec.DecodeRow(r.Payload, nil)
+		if err != nil || !vals[len(vals)-1].Null || string(vals[3].Bytes) != "seeded" {
+			t.Fatalf("seeded %s after migration = %+v, %v; want rewritten for v2", r.RowID, vals, err)
+		}
+	}
 
 	// The new column, scope and table are usable.
 	labelled := rowWrite(t, tasks, values{"id": "t3", "project_id": "p1", "owner_id": 7, "done": false, "label": "red"})

@@ -290,3 +290,21 @@ func details(t testing.TB, e *ssp2.Error) map[string]string {
 func change(rw storage.RowWrite, table string, version int64) storage.Change {
 	return storage.Change{Table: table, RowID: rw.RowID, Op: storage.OpUpsert, RowVersion: version, Scopes: rw.Scopes, Row: rw.Payload}
 }
+
+// ColumnType is the type of table.column in the installed schema sc (nil
+// before EnsureSchema), for a store's HookTamper to pick a type other
+// than the one EnsureSchema expects.
+func ColumnType(sc *schema.Schema, table, column string) (ssp2.ColumnType, error) {
+	if sc == nil {
+		return 0, errors.New("no schema installed: call EnsureSchema first")
+	}
+	t, ok := sc.Table(table)
+	if !ok {
+		return 0, fmt.Errorf("no table %s", table)
+	}
+	i, ok := t.ColumnIndex(column)
+	if !ok {
+		return 0, fmt.Errorf("no column %s.%s", table, column)
+	}
+	return t.Columns[i].Type, nil
+}

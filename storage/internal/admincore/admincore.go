@@ -8,6 +8,7 @@ import (
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
+	"github.com/syncnode/syncnode/storage/internal/schemaplan"
 )
 
 // CheckListLimit refuses a RowList limit outside 1..MaxScanLimit.
@@ -42,4 +43,29 @@ func CheckSeedRow(i int, w *storage.RowWrite, t *schema.Table) error {
 		return fmt.Errorf("row %d: %d values for %d columns of table %s", i, len(w.Values), len(t.Columns), t.Name)
 	}
 	return nil
+}
+
+// WipeTarget is one DELETE of a partition wipe: the rows of Table whose
+// Column holds the partition id.
+type WipeTarget struct{ Table, Column string }
+
+// wipeInternal are the internal tables keyed by a partition column.
+var wipeInternal = []string{"sync_changes", "sync_scope_index", "sync_commits", "sync_idempotency", "sync_clients", "sync_segment_publications", "sync_reactions", "sync_tombstones", "sync_blob_refs", "sync_auth_leases"}
+
+// WipeTargets lists what PartitionWipe deletes, in order: the rows of
+// every application table of sc (nil before EnsureSchema), every internal
+// table keyed by the partition, and last the partition row itself. Both
+// stores run them in the one write transaction that holds the partition.
+func WipeTargets(sc *schema.Schema) []WipeTarget {
+	var out []WipeTarget
+	if sc != nil {
+		out = make([]WipeTarget, 0, len(sc.Tables)+len(wipeInternal)+1)
+		for _, t := range sc.Tables {
+			out = append(out, WipeTarget{t.Name, schemaplan.ColPartition})
+		}
+	}
+	for _, table := range wipeInternal {
+		out = append(out, WipeTarget{table, "partition"})
+	}
+	return append(out, WipeTarget{"sync_partitions", "id"})
 }

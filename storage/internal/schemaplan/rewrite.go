@@ -59,3 +59,48 @@ func (r *Rewriter) Rewrite(payload []byte) (newPayload, scopesJSON []byte, err e
 	}
 	return newPayload, commitlog.AppendScopesJSON(nil, scopes), nil
 }
+
+// RewritePageRows is how many rows RewriteTable reads per keyset page.
+const RewritePageRows = 500
+
+// StoredRow is one application-table row as RewriteTable reads and
+// writes it back: its key, its payload and (written back) its scopes.
+type StoredRow struct {
+	Partition, RowID string
+	Payload, Scopes  []byte
+}
+
+// RewriteTable re-encodes every stored payload of k's table and
+// recomputes its scopes, in keyset pages of RewritePageRows rows in
+// (partition, row id) order, so no cursor is open while the table is
+// updated. read returns the page of rows after the key of after (nil: the
+// first page), with Partition, RowID and Payload; write stores one page's
+// rewritten Payload and Scopes by key. A page shorter than RewritePageRows
+// is the last.
+func RewriteTable(k Kept, read func(after *StoredRow) ([]StoredRow, error), write func(page []StoredRow) error) error {
+	rw, err := NewRewriter(k)
+	if err != nil {
+		return err
+	}
+	var after *StoredRow
+	for {
+		page, err := read(after)
+		if err != nil {
+			return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
+		}
+		for i := range page {
+			if page[i].Payload, page[i].Scopes, err = rw.Rewrite(page[i].Payload); err != nil {
+				return err
+			}
+		}
+		if len(page) > 0 {
+			if err := write(page); err != nil {
+				return fmt.Errorf("ensure schema: rewrite %s: %w", k.Table.Name, err)
+			}
+		}
+		if len(page) < RewritePageRows {
+			return nil
+		}
+		after = &page[len(page)-1]
+	}
+}
