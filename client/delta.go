@@ -12,9 +12,8 @@ import (
 // lock, so it never interleaves with a round. It returns the cursor to
 // acknowledge (0: none) and whether a section was skipped that a round
 // must repair. A delta that fails to decode or apply is an error: the
-// caller treats it as dropped.
+// caller treats it as dropped. The caller reports res to AppliedFunc.
 func (c *Client) applyDelta(ctx context.Context, msg []byte) (ack int64, needRound bool, res Result, err error) {
-	defer func() { c.notifyApplied(res) }()
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
 	c.mu.Lock()

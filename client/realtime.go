@@ -466,15 +466,20 @@ func (rt *Realtime) applyDelta(ctx context.Context, s *socket, msg []byte) {
 		return
 	}
 	ack, needRound, res, err := rt.c.applyDelta(ctx, msg)
+	// The stats count a delta before AppliedFunc reports it, so whoever
+	// that report wakes sees the delta counted.
 	switch {
 	case err != nil:
-		rt.log.Warn("realtime: delta not applied", "err", err)
-		s.drop()
-		return
 	case res.Commits > 0:
 		rt.stats.deltas.Add(1)
 	default:
 		rt.stats.skipped.Add(1)
+	}
+	rt.c.notifyApplied(res)
+	if err != nil {
+		rt.log.Warn("realtime: delta not applied", "err", err)
+		s.drop()
+		return
 	}
 	if needRound {
 		s.setWake()
