@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +36,7 @@ type Home struct {
 	log   *slog.Logger
 	subs  []*nats.Subscription
 	sem   chan struct{}
-	wg    sync.WaitGroup
+	tasks lifecycle.Tasks // the requests in flight
 	life  lifecycle.Once
 	// commandsFn runs forwarded remote commands (ServeCommands).
 	commandsFn atomic.Pointer[Commands]
@@ -110,9 +109,8 @@ func (h *Home) Start(ctx context.Context) error {
 func (h *Home) handler(fn func(context.Context, []byte) any) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		h.sem <- struct{}{}
-		h.wg.Add(1)
-		go func() {
-			defer func() { <-h.sem; h.wg.Done() }()
+		started := h.tasks.Go(func() {
+			defer func() { <-h.sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.RequestTimeout)
 			defer cancel()
 			b, err := json.Marshal(fn(ctx, m.Data))
@@ -123,7 +121,10 @@ func (h *Home) handler(fn func(context.Context, []byte) any) nats.MsgHandler {
 			if err := m.Respond(b); err != nil {
 				h.log.Debug("edge: reply", "subject", m.Subject, "err", err)
 			}
-		}()
+		})
+		if !started {
+			<-h.sem // stopping: the requester's timeout answers it
+		}
 	}
 }
 
@@ -232,14 +233,10 @@ func (h *Home) unsubscribe() {
 func (h *Home) Stop(ctx context.Context) error {
 	return h.life.Stop(func() error {
 		h.unsubscribe()
-		done := make(chan struct{})
-		go func() { h.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("edge: stop: %w", ctx.Err())
+		if err := h.tasks.Wait(ctx); err != nil {
+			return fmt.Errorf("edge: stop: %w", err)
 		}
+		return nil
 	})
 }
 

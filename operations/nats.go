@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 )
 
 // The NATS binding. Requests: a caller sends the same encoded request
@@ -58,11 +59,11 @@ type NATSConfig struct {
 
 // NATSBinding answers operation requests on the bus.
 type NATSBinding struct {
-	cfg  NATSConfig
-	sub  *nats.Subscription
-	sem  chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	cfg   NATSConfig
+	sub   *nats.Subscription
+	sem   chan struct{}
+	tasks lifecycle.Tasks // the requests in flight
+	once  sync.Once
 }
 
 // NewNATSBinding validates cfg.
@@ -86,11 +87,13 @@ func NewNATSBinding(cfg NATSConfig) (*NATSBinding, error) {
 func (b *NATSBinding) Start(context.Context) error {
 	sub, err := b.cfg.Conn.QueueSubscribe(b.cfg.Names.OperationRequests(), bus.OperationsQueueGroup, func(m *nats.Msg) {
 		b.sem <- struct{}{}
-		b.wg.Add(1)
-		go func() {
-			defer func() { <-b.sem; b.wg.Done() }()
+		started := b.tasks.Go(func() {
+			defer func() { <-b.sem }()
 			b.serve(m)
-		}()
+		})
+		if !started {
+			<-b.sem // stopping: the requester's timeout answers it
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("operations NATS binding: %w", err)
@@ -106,13 +109,7 @@ func (b *NATSBinding) Stop(ctx context.Context) error {
 		if b.sub != nil {
 			err = b.sub.Unsubscribe()
 		}
-		done := make(chan struct{})
-		go func() { b.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			err = errors.Join(err, ctx.Err())
-		}
+		err = errors.Join(err, b.tasks.Wait(ctx))
 	})
 	return err
 }

@@ -1,0 +1,46 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+)
+
+// Tasks tracks goroutines started from callbacks that can still run
+// while their owner stops: a NATS message handler runs on its
+// subscription's goroutine and may be mid-call after Unsubscribe has
+// returned. A bare sync.WaitGroup must not see an Add race a Wait that
+// began at zero; Tasks refuses new work once Wait has been called
+// instead. The zero Tasks is ready.
+type Tasks struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Go runs f on a new goroutine and reports true, or reports false
+// without running f once Wait has been called.
+func (t *Tasks) Go(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Go(f)
+	return true
+}
+
+// Wait refuses new work and waits, within ctx, for the work running; it
+// returns ctx's error when ctx ends first (the work goes on).
+func (t *Tasks) Wait(ctx context.Context) error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
