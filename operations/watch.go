@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 )
 
 // MaxWatchesPerConnection bounds one watch session.
@@ -47,7 +48,7 @@ type Hub struct {
 	tail     *bus.Tail
 	ctx      context.Context
 	cancel   context.CancelFunc
-	sessions sync.WaitGroup
+	sessions lifecycle.Tasks
 	metrics  HubMetrics
 }
 
@@ -114,12 +115,8 @@ func (h *Hub) Stop(ctx context.Context) error {
 	if h.tail != nil {
 		err = h.tail.Stop(ctx)
 	}
-	done := make(chan struct{})
-	go func() { h.sessions.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
+	if werr := h.sessions.Wait(ctx); werr != nil {
+		return werr
 	}
 	return err
 }
@@ -161,7 +158,10 @@ type session struct {
 }
 
 func (h *Hub) serve(rctx context.Context, conn *websocket.Conn, id engine.Identity) {
-	h.sessions.Add(1)
+	if !h.sessions.Enter() {
+		_ = conn.Close(websocket.StatusGoingAway, "the node is stopping")
+		return
+	}
 	defer h.sessions.Done()
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()

@@ -20,14 +20,30 @@ type Tasks struct {
 // Go runs f on a new goroutine and reports true, or reports false
 // without running f once Wait has been called.
 func (t *Tasks) Go(f func()) bool {
+	if !t.Enter() {
+		return false
+	}
+	go func() {
+		defer t.Done()
+		f()
+	}()
+	return true
+}
+
+// Enter counts work the caller runs itself and reports true (the caller
+// calls Done when it ends), or reports false once Wait has been called.
+func (t *Tasks) Enter() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return false
 	}
-	t.wg.Go(f)
+	t.wg.Add(1)
 	return true
 }
+
+// Done ends work counted by Enter.
+func (t *Tasks) Done() { t.wg.Done() }
 
 // Wait refuses new work and waits, within ctx, for the work running; it
 // returns ctx's error when ctx ends first (the work goes on).

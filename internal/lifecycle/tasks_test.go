@@ -12,6 +12,10 @@ import (
 // when Wait returns, and work offered after it is refused, not run.
 func TestTasksWaitRefusesLateWork(t *testing.T) {
 	var ts Tasks
+	if !ts.Enter() {
+		t.Fatal("Enter before Wait was refused")
+	}
+	ts.Done()
 	release := make(chan struct{})
 	var ran atomic.Int64
 	if !ts.Go(func() { <-release; ran.Add(1) }) {
@@ -24,6 +28,9 @@ func TestTasksWaitRefusesLateWork(t *testing.T) {
 	}
 	if ts.Go(func() { ran.Add(100) }) {
 		t.Fatal("Go after Wait was accepted")
+	}
+	if ts.Enter() {
+		t.Fatal("Enter after Wait was accepted")
 	}
 	close(release)
 	if err := ts.Wait(context.Background()); err != nil {
