@@ -51,7 +51,7 @@ type Hub struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	tasks  lifecycle.Tasks // the replication loops and their source set-ups
 	life   lifecycle.Once
 }
 
@@ -138,8 +138,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		}
 		h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		for _, l := range h.links {
-			h.wg.Add(1)
-			go h.run(l)
+			h.tasks.Go(func() { h.run(l) })
 		}
 		return nil
 	})
@@ -157,14 +156,10 @@ func (h *Hub) Stop(ctx context.Context) error {
 			}
 			l.mu.Unlock()
 		}
-		done := make(chan struct{})
-		go func() { h.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("edge hub: stop: %w", ctx.Err())
+		if err := h.tasks.Wait(ctx); err != nil {
+			return fmt.Errorf("edge hub: stop: %w", err)
 		}
+		return nil
 	})
 }
 
@@ -187,7 +182,6 @@ func (l *link) poke() {
 }
 
 func (h *Hub) run(l *link) {
-	defer h.wg.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	lease := h.newLease(l)
@@ -322,15 +316,21 @@ func (h *Hub) sourceAsync(l *link) {
 	}
 	l.sourcing = true
 	l.mu.Unlock()
-	h.wg.Go(func() {
-		err := h.ensureSource(l)
+	done := func() {
 		l.mu.Lock()
 		l.sourcing = false
 		l.mu.Unlock()
+	}
+	started := h.tasks.Go(func() {
+		err := h.ensureSource(l)
+		done()
 		if err != nil && h.ctx.Err() == nil {
 			h.log.Warn("edge: source stream not set up; retrying on the next poll", "edge", l.edge, "err", err)
 		}
 	})
+	if !started { // stopping
+		done()
+	}
 }
 
 // ensureSource creates the source stream and the consumer whose
