@@ -45,7 +45,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	conn.SetReadLimit(h.cfg.MaxRequestBytes + 1)
 	s := newSession(h, conn, id, clientID)
-	h.conns.Add(1)
+	if !h.conns.Enter() {
+		_ = conn.Close(statusGoingAway, "server shutting down")
+		return
+	}
 	defer h.conns.Done()
 	if err := h.register(s, att); err != nil {
 		_ = conn.Close(statusGoingAway, "server shutting down")

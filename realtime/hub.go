@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncnode/syncnode/bus"
 	"github.com/syncnode/syncnode/engine"
+	"github.com/syncnode/syncnode/internal/lifecycle"
 	"github.com/syncnode/syncnode/schema"
 	"github.com/syncnode/syncnode/ssp2"
 	"github.com/syncnode/syncnode/storage"
@@ -57,8 +58,8 @@ type Hub struct {
 
 	ctx     context.Context
 	cancel  context.CancelFunc
-	bg      sync.WaitGroup // background goroutines
-	conns   sync.WaitGroup // socket handlers
+	bg      sync.WaitGroup  // background goroutines
+	conns   lifecycle.Tasks // socket handlers
 	started atomic.Bool
 	stop    sync.Once
 	stopErr error
@@ -232,15 +233,8 @@ func (h *Hub) Stop(ctx context.Context) error {
 		for _, s := range all {
 			s.close(statusGoingAway, "server shutting down")
 		}
-		done := make(chan struct{})
-		go func() {
-			h.conns.Wait()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			h.stopErr = fmt.Errorf("stop realtime: sockets still closing: %w", ctx.Err())
+		if err := h.conns.Wait(ctx); err != nil {
+			h.stopErr = fmt.Errorf("stop realtime: sockets still closing: %w", err)
 		}
 		h.acks.flush(ctx)
 		h.presence.stop()
