@@ -1,7 +1,9 @@
 // Package lifecycle writes the Start/Stop rule of ARCHITECTURE.md once,
 // for components that need nothing more: a component starts once, a
 // failed Start leaves it stopped, and Stop is idempotent, does nothing
-// before Start and returns the first stop's result.
+// before Start and returns the first stop's result (Once). Tasks counts
+// the work callbacks start, so that Stop can wait for it without racing
+// a callback that is still arriving.
 package lifecycle
 
 import (
